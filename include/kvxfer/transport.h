@@ -1,0 +1,197 @@
+// kvxfer::Transport: one-sided WRITEs of fixed-size KV blocks into peers'
+// registered pools.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvxfer/status.h"
+
+namespace kvxfer {
+
+using TransferId = std::uint64_t;
+
+// The local pool as a 2-D view: num_blocks blocks of block_len bytes each,
+// contiguous from base. The caller owns the memory and keeps it alive until
+// the Transport is closed.
+struct Region {
+  void* base = nullptr;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t block_len = 0;
+};
+
+struct Options {
+  // Fields that must agree between peers (model, dtype, layout...). Only
+  // their fingerprint travels; see Transport::config_fingerprint().
+  std::map<std::string, std::string> config_fields;
+  // Engines to use, first one wins: "UCX" (default) or "LOOPBACK".
+  std::vector<std::string> backends{"UCX"};
+  // Worker count hint for the engine (UCX: unused beyond validation today).
+  int num_threads = 4;
+  // UCX: a thread that sleeps on the worker's event fd and progresses it, so
+  // TCP puts land at a target that never calls poll().
+  bool progress_thread = true;
+  // Consecutive transfer failures that fault a peer.
+  int strike_limit = 3;
+  // Engine configuration overrides, e.g. {"TLS", "sm,self"} for UCX
+  // (applied with ucp_config_modify; the environment still applies).
+  std::map<std::string, std::string> engine_config;
+};
+
+struct PollResult {
+  std::vector<TransferId> done;
+  std::vector<TransferId> failed;
+  // Set on a scoped poll once the peer is faulted; the first cause sticks.
+  std::optional<std::string> peer_fault;
+
+  [[nodiscard]] bool empty() const noexcept {
+    return done.empty() && failed.empty() && !peer_fault;
+  }
+  friend bool operator==(const PollResult&, const PollResult&) = default;
+};
+
+enum class CancelMode {
+  // Forget the transfers now. Their WRITEs may still land.
+  kImmediate,
+  // Release only transfers that can no longer land; return the rest.
+  kWait,
+};
+
+struct PeerStats {
+  std::string peer_id;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t bytes_done = 0;
+  std::uint64_t transfers_done = 0;
+  std::uint64_t transfers_failed = 0;
+  std::uint64_t post_failures = 0;
+  std::uint64_t inflight = 0;
+  int strikes = 0;
+  std::optional<std::string> fault;
+};
+
+// Live handles, as counted by the engine. All zero after close().
+struct HandleCounts {
+  std::uint64_t memory_registrations = 0;  // local pool mappings
+  std::uint64_t peers = 0;                 // endpoints / remote agents
+  std::uint64_t remote_keys = 0;           // unpacked rkeys
+  std::uint64_t transfers = 0;             // transfer handles not yet released
+  std::uint64_t requests = 0;              // engine requests still outstanding
+  friend bool operator==(const HandleCounts&, const HandleCounts&) = default;
+};
+
+struct Stats {
+  HandleCounts live;
+  std::uint64_t inflight = 0;
+  std::uint64_t registrations_pending = 0;
+  std::vector<PeerStats> peers;  // sorted by peer_id
+};
+
+// The future of an async registration fails with this when the peer was
+// removed or registered again before the registration finished.
+class SupersededError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace loopback {
+class FaultPlan;
+}
+
+namespace internal {
+class TransportState;
+}
+
+// Thread-safe: any number of threads may call any method at once.
+//
+// Caller mistakes (bad indices, bad metadata, calls after close) throw
+// std::invalid_argument / std::logic_error before anything is posted and
+// never count against a peer. Peer and engine failures are reported through
+// poll() and the strike/fault policy.
+class Transport {
+ public:
+  Transport(std::string agent_name, Region region, Options options = {});
+  ~Transport();  // close()s
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  [[nodiscard]] bool available() const noexcept;
+  [[nodiscard]] const std::string& agent_name() const noexcept;
+  [[nodiscard]] std::uintptr_t base_addr() const noexcept;
+  [[nodiscard]] std::uint64_t num_blocks() const noexcept;
+  [[nodiscard]] std::uint64_t block_len() const noexcept;
+  // First 16 hex chars of sha256 of the config fields as compact JSON with
+  // sorted keys; "" when there are none.
+  [[nodiscard]] const std::string& config_fingerprint() const noexcept;
+  [[nodiscard]] const std::string& backend() const noexcept;
+
+  // Opaque bytes a peer passes to add_remote_peer().
+  [[nodiscard]] std::vector<std::uint8_t> agent_metadata() const;
+
+  // Registers (or re-registers: the old registration is torn down first) a
+  // peer. O(1) in num_blocks. Throws std::invalid_argument on bad metadata or
+  // geometry, std::runtime_error when the engine cannot reach the peer.
+  void add_remote_peer(const std::string& peer_id,
+                       std::span<const std::uint8_t> metadata,
+                       std::uintptr_t base_addr, std::uint64_t num_blocks,
+                       std::uint64_t block_len);
+  // The same on the registration worker. Metadata is checked before this
+  // returns (and throws); the future fails with SupersededError if the peer
+  // is removed or re-registered meanwhile.
+  [[nodiscard]] std::future<void> add_remote_peer_async(
+      const std::string& peer_id, std::span<const std::uint8_t> metadata,
+      std::uintptr_t base_addr, std::uint64_t num_blocks,
+      std::uint64_t block_len);
+  void remove_remote_peer(const std::string& peer_id);
+  [[nodiscard]] std::vector<std::string> peers() const;
+
+  // Posts one WRITE of local block local_idxs[i] to remote block
+  // remote_idxs[i] for every i. Returns the transfer id, or nullopt when the
+  // peer is unknown or the post failed (recorded against the peer).
+  [[nodiscard]] std::optional<TransferId> write_blocks(
+      std::string_view peer_id, std::span<const std::int64_t> local_idxs,
+      std::span<const std::int64_t> remote_idxs);
+  [[nodiscard]] std::optional<TransferId> write_blocks(
+      std::string_view peer_id, std::span<const std::int32_t> local_idxs,
+      std::span<const std::int32_t> remote_idxs);
+
+  // Scoped to peer_id when given (costs O(that peer's in-flight)); nullopt
+  // checks every peer (shutdown drain).
+  [[nodiscard]] PollResult poll(
+      std::optional<std::string_view> peer_id = std::nullopt);
+
+  // Returns the ids still in flight (always empty for kImmediate).
+  [[nodiscard]] std::vector<TransferId> cancel(
+      std::span<const TransferId> ids, CancelMode mode = CancelMode::kImmediate);
+
+  // Idempotent. Stops the registration worker, releases every transfer and
+  // peer, deregisters the pool.
+  void close();
+  [[nodiscard]] bool closed() const noexcept;
+
+  [[nodiscard]] Stats stats() const;
+
+  // The loopback engine's fault plan; nullptr for other engines.
+  [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept;
+
+ private:
+  std::unique_ptr<internal::TransportState> state_;
+};
+
+// The fingerprint function on its own (what config_fingerprint() returns).
+[[nodiscard]] std::string config_fingerprint(
+    const std::map<std::string, std::string>& fields);
+
+// "kvxfer X.Y.Z".
+[[nodiscard]] std::string_view version() noexcept;
+
+}  // namespace kvxfer

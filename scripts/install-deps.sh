@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kvxfer needs to build, test and benchmark.
+# Idempotent: packages already present are skipped, and apt is not touched
+# at all when nothing is missing.
+set -euo pipefail
+
+packages=(
+  build-essential g++ cmake make pkg-config git
+  libucx-dev ucx-utils
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
+  clang libclang-rt-14-dev clang-format
+  iproute2 procps gnuplot-nox
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,46 @@
+// One thread that runs peer registrations in submission order, so they stay
+// serialized against each other and off the callers' threads.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace kvxfer::internal {
+
+class RegistrationWorker {
+ public:
+  // A task runs with run == true, or with run == false when the worker
+  // stopped before reaching it (it must then only fail its future).
+  using Task = std::function<void(bool run)>;
+
+  RegistrationWorker() = default;
+  ~RegistrationWorker();
+  RegistrationWorker(const RegistrationWorker&) = delete;
+  RegistrationWorker& operator=(const RegistrationWorker&) = delete;
+
+  // Returns false (and does not take the task) once stop() was called. The
+  // thread starts with the first task.
+  bool submit(Task task);
+
+  // Stops taking tasks, lets the running one finish, abandons the queued
+  // ones, joins the thread. Idempotent.
+  void stop();
+
+  [[nodiscard]] std::size_t pending() const;
+
+ private:
+  void loop();
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  std::size_t running_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvxfer::internal

@@ -1,0 +1,97 @@
+// The one narrow interface the core drives. An engine moves bytes and reports
+// what happened as Status codes; it never decides what a status means for a
+// peer (that policy lives in src/core/).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvxfer/status.h"
+#include "kvxfer/transport.h"
+
+namespace kvxfer::internal {
+
+// Opaque engine handles. 0 is never a valid handle.
+using PeerHandle = std::uintptr_t;
+using XferHandle = std::uintptr_t;
+
+// What the core knows about a peer when it asks the engine to connect.
+struct RemoteRegion {
+  std::string agent_name;
+  std::uint64_t base_addr = 0;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t block_len = 0;
+  std::uint32_t pid = 0;
+  std::string boot_id;  // the peer's host identity (Linux boot id)
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // "UCX" or "LOOPBACK".
+  [[nodiscard]] virtual const std::string& name() const noexcept = 0;
+
+  // The engine's part of this agent's metadata (addresses, keys).
+  [[nodiscard]] virtual std::vector<std::uint8_t> local_blob() const = 0;
+
+  // Connects to a peer and prepares to write into its region. May block
+  // (address exchange, wireup); never called with the core's lock held.
+  // O(1) in remote.num_blocks.
+  [[nodiscard]] virtual Status connect(std::span<const std::uint8_t> blob,
+                                       const RemoteRegion& remote,
+                                       PeerHandle* out) = 0;
+
+  // Releases a peer: its remote key and its endpoint, each attempted even if
+  // the other fails (each failure logged). Returns the first failure. Any
+  // transfer still posted to the peer is forced to finish.
+  [[nodiscard]] virtual Status disconnect(PeerHandle peer) = 0;
+
+  // Posts one WRITE of local block local[i] to remote block remote[i] for
+  // every i (indices already validated by the core). On success *out is a
+  // transfer handle the core later checks and releases; on failure nothing
+  // is left behind. `id` tags the transfer (logs, loopback fault plan).
+  [[nodiscard]] virtual Status post_write(PeerHandle peer, TransferId id,
+                                          std::span<const std::int64_t> local,
+                                          std::span<const std::int64_t> remote,
+                                          XferHandle* out) = 0;
+
+  // Lets the engine make progress once before a batch of checks (a no-op
+  // when a progress thread does it).
+  virtual void progress() {}
+
+  // The state of a transfer. Returns kSuccess and writes *state (kSuccess:
+  // the bytes are in the peer's memory; kInProgress; or the failure status of
+  // the transfer), or returns the error of a check that itself failed.
+  [[nodiscard]] virtual Status check(XferHandle xfer, Status* state) = 0;
+
+  // Forgets a transfer. Does not stop a WRITE still in flight: the engine
+  // keeps what the WRITE needs until it finishes. On failure the handle is
+  // still live.
+  [[nodiscard]] virtual Status release(XferHandle xfer) = 0;
+
+  [[nodiscard]] virtual HandleCounts live() const = 0;
+
+  // Deregisters the local pool and stops engine threads. Called once, after
+  // every peer was disconnected and every transfer released.
+  virtual void shutdown() = 0;
+
+  // The loopback engine's fault plan, else nullptr.
+  [[nodiscard]] virtual loopback::FaultPlan* fault_plan() noexcept { return nullptr; }
+};
+
+struct EngineConfig {
+  std::string agent_name;
+  Region region;
+  const Options* options = nullptr;
+};
+
+// Engine factories, one per folder under src/engines/. Throw
+// std::runtime_error when the engine cannot start.
+std::unique_ptr<Engine> make_ucx_engine(const EngineConfig& config);
+std::unique_ptr<Engine> make_loopback_engine(const EngineConfig& config);
+
+}  // namespace kvxfer::internal

@@ -1,0 +1,44 @@
+// The peer metadata format. The only code that parses bytes from a peer.
+//
+// Layout (little-endian), version 1:
+//   magic "KVXFMETA" (8) | u16 version | u16 header_len (fixed fields, 40)
+//   u64 base_addr | u64 num_blocks | u64 block_len | u32 pid | u32 checksum
+//   str engine | str agent_name | str config_fingerprint | str boot_id
+//   bytes engine_blob
+// where str/bytes is a u32 length followed by that many bytes, and checksum
+// is FNV-1a over every byte after the fixed fields. Nothing may follow.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvxfer::wire {
+
+inline constexpr std::uint16_t kMetadataVersion = 1;
+inline constexpr std::size_t kMaxNameLen = 1024;
+inline constexpr std::size_t kMaxBlobLen = 1 << 20;
+
+struct AgentMetadata {
+  std::string engine;
+  std::string agent_name;
+  std::string config_fingerprint;
+  std::string boot_id;
+  std::uint64_t base_addr = 0;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t block_len = 0;
+  std::uint32_t pid = 0;
+  std::vector<std::uint8_t> engine_blob;
+
+  friend bool operator==(const AgentMetadata&, const AgentMetadata&) = default;
+};
+
+[[nodiscard]] std::vector<std::uint8_t> encode(const AgentMetadata& metadata);
+
+// Throws std::invalid_argument saying what is wrong (empty, truncated, not
+// kvxfer metadata, unsupported version, corrupt, oversized field). Never
+// reads outside `bytes`.
+[[nodiscard]] AgentMetadata decode(std::span<const std::uint8_t> bytes);
+
+}  // namespace kvxfer::wire
