@@ -1,0 +1,164 @@
+// kvxfer::loopback::FaultPlan: the script the loopback engine consults at
+// every post, check, release and connect.
+#include <utility>
+
+#include "kvxfer/loopback.h"
+
+namespace kvxfer::loopback {
+
+namespace {
+
+void push_n(std::deque<Status>& queue, Status status, int count) {
+  for (int i = 0; i < count; ++i) queue.push_back(status);
+}
+
+// Pops the next scripted status of `queue`, or kSuccess when none is left.
+Status pop_or_success(std::deque<Status>& queue) {
+  if (queue.empty()) return Status::kSuccess;
+  const Status status = queue.front();
+  queue.pop_front();
+  return status;
+}
+
+}  // namespace
+
+void FaultPlan::fail_next_posts(Status status, int count) {
+  std::lock_guard lock(mu_);
+  push_n(post_failures_, status, count);
+}
+
+void FaultPlan::fail_checks(TransferId id, Status status) {
+  std::lock_guard lock(mu_);
+  check_errors_[id] = status;
+}
+
+void FaultPlan::clear_check_error(TransferId id) {
+  std::lock_guard lock(mu_);
+  check_errors_.erase(id);
+}
+
+void FaultPlan::finish_with(TransferId id, Status status) {
+  std::lock_guard lock(mu_);
+  final_states_[id] = status;
+}
+
+void FaultPlan::hold_next(int count) {
+  std::lock_guard lock(mu_);
+  if (count > 0) holds_pending_ += count;
+}
+
+void FaultPlan::land(TransferId id) {
+  std::function<void(TransferId)> lander;
+  {
+    std::lock_guard lock(mu_);
+    landed_.insert(id);
+    lander = lander_;
+  }
+  // Outside our lock: the engine takes its own lock and then calls back into
+  // the plan (forget), the same order it uses everywhere else.
+  if (lander) lander(id);
+}
+
+void FaultPlan::fail_next_releases(Status status, int count) {
+  std::lock_guard lock(mu_);
+  push_n(release_failures_, status, count);
+}
+
+void FaultPlan::fail_next_connects(Status status, int count) {
+  std::lock_guard lock(mu_);
+  push_n(connect_failures_, status, count);
+}
+
+void FaultPlan::fail_next_disconnects(Status status, int count) {
+  std::lock_guard lock(mu_);
+  push_n(disconnect_failures_, status, count);
+}
+
+void FaultPlan::disconnect(const std::string& agent_name) {
+  std::lock_guard lock(mu_);
+  disconnected_.insert(agent_name);
+}
+
+void FaultPlan::reconnect(const std::string& agent_name) {
+  std::lock_guard lock(mu_);
+  disconnected_.erase(agent_name);
+}
+
+void FaultPlan::set_connect_delay_ms(int delay_ms) {
+  std::lock_guard lock(mu_);
+  connect_delay_ms_ = delay_ms > 0 ? delay_ms : 0;
+}
+
+std::uint64_t FaultPlan::check_count() const {
+  std::lock_guard lock(mu_);
+  return checks_;
+}
+
+FaultPlan::PostDecision FaultPlan::on_post(const std::string& peer_agent) {
+  std::lock_guard lock(mu_);
+  // A gone peer fails every post without using up the scripted failures or
+  // holds meant for later posts.
+  if (disconnected_.contains(peer_agent)) return {Status::kRemoteDisconnect, false};
+  if (const Status failure = pop_or_success(post_failures_); failure != Status::kSuccess) {
+    return {failure, false};
+  }
+  if (holds_pending_ > 0) {
+    --holds_pending_;
+    return {Status::kSuccess, true};
+  }
+  return {};
+}
+
+Status FaultPlan::check_error(TransferId id, const std::string& peer_agent) {
+  std::lock_guard lock(mu_);
+  ++checks_;
+  if (const auto it = check_errors_.find(id); it != check_errors_.end()) return it->second;
+  if (disconnected_.contains(peer_agent)) return Status::kRemoteDisconnect;
+  return Status::kSuccess;
+}
+
+Status FaultPlan::final_state(TransferId id) {
+  std::lock_guard lock(mu_);
+  const auto it = final_states_.find(id);
+  return it == final_states_.end() ? Status::kSuccess : it->second;
+}
+
+bool FaultPlan::landing_requested(TransferId id) {
+  std::lock_guard lock(mu_);
+  return landed_.contains(id);
+}
+
+void FaultPlan::forget(TransferId id) {
+  std::lock_guard lock(mu_);
+  check_errors_.erase(id);
+  final_states_.erase(id);
+  landed_.erase(id);
+}
+
+Status FaultPlan::on_release() {
+  std::lock_guard lock(mu_);
+  return pop_or_success(release_failures_);
+}
+
+Status FaultPlan::on_connect(const std::string& peer_agent) {
+  std::lock_guard lock(mu_);
+  if (disconnected_.contains(peer_agent)) return Status::kRemoteDisconnect;
+  return pop_or_success(connect_failures_);
+}
+
+Status FaultPlan::on_disconnect() {
+  std::lock_guard lock(mu_);
+  return pop_or_success(disconnect_failures_);
+}
+
+int FaultPlan::connect_delay_ms() {
+  std::lock_guard lock(mu_);
+  return connect_delay_ms_;
+}
+
+void FaultPlan::set_lander(std::function<void(TransferId)> lander) {
+  std::lock_guard lock(mu_);
+  lander_ = std::move(lander);
+}
+
+}  // namespace kvxfer::loopback
