@@ -1,0 +1,41 @@
+"""kvxfer: one-sided WRITEs of KV-cache blocks between LLM-serving processes.
+
+A drop-in for vLLM's NixlTransport::
+
+    import numpy as np
+    import kvxfer
+
+    pool = np.zeros((num_blocks, block_len), dtype=np.uint8)
+    t = kvxfer.Transport("engine-0", memoryview(pool))
+    t.add_remote_peer("peer-1", metadata, base_addr, num_blocks, block_len)
+    tid = t.write_blocks("peer-1", np.array([0, 1], np.int64), np.array([5, 6], np.int64))
+    result = t.poll("peer-1")          # PollResult(done=(tid,), failed=(), peer_fault=None)
+
+Log records go to logging.getLogger("kvxfer"). The library's level follows
+that logger's effective level when a Transport is made; after changing it
+later, call kvxfer.sync_log_level().
+"""
+
+from ._kvxfer import (
+    FaultPlan,
+    Status,
+    SupersededError,
+    __version__,
+    config_fingerprint,
+    sync_log_level,
+)
+from ._transport import NixlTransport, PollResult, Transport
+from . import loopback
+
+__all__ = [
+    "FaultPlan",
+    "NixlTransport",
+    "PollResult",
+    "Status",
+    "SupersededError",
+    "Transport",
+    "__version__",
+    "config_fingerprint",
+    "loopback",
+    "sync_log_level",
+]

@@ -1,0 +1,80 @@
+// Conversions of the Python arguments of the kvxfer module: the pool view,
+// metadata bytes and index lists. Each error names the argument it is about.
+#pragma once
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvxfer/transport.h"
+
+namespace kvxfer::python {
+
+namespace py = pybind11;
+
+// The local pool: a 2-D, C-contiguous, writable buffer of bytes. Holding the
+// buffer export keeps the exporter from freeing or moving the memory (a
+// bytearray cannot be resized, a numpy array cannot be resized in place)
+// for as long as this lives. Construct and destroy with the GIL held.
+class PoolView {
+ public:
+  explicit PoolView(py::handle view);
+  ~PoolView();
+  PoolView(const PoolView&) = delete;
+  PoolView& operator=(const PoolView&) = delete;
+
+  [[nodiscard]] Region region() const;
+
+ private:
+  Py_buffer buffer_{};
+};
+
+// Read-only bytes (bytes, bytearray, memoryview...), pinned while this lives.
+class ByteArg {
+ public:
+  ByteArg(py::handle obj, const char* name);
+  ~ByteArg();
+  ByteArg(const ByteArg&) = delete;
+  ByteArg& operator=(const ByteArg&) = delete;
+
+  [[nodiscard]] std::span<const std::uint8_t> span() const {
+    return {static_cast<const std::uint8_t*>(buffer_.buf), static_cast<std::size_t>(buffer_.len)};
+  }
+
+ private:
+  Py_buffer buffer_{};
+};
+
+// One index list of write_blocks. A 1-D C-contiguous int32 or int64 buffer
+// (a numpy array) is read in place; anything else (list, tuple, other
+// dtypes, strided arrays) is copied into `scratch` as int64.
+class IndexArg {
+ public:
+  enum class Kind { kInt32, kInt64 };
+
+  IndexArg(py::handle obj, const char* name, std::vector<std::int64_t>& scratch);
+  ~IndexArg();
+  IndexArg(const IndexArg&) = delete;
+  IndexArg& operator=(const IndexArg&) = delete;
+
+  [[nodiscard]] Kind kind() const { return kind_; }
+  [[nodiscard]] std::span<const std::int32_t> int32() const;
+  [[nodiscard]] std::span<const std::int64_t> int64() const;
+  // Makes the values available as int64 (copies an int32 view into scratch).
+  void widen();
+
+ private:
+  Kind kind_ = Kind::kInt64;
+  bool has_view_ = false;
+  Py_buffer buffer_{};
+  std::vector<std::int64_t>& scratch_;
+};
+
+// Copies any iterable of Python ints into `out` (TypeError/ValueError naming
+// `name` and the position of a bad element).
+void copy_ints(py::handle obj, const char* name, std::vector<std::int64_t>& out);
+
+}  // namespace kvxfer::python

@@ -1,0 +1,18 @@
+// Routes the library's spdlog logger "kvxfer" to Python's
+// logging.getLogger("kvxfer").
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace kvxfer::python {
+
+// Replaces the sinks of the "kvxfer" logger with one that hands each record
+// to the Python logger, and registers an atexit hook that detaches it before
+// the interpreter shuts down. Call once, at import, with the GIL held.
+void install_log_bridge();
+
+// Sets the library's level from the Python logger's effective level, so
+// records Python would drop are never formatted. Call with the GIL held.
+void sync_log_level();
+
+}  // namespace kvxfer::python

@@ -1,0 +1,293 @@
+// _kvxfer: the C++ half of the Python package `kvxfer`. The public names
+// (Transport, PollResult, loopback) are put together in python/kvxfer/.
+//
+// The GIL is released around every call into the transport that takes its
+// lock: the registration worker and engine threads log while holding that
+// lock, and the log bridge needs the GIL, so a caller holding the GIL while
+// waiting for the lock would deadlock. Only the immutable properties
+// (agent_name, geometry, fingerprint, backend) are read with the GIL held.
+#include <Python.h>
+#include <fmt/format.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "arguments.h"
+#include "kvxfer/loopback.h"
+#include "kvxfer/status.h"
+#include "kvxfer/transport.h"
+#include "log_bridge.h"
+#include "py_transport.h"
+
+namespace kvxfer::python {
+namespace {
+
+// An add_remote_peer_async in progress. The package resolves a
+// concurrent.futures.Future from it on a helper thread.
+class PendingRegistration {
+ public:
+  explicit PendingRegistration(std::future<void> future) : future_(std::move(future)) {}
+
+  // Called with the GIL released; rethrows what the registration threw.
+  void result() {
+    if (!future_.valid()) throw std::logic_error("the registration's result was already taken");
+    future_.get();
+  }
+
+ private:
+  std::future<void> future_;
+};
+
+py::list cancel(PyTransport& self, py::handle transfer_ids, py::handle mode) {
+  CancelMode cancel_mode = CancelMode::kImmediate;
+  if (PyUnicode_Check(mode.ptr()) && PyUnicode_CompareWithASCIIString(mode.ptr(), "wait") == 0) {
+    cancel_mode = CancelMode::kWait;
+  } else if (!PyUnicode_Check(mode.ptr()) ||
+             PyUnicode_CompareWithASCIIString(mode.ptr(), "immediate") != 0) {
+    throw py::value_error(fmt::format("mode must be \"immediate\" or \"wait\"; got {}",
+                                      py::repr(mode).cast<std::string>()));
+  }
+  std::vector<std::int64_t> values;
+  copy_ints(transfer_ids, "transfer_ids", values);
+  // Negative ids are never issued: like any unknown id, they are skipped.
+  std::vector<TransferId> ids;
+  ids.reserve(values.size());
+  for (const std::int64_t v : values) {
+    if (v >= 0) ids.push_back(static_cast<TransferId>(v));
+  }
+  std::vector<TransferId> still;
+  {
+    py::gil_scoped_release nogil;
+    still = self.get().cancel(ids, cancel_mode);
+  }
+  py::list out(still.size());
+  for (std::size_t i = 0; i < still.size(); ++i) out[i] = py::int_(still[i]);
+  return out;
+}
+
+py::dict stats_to_python(const Stats& s) {
+  py::dict live;
+  live["memory_registrations"] = s.live.memory_registrations;
+  live["peers"] = s.live.peers;
+  live["remote_keys"] = s.live.remote_keys;
+  live["transfers"] = s.live.transfers;
+  live["requests"] = s.live.requests;
+  py::dict peers;
+  for (const PeerStats& p : s.peers) {
+    py::dict d;
+    d["num_blocks"] = p.num_blocks;
+    d["bytes_done"] = p.bytes_done;
+    d["transfers_done"] = p.transfers_done;
+    d["transfers_failed"] = p.transfers_failed;
+    d["post_failures"] = p.post_failures;
+    d["inflight"] = p.inflight;
+    d["strikes"] = p.strikes;
+    d["fault"] = p.fault ? py::object(py::str(*p.fault)) : py::none();
+    peers[py::str(p.peer_id)] = d;
+  }
+  py::dict out;
+  out["live"] = live;
+  out["inflight"] = s.inflight;
+  out["registrations_pending"] = s.registrations_pending;
+  out["peers"] = peers;
+  return out;
+}
+
+// The same write_blocks + poll pairs the Python benchmark makes, timed in a
+// C++ loop: the figure the Python call overhead is compared against.
+// Returns the mean ns per pair of each of `repeats` batches of `pairs`.
+std::vector<double> time_write_poll(PyTransport& self, const std::string& peer_id,
+                                    py::handle local_idxs, py::handle remote_idxs, int pairs,
+                                    int repeats) {
+  std::vector<std::int64_t> local;
+  std::vector<std::int64_t> remote;
+  copy_ints(local_idxs, "local_idxs", local);
+  copy_ints(remote_idxs, "remote_idxs", remote);
+  std::vector<double> per_pair_ns;
+  py::gil_scoped_release nogil;
+  Transport& t = self.get();
+  const std::optional<std::string_view> scope = peer_id;
+  for (int r = 0; r < repeats; ++r) {
+    std::size_t completed = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < pairs; ++i) {
+      if (!t.write_blocks(peer_id, local, remote)) throw std::runtime_error("write_blocks failed");
+      completed += t.poll(scope).done.size();
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    if (completed != static_cast<std::size_t>(pairs)) {
+      throw std::runtime_error("time_write_poll: a write did not complete at its poll");
+    }
+    per_pair_ns.push_back(std::chrono::duration<double, std::nano>(elapsed).count() / pairs);
+  }
+  return per_pair_ns;
+}
+
+constexpr std::array kStatuses{
+    Status::kInProgress,   Status::kSuccess,  Status::kNotPosted,    Status::kInvalidParam,
+    Status::kBackend,      Status::kNotFound, Status::kMismatch,     Status::kNotAllowed,
+    Status::kRepostActive, Status::kUnknown,  Status::kNotSupported, Status::kRemoteDisconnect,
+    Status::kCanceled,     Status::kStalled,
+};
+
+}  // namespace
+}  // namespace kvxfer::python
+
+PYBIND11_MODULE(_kvxfer, m) {
+  using namespace kvxfer;
+  using namespace kvxfer::python;
+  using release_gil = py::call_guard<py::gil_scoped_release>;
+
+  m.doc() = "C++ core of the kvxfer package; import kvxfer instead.";
+  m.attr("__version__") = std::string(version().substr(version().find(' ') + 1));
+
+  py::enum_<Status> status(m, "Status", "kvxfer status codes (mirrors the NIXL status set).");
+  for (const Status s : kStatuses) status.value(std::string(status_name(s)).c_str(), s);
+
+  py::register_exception<SupersededError>(m, "SupersededError", PyExc_RuntimeError);
+
+  py::class_<PendingRegistration>(m, "_PendingRegistration")
+      .def("result", &PendingRegistration::result, release_gil());
+
+  py::class_<loopback::FaultPlan>(m, "FaultPlan",
+                                  "The loopback engine's fault plan (see kvxfer.loopback).")
+      .def("fail_next_posts", &loopback::FaultPlan::fail_next_posts, py::arg("status"),
+           py::arg("count") = 1, release_gil())
+      .def("fail_checks", &loopback::FaultPlan::fail_checks, py::arg("transfer_id"),
+           py::arg("status"), release_gil())
+      .def("clear_check_error", &loopback::FaultPlan::clear_check_error, py::arg("transfer_id"),
+           release_gil())
+      .def("finish_with", &loopback::FaultPlan::finish_with, py::arg("transfer_id"),
+           py::arg("status"), release_gil())
+      .def("hold_next", &loopback::FaultPlan::hold_next, py::arg("count") = 1, release_gil())
+      .def("land", &loopback::FaultPlan::land, py::arg("transfer_id"), release_gil())
+      .def("fail_next_releases", &loopback::FaultPlan::fail_next_releases, py::arg("status"),
+           py::arg("count") = 1, release_gil())
+      .def("fail_next_connects", &loopback::FaultPlan::fail_next_connects, py::arg("status"),
+           py::arg("count") = 1, release_gil())
+      .def("fail_next_disconnects", &loopback::FaultPlan::fail_next_disconnects, py::arg("status"),
+           py::arg("count") = 1, release_gil())
+      .def("disconnect", &loopback::FaultPlan::disconnect, py::arg("agent_name"), release_gil())
+      .def("reconnect", &loopback::FaultPlan::reconnect, py::arg("agent_name"), release_gil())
+      .def("set_connect_delay_ms", &loopback::FaultPlan::set_connect_delay_ms, py::arg("delay_ms"),
+           release_gil())
+      .def_property_readonly("check_count", [](const loopback::FaultPlan& plan) {
+        py::gil_scoped_release nogil;
+        return plan.check_count();
+      });
+
+  py::class_<PyTransport> transport(m, "Transport");
+  transport
+      .def(py::init([](std::string agent_name, py::handle view,
+                       std::map<std::string, std::string> config_fields,
+                       std::vector<std::string> backends, int num_threads, bool progress_thread,
+                       int strike_limit, std::map<std::string, std::string> engine_config) {
+             sync_log_level();
+             Options options;
+             options.config_fields = std::move(config_fields);
+             options.backends = std::move(backends);
+             options.num_threads = num_threads;
+             options.progress_thread = progress_thread;
+             options.strike_limit = strike_limit;
+             options.engine_config = std::move(engine_config);
+             return std::make_unique<PyTransport>(std::move(agent_name), view, std::move(options));
+           }),
+           py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_fields"),
+           py::arg("backends"), py::arg("num_threads"), py::arg("progress_thread"),
+           py::arg("strike_limit"), py::arg("engine_config"))
+      .def_property_readonly("available",
+                             [](PyTransport& self) {
+                               py::gil_scoped_release nogil;
+                               return self.get().available();
+                             })
+      .def_property_readonly("closed",
+                             [](PyTransport& self) {
+                               py::gil_scoped_release nogil;
+                               return self.get().closed();
+                             })
+      .def_property_readonly("agent_name",
+                             [](PyTransport& self) { return self.get().agent_name(); })
+      .def_property_readonly("backend", [](PyTransport& self) { return self.get().backend(); })
+      .def_property_readonly("base_addr", [](PyTransport& self) { return self.get().base_addr(); })
+      .def_property_readonly("num_blocks",
+                             [](PyTransport& self) { return self.get().num_blocks(); })
+      .def_property_readonly("block_len", [](PyTransport& self) { return self.get().block_len(); })
+      .def_property_readonly("config_fingerprint",
+                             [](PyTransport& self) { return self.get().config_fingerprint(); })
+      .def_property_readonly(
+          "fault_plan", [](PyTransport& self) { return self.get().fault_plan(); },
+          py::return_value_policy::reference_internal,
+          "The loopback engine's FaultPlan, or None for other engines.")
+      .def("get_agent_metadata",
+           [](PyTransport& self) {
+             std::vector<std::uint8_t> bytes;
+             {
+               py::gil_scoped_release nogil;
+               bytes = self.get().agent_metadata();
+             }
+             return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+           })
+      .def(
+          "add_remote_peer",
+          [](PyTransport& self, const std::string& peer_id, py::handle agent_metadata,
+             std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len) {
+            ByteArg metadata(agent_metadata, "agent_metadata");
+            py::gil_scoped_release nogil;
+            self.get().add_remote_peer(peer_id, metadata.span(), base_addr, num_blocks, block_len);
+          },
+          py::arg("peer_id"), py::arg("agent_metadata"), py::arg("base_addr"),
+          py::arg("num_blocks"), py::arg("block_len"))
+      .def(
+          "_add_remote_peer_async",
+          [](PyTransport& self, const std::string& peer_id, py::handle agent_metadata,
+             std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len) {
+            ByteArg metadata(agent_metadata, "agent_metadata");
+            py::gil_scoped_release nogil;
+            return std::make_unique<PendingRegistration>(self.get().add_remote_peer_async(
+                peer_id, metadata.span(), base_addr, num_blocks, block_len));
+          },
+          py::arg("peer_id"), py::arg("agent_metadata"), py::arg("base_addr"),
+          py::arg("num_blocks"), py::arg("block_len"))
+      .def(
+          "remove_remote_peer",
+          [](PyTransport& self, const std::string& peer_id) {
+            self.get().remove_remote_peer(peer_id);
+          },
+          py::arg("peer_id"), release_gil())
+      .def(
+          "peers", [](PyTransport& self) { return self.get().peers(); }, release_gil())
+      .def("cancel", &cancel, py::arg("transfer_ids"), py::arg("mode") = "immediate")
+      .def(
+          "close", [](PyTransport& self) { self.get().close(); }, release_gil())
+      .def("stats", [](PyTransport& self) {
+        Stats s;
+        {
+          py::gil_scoped_release nogil;
+          s = self.get().stats();
+        }
+        return stats_to_python(s);
+      });
+
+  add_hot_path(transport);
+
+  m.def("_set_poll_result", &set_poll_result, py::arg("type"), py::arg("empty"),
+        "Hands over the PollResult class and its shared empty value.");
+  m.def("config_fingerprint", &config_fingerprint, py::arg("fields"),
+        "First 16 hex chars of sha256 of the fields as compact sorted-key JSON.");
+  m.def("sync_log_level", &sync_log_level,
+        "Sets the library's log level from logging.getLogger('kvxfer').");
+  m.def("_time_write_poll", &time_write_poll, py::arg("transport"), py::arg("peer_id"),
+        py::arg("local_idxs"), py::arg("remote_idxs"), py::arg("pairs"), py::arg("repeats"));
+
+  install_log_bridge();
+}

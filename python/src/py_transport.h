@@ -1,0 +1,49 @@
+// PyTransport: what a kvxfer.Transport object holds on the C++ side.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "arguments.h"
+#include "kvxfer/transport.h"
+
+namespace kvxfer::python {
+
+// The pool's buffer export plus the transport that writes into it; the
+// export outlives the transport.
+class PyTransport {
+ public:
+  PyTransport(std::string agent_name, py::handle view, Options options) : view_(view) {
+    py::gil_scoped_release nogil;
+    transport_ =
+        std::make_unique<Transport>(std::move(agent_name), view_.region(), std::move(options));
+  }
+
+  ~PyTransport() {
+    // Closing joins the registration worker, which may be logging.
+    py::gil_scoped_release nogil;
+    transport_.reset();
+  }
+
+  PyTransport(const PyTransport&) = delete;
+  PyTransport& operator=(const PyTransport&) = delete;
+
+  Transport& get() { return *transport_; }
+
+ private:
+  PoolView view_;
+  std::unique_ptr<Transport> transport_;
+};
+
+// Adds write_blocks and poll to the bound class as METH_FASTCALL methods:
+// pybind11's generic dispatch costs more than the calls themselves.
+void add_hot_path(py::class_<PyTransport>& cls);
+
+// The PollResult class (a typing.NamedTuple defined in Python) and its one
+// shared empty value, handed over at import.
+void set_poll_result(py::handle type, py::handle empty);
+
+}  // namespace kvxfer::python

@@ -1,0 +1,481 @@
+// The loopback engine: peers are other LOOPBACK transports of this process,
+// a WRITE is a memcpy into the peer's pool, and a FaultPlan scripts every
+// failure a real engine can produce. Users test their tier code against it;
+// so do our unit tests.
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "engine.h"
+#include "kvxfer/loopback.h"
+
+namespace kvxfer::internal {
+namespace {
+
+// A registered pool, as seen by the agents that write into it. It outlives
+// its engine (writers hold it by shared_ptr) so a writer can always ask
+// whether the pool is still there; the memory itself belongs to the user and
+// may be gone once `alive` is false.
+struct Pool {
+  std::string agent_name;
+  std::byte* base = nullptr;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t block_len = 0;
+  std::uint64_t cookie = 0;
+  std::atomic<bool> alive{true};
+  // Writers copy under a shared lock; the owner's shutdown takes it
+  // exclusively, so no copy is still running once shutdown returns.
+  std::shared_mutex copy_mu;
+};
+
+// The process-global directory of live loopback agents, by agent key.
+class PoolRegistry {
+ public:
+  static PoolRegistry& instance() {
+    static PoolRegistry registry;
+    return registry;
+  }
+
+  std::uint64_t add(std::shared_ptr<Pool> pool) {
+    std::lock_guard lock(mu_);
+    const std::uint64_t key = next_key_++;
+    pools_.emplace(key, std::move(pool));
+    return key;
+  }
+
+  void remove(std::uint64_t key) {
+    std::lock_guard lock(mu_);
+    pools_.erase(key);
+  }
+
+  // The live pool under `key` whose cookie matches, else nullptr: a key of
+  // a closed agent never reaches a newer one.
+  std::shared_ptr<Pool> find(std::uint64_t key, std::uint64_t cookie) {
+    std::lock_guard lock(mu_);
+    const auto it = pools_.find(key);
+    if (it == pools_.end() || it->second->cookie != cookie) return nullptr;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::uint64_t next_key_ = 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Pool>> pools_;
+};
+
+std::uint64_t random_cookie() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(mu);
+  return rng();
+}
+
+// The engine blob: magic, then the agent key and cookie, little-endian.
+constexpr std::uint8_t kBlobMagic[4] = {'K', 'V', 'L', 'B'};
+constexpr std::size_t kBlobSize = sizeof(kBlobMagic) + 2 * sizeof(std::uint64_t);
+
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
+}
+
+std::uint64_t get_u64(const std::uint8_t* in) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= std::uint64_t{in[i]} << (8 * i);
+  return value;
+}
+
+class LoopbackEngine final : public Engine {
+ public:
+  explicit LoopbackEngine(const EngineConfig& config)
+      : agent_name_(config.agent_name), region_(config.region) {
+    const std::uint64_t blocks = region_.num_blocks;
+    const std::uint64_t len = region_.block_len;
+    if (region_.base == nullptr || blocks == 0 || len == 0 ||
+        blocks > std::numeric_limits<std::uint64_t>::max() / len) {
+      throw std::runtime_error("loopback engine: the local pool is not a valid region");
+    }
+    local_ = std::make_shared<Pool>();
+    local_->agent_name = agent_name_;
+    local_->base = static_cast<std::byte*>(region_.base);
+    local_->num_blocks = blocks;
+    local_->block_len = len;
+    local_->cookie = random_cookie();
+    key_ = PoolRegistry::instance().add(local_);
+    plan_.set_lander([this](TransferId id) { land(id); });
+    log().debug("loopback {}: registered {} blocks of {} bytes", agent_name_, blocks, len);
+  }
+
+  ~LoopbackEngine() override {
+    plan_.set_lander(nullptr);
+    shutdown();
+  }
+
+  LoopbackEngine(const LoopbackEngine&) = delete;
+  LoopbackEngine& operator=(const LoopbackEngine&) = delete;
+
+  [[nodiscard]] const std::string& name() const noexcept override {
+    static const std::string kName = "LOOPBACK";
+    return kName;
+  }
+
+  [[nodiscard]] std::vector<std::uint8_t> local_blob() const override {
+    std::vector<std::uint8_t> blob(std::begin(kBlobMagic), std::end(kBlobMagic));
+    blob.reserve(kBlobSize);
+    put_u64(blob, key_);
+    put_u64(blob, local_->cookie);
+    return blob;
+  }
+
+  [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
+                               PeerHandle* out) override {
+    // The delay stands in for wireup and runs unlocked, like real wireup.
+    if (const int delay_ms = plan_.connect_delay_ms(); delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    }
+    if (const Status scripted = plan_.on_connect(remote.agent_name); scripted != Status::kSuccess) {
+      log().debug("loopback {}: connect to {} fails as scripted", agent_name_, remote.agent_name);
+      return scripted;
+    }
+    if (blob.size() != kBlobSize ||
+        !std::equal(std::begin(kBlobMagic), std::end(kBlobMagic), blob.begin())) {
+      return Status::kInvalidParam;
+    }
+    if (remote.pid != 0 && remote.pid != static_cast<std::uint32_t>(::getpid())) {
+      return Status::kNotFound;  // loopback peers live in this process only
+    }
+    std::shared_ptr<Pool> pool = PoolRegistry::instance().find(
+        get_u64(blob.data() + sizeof(kBlobMagic)), get_u64(blob.data() + sizeof(kBlobMagic) + 8));
+    if (pool == nullptr) return Status::kNotFound;
+    // We copy with our block length into the pool the registry knows, so
+    // anything the metadata claims must match that pool exactly.
+    if (pool->agent_name != remote.agent_name ||
+        reinterpret_cast<std::uintptr_t>(pool->base) != remote.base_addr ||
+        pool->num_blocks != remote.num_blocks || pool->block_len != remote.block_len ||
+        pool->block_len != region_.block_len) {
+      return Status::kMismatch;
+    }
+
+    std::lock_guard lock(mu_);
+    if (shut_down_) return Status::kNotAllowed;
+    const PeerHandle handle = next_peer_++;
+    peers_.emplace(handle, Peer{std::move(pool), remote.agent_name});
+    *out = handle;
+    log().debug("loopback {}: connected to {}", agent_name_, remote.agent_name);
+    return Status::kSuccess;
+  }
+
+  [[nodiscard]] Status disconnect(PeerHandle peer) override {
+    std::lock_guard lock(mu_);
+    const auto it = peers_.find(peer);
+    if (it == peers_.end()) return Status::kInvalidParam;
+    // Closing the endpoint ends every WRITE still posted through it: none of
+    // them can land any more.
+    for (Slot& slot : slots_) {
+      if (slot.in_use && slot.peer == peer && slot.pending) {
+        finish_pending(slot, Status::kCanceled);
+        recycle_if_done(slot);
+      }
+    }
+    // Two teardown steps, the key and the endpoint, each attempted whatever
+    // the other did.
+    const Status key_status = plan_.on_disconnect();
+    if (key_status != Status::kSuccess) {
+      log().warn("loopback {}: releasing the remote key of {} failed: {}", agent_name_,
+                 it->second.agent_name, status_name(key_status));
+    }
+    log().debug("loopback {}: disconnected from {}", agent_name_, it->second.agent_name);
+    peers_.erase(it);
+    return key_status;
+  }
+
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out) override {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return Status::kNotAllowed;
+    const auto it = peers_.find(peer);
+    if (it == peers_.end()) return Status::kInvalidParam;  // not a handle of ours
+    Peer& target = it->second;
+    // The core validated the indices; checking again is cheap next to the
+    // copies and keeps a core bug from becoming a stray write.
+    if (!indices_fit(local, remote, target.pool->num_blocks)) return Status::kInvalidParam;
+
+    const FaultPlan::PostDecision decision = plan_.on_post(target.agent_name);
+    if (decision.status != Status::kSuccess) {
+      log().debug("loopback {}: post of transfer {} to {} fails as scripted: {}", agent_name_, id,
+                  target.agent_name, status_name(decision.status));
+      return decision.status;
+    }
+    if (!target.pool->alive.load()) return Status::kRemoteDisconnect;
+
+    const std::uint32_t index = acquire_slot();
+    Slot& slot = slots_[index];
+    slot.id = id;
+    slot.peer = peer;
+    if (decision.hold) {
+      slot.pending = true;
+      slot.local.assign(local.begin(), local.end());
+      slot.remote.assign(remote.begin(), remote.end());
+      ++pending_;
+    } else if (!copy_blocks(*target.pool, local, remote)) {
+      free_slot(index);
+      return Status::kRemoteDisconnect;  // the pool went away under us
+    }
+    ++live_transfers_;
+    *out = handle_of(index);
+    // A test may have asked for the landing before the post returned.
+    if (slot.pending && plan_.landing_requested(id)) land_locked(slot);
+    return Status::kSuccess;
+  }
+
+  [[nodiscard]] Status check(XferHandle xfer, Status* state) override {
+    std::lock_guard lock(mu_);
+    Slot* slot = live_slot(xfer);
+    if (slot == nullptr) return Status::kInvalidParam;
+    if (slot->forced != Status::kSuccess) {
+      *state = slot->forced;
+      return Status::kSuccess;
+    }
+    if (const auto it = peers_.find(slot->peer); it != peers_.end()) {
+      if (const Status error = plan_.check_error(slot->id, it->second.agent_name);
+          error != Status::kSuccess) {
+        return error;
+      }
+      // The target agent is gone: nothing of this transfer can be trusted.
+      if (!it->second.pool->alive.load()) return Status::kRemoteDisconnect;
+    }
+    const Status scripted = plan_.final_state(slot->id);
+    if (slot->pending) {
+      if (scripted == Status::kSuccess) {
+        *state = Status::kInProgress;
+        return Status::kSuccess;
+      }
+      finish_pending(*slot, scripted);  // it failed before landing
+    }
+    *state = scripted;
+    return Status::kSuccess;
+  }
+
+  [[nodiscard]] Status release(XferHandle xfer) override {
+    std::lock_guard lock(mu_);
+    Slot* slot = live_slot(xfer);
+    if (slot == nullptr) return Status::kInvalidParam;
+    if (const Status scripted = plan_.on_release(); scripted != Status::kSuccess) {
+      log().debug("loopback {}: release of transfer {} fails as scripted: {}", agent_name_,
+                  slot->id, status_name(scripted));
+      return scripted;
+    }
+    // Releasing does not stop a pending WRITE: the slot stays until it lands
+    // or its endpoint is closed, as a real engine keeps its request.
+    slot->released = true;
+    --live_transfers_;
+    recycle_if_done(*slot);
+    return Status::kSuccess;
+  }
+
+  [[nodiscard]] HandleCounts live() const override {
+    std::lock_guard lock(mu_);
+    HandleCounts counts;
+    counts.memory_registrations = shut_down_ ? 0 : 1;
+    counts.peers = peers_.size();
+    counts.remote_keys = peers_.size();
+    counts.transfers = live_transfers_;
+    counts.requests = pending_;
+    return counts;
+  }
+
+  void shutdown() override {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    {
+      // Waits out any copy another agent is making into our pool; none
+      // starts after this.
+      std::unique_lock copy_lock(local_->copy_mu);
+      local_->alive.store(false);
+    }
+    PoolRegistry::instance().remove(key_);
+    // Whatever the core did not release is gone with the engine.
+    peers_.clear();
+    for (Slot& slot : slots_) slot.in_use = false;
+    free_.clear();
+    slots_.clear();
+    live_transfers_ = 0;
+    pending_ = 0;
+    log().debug("loopback {}: shut down", agent_name_);
+  }
+
+  [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_; }
+
+ private:
+  using FaultPlan = loopback::FaultPlan;
+
+  struct Peer {
+    std::shared_ptr<Pool> pool;
+    std::string agent_name;
+  };
+
+  // A transfer record. Slots are reused, and so are their index vectors'
+  // buffers, so a steady stream of writes allocates nothing.
+  struct Slot {
+    std::uint32_t generation = 0;
+    bool in_use = false;
+    bool released = false;             // the core let go of the handle
+    bool pending = false;              // held by the plan: bytes not written yet
+    Status forced = Status::kSuccess;  // final state forced by a disconnect
+    TransferId id = 0;
+    PeerHandle peer = 0;
+    std::vector<std::int64_t> local;
+    std::vector<std::int64_t> remote;
+  };
+
+  // A handle is the slot index + 1 in the low half and the slot's
+  // generation in the high half, so a stale handle is recognised.
+  static XferHandle handle_of_slot(std::uint32_t index, std::uint32_t generation) {
+    return (XferHandle{generation} << 32) | (XferHandle{index} + 1);
+  }
+  XferHandle handle_of(std::uint32_t index) const {
+    return handle_of_slot(index, slots_[index].generation);
+  }
+
+  Slot* live_slot(XferHandle xfer) {
+    const std::uint64_t low = xfer & 0xffffffffu;
+    if (low == 0 || low > slots_.size()) return nullptr;
+    Slot& slot = slots_[low - 1];
+    if (!slot.in_use || slot.released ||
+        slot.generation != static_cast<std::uint32_t>(xfer >> 32)) {
+      return nullptr;
+    }
+    return &slot;
+  }
+
+  std::uint32_t acquire_slot() {
+    std::uint32_t index;
+    if (!free_.empty()) {
+      index = free_.back();
+      free_.pop_back();
+    } else {
+      index = static_cast<std::uint32_t>(slots_.size());
+      slots_.emplace_back();
+    }
+    Slot& slot = slots_[index];
+    slot.in_use = true;
+    slot.released = false;
+    slot.pending = false;
+    slot.forced = Status::kSuccess;
+    slot.local.clear();
+    slot.remote.clear();
+    return index;
+  }
+
+  void free_slot(std::uint32_t index) {
+    Slot& slot = slots_[index];
+    slot.in_use = false;
+    ++slot.generation;
+    free_.push_back(index);
+  }
+
+  void recycle_if_done(Slot& slot) {
+    if (!slot.released || slot.pending) return;
+    plan_.forget(slot.id);
+    free_slot(static_cast<std::uint32_t>(&slot - slots_.data()));
+  }
+
+  void finish_pending(Slot& slot, Status state) {
+    slot.pending = false;
+    slot.forced = state;
+    --pending_;
+  }
+
+  bool indices_fit(std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                   std::uint64_t remote_blocks) const {
+    if (local.size() != remote.size()) return false;
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      if (local[i] < 0 || static_cast<std::uint64_t>(local[i]) >= region_.num_blocks) return false;
+      if (remote[i] < 0 || static_cast<std::uint64_t>(remote[i]) >= remote_blocks) return false;
+    }
+    return true;
+  }
+
+  // The WRITE itself. False when the target pool is gone; then nothing was
+  // touched.
+  bool copy_blocks(Pool& target, std::span<const std::int64_t> local,
+                   std::span<const std::int64_t> remote) {
+    std::shared_lock copy_lock(target.copy_mu);
+    if (!target.alive.load()) return false;
+    const std::uint64_t len = region_.block_len;
+    const std::byte* src = local_->base;
+    std::byte* dst = target.base;
+    const bool self = &target == local_.get();  // source and target may overlap
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      const std::byte* from = src + static_cast<std::uint64_t>(local[i]) * len;
+      std::byte* to = dst + static_cast<std::uint64_t>(remote[i]) * len;
+      if (self) {
+        std::memmove(to, from, len);
+      } else {
+        std::memcpy(to, from, len);
+      }
+    }
+    return true;
+  }
+
+  // Writes a held transfer's bytes now (if its target is still there).
+  void land_locked(Slot& slot) {
+    const auto it = peers_.find(slot.peer);
+    if (it != peers_.end()) copy_blocks(*it->second.pool, slot.local, slot.remote);
+    slot.pending = false;
+    --pending_;
+    recycle_if_done(slot);
+  }
+
+  void land(TransferId id) {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    for (Slot& slot : slots_) {
+      if (slot.in_use && slot.pending && slot.id == id) {
+        land_locked(slot);
+        return;
+      }
+    }
+  }
+
+  const std::string agent_name_;
+  const Region region_;
+  std::shared_ptr<Pool> local_;
+  std::uint64_t key_ = 0;
+  FaultPlan plan_;
+
+  mutable std::mutex mu_;
+  bool shut_down_ = false;
+  PeerHandle next_peer_ = 1;
+  std::unordered_map<PeerHandle, Peer> peers_;
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_;
+  std::uint64_t live_transfers_ = 0;
+  std::uint64_t pending_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_loopback_engine(const EngineConfig& config) {
+  return std::make_unique<LoopbackEngine>(config);
+}
+
+}  // namespace kvxfer::internal

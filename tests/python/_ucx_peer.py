@@ -1,0 +1,60 @@
+"""One side of the two-process UCX test (imported by spawned processes)."""
+
+import time
+
+import numpy as np
+
+NUM_BLOCKS = 64
+BLOCK_LEN = 4096
+HALF = NUM_BLOCKS // 2
+
+
+def source_blocks(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(HALF, BLOCK_LEN), dtype=np.uint8)
+
+
+def destinations(seed: int) -> np.ndarray:
+    """Where the agent with `seed` writes its source block i: the peer's upper half."""
+    return HALF + np.random.default_rng(seed + 1000).permutation(HALF)
+
+
+def run(name: str, seed: int, peer_seed: int, conn, engine_config: dict) -> None:
+    """Writes its source blocks into the peer's upper half, then checks what
+    the peer wrote into its own. Reports ("ok", detail) or ("error", detail)."""
+    try:
+        import kvxfer
+
+        pool = np.zeros((NUM_BLOCKS, BLOCK_LEN), np.uint8)
+        pool[:HALF] = source_blocks(seed)
+        with kvxfer.Transport(
+            name, memoryview(pool), backends=["UCX"], engine_config=engine_config
+        ) as t:
+            conn.send((t.get_agent_metadata(), t.base_addr, t.num_blocks, t.block_len))
+            metadata, base_addr, num_blocks, block_len = conn.recv()
+            t.add_remote_peer("peer", metadata, base_addr, num_blocks, block_len)
+
+            dest = destinations(seed)
+            # Two writes: an int64 array and an int32 one, both read in place.
+            ids = {
+                t.write_blocks("peer", np.arange(0, 16, dtype=np.int64), dest[:16].astype(np.int64)),
+                t.write_blocks("peer", np.arange(16, HALF, dtype=np.int32), dest[16:].astype(np.int32)),
+            }
+            assert None not in ids, "write_blocks returned None"
+            deadline = time.monotonic() + 30
+            done = set()
+            while done != ids:
+                result = t.poll("peer")
+                assert not result.failed and result.peer_fault is None, result
+                done.update(result.done)
+                assert time.monotonic() < deadline, "writes did not complete"
+
+            conn.send("written")
+            assert conn.recv() == "verify"
+            expected = source_blocks(peer_seed)
+            got = pool[destinations(peer_seed)]
+            bad = [i for i in range(HALF) if not np.array_equal(got[i], expected[i])]
+            conn.send(("ok" if not bad else "error", f"{len(bad)} wrong blocks"))
+            assert conn.recv() == "close"
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise

@@ -1,0 +1,118 @@
+"""Index lists, modes and options: what write_blocks and cancel accept, and the
+errors that name the argument at fault."""
+
+import numpy as np
+import pytest
+
+import kvxfer
+from kvxfer import PollResult
+
+
+@pytest.mark.parametrize(
+    "make_indices",
+    [
+        list,
+        tuple,
+        lambda v: np.array(v, dtype=np.int64),
+        lambda v: np.array(v, dtype=np.int32),
+        lambda v: np.array(v, dtype=np.uint16),  # other dtypes are copied
+        lambda v: np.array(v + v, dtype=np.int64)[::2],  # strided: copied
+        lambda v: [np.int64(x) for x in v],
+        lambda v: range(v[0], v[0] + len(v)),
+    ],
+    ids=["list", "tuple", "int64", "int32", "uint16", "strided", "np-scalars", "range"],
+)
+def test_index_lists_of_every_kind_write_the_right_blocks(pair, make_indices):
+    a, b = pair
+    local, remote = [3, 4, 5], [9, 10, 11]
+    tid = a.write_blocks("b", make_indices(local), make_indices(remote))
+    assert a.poll("b") == PollResult(done=(tid,), failed=())
+    assert np.array_equal(b.pool[remote], a.pool[local])
+
+
+def test_mixed_int32_and_int64_arrays(pair):
+    a, b = pair
+    tid = a.write_blocks("b", np.array([1, 2], np.int32), np.array([14, 15], np.int64))
+    assert a.poll("b").done == (tid,)
+    assert np.array_equal(b.pool[[14, 15]], a.pool[[1, 2]])
+
+
+def test_keyword_arguments(pair):
+    a, _ = pair
+    tid = a.write_blocks(peer_id="b", remote_idxs=[0], local_idxs=[1])
+    assert a.poll(peer_id="b").done == (tid,)
+
+
+@pytest.mark.parametrize(
+    "local, remote, error, message",
+    [
+        ([16], [0], ValueError, r"local_idxs\[0\] = 16 is out of range"),
+        ([0], [16], ValueError, r"remote_idxs\[0\] = 16 is out of range"),
+        ([-1], [0], ValueError, "local_idxs"),
+        ([0, 1], [0], ValueError, "local_idxs has 2 entries but remote_idxs has 1"),
+        ([], [], ValueError, "at least one block"),
+        ([0, 1], [5, 5], ValueError, "remote_idxs repeats block 5"),
+        ([0.5], [0], TypeError, r"local_idxs\[0\] must be an int"),
+        ([0], ["1"], TypeError, r"remote_idxs\[0\] must be an int"),
+        ("01", [0, 1], TypeError, "local_idxs must be a sequence of ints"),
+        (3, [0], TypeError, "local_idxs must be a sequence of ints"),
+        (np.zeros((1, 1), np.int64), [0], ValueError, "local_idxs must be 1-D"),
+        ([2**70], [0], ValueError, r"local_idxs\[0\] is out of range"),
+    ],
+)
+def test_bad_indices_raise_naming_the_argument(pair, local, remote, error, message):
+    a, _ = pair
+    with pytest.raises(error, match=message):
+        a.write_blocks("b", local, remote)
+    assert a.stats()["peers"]["b"]["strikes"] == 0  # caller mistakes never count
+
+
+def test_write_blocks_argument_errors(pair):
+    a, _ = pair
+    with pytest.raises(TypeError, match="missing required argument 'remote_idxs'"):
+        a.write_blocks("b", [0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'idxs'"):
+        a.write_blocks("b", [0], [0], idxs=[0])
+    with pytest.raises(TypeError, match="peer_id must be a str"):
+        a.write_blocks(b"b", [0], [0])
+    with pytest.raises(TypeError, match="peer_id must be a str"):
+        a.poll(7)
+
+
+@pytest.mark.parametrize("mode", ["Immediate", "soon", None, 1])
+def test_cancel_mode_must_be_immediate_or_wait(pair, mode):
+    a, _ = pair
+    with pytest.raises(ValueError, match="mode must be"):
+        a.cancel([1], mode=mode)
+
+
+def test_cancel_accepts_any_iterable_of_ids(pair):
+    a, _ = pair
+    a.fault_plan.hold_next(2)
+    ids = [a.write_blocks("b", [0], [0]), a.write_blocks("b", [1], [1])]
+    assert a.cancel(np.array(ids), mode="wait") == ids
+    assert a.cancel(iter(ids)) == []
+    assert a.stats()["inflight"] == 0
+    with pytest.raises(TypeError, match="transfer_ids"):
+        a.cancel(None)
+
+
+def test_config_fields_must_map_str_to_str():
+    with pytest.raises(TypeError, match="config_fields must map str to str"):
+        kvxfer.Transport(
+            "x", np.zeros((1, 8), np.uint8), config_fields={"block_size": 16}, backends=["LOOPBACK"]
+        )
+
+
+def test_agent_metadata_must_be_bytes(pair):
+    a, b = pair
+    with pytest.raises(TypeError, match="agent_metadata must be bytes"):
+        a.add_remote_peer("c", "text", b.base_addr, b.num_blocks, b.block_len)
+
+
+def test_bad_peer_geometry_raises_value_error(pair):
+    a, b = pair
+    with pytest.raises(ValueError, match="block_len"):
+        a.add_remote_peer("c", b.get_agent_metadata(), b.base_addr, b.num_blocks, b.block_len * 2)
+    with pytest.raises(ValueError, match="geometry"):
+        a.add_remote_peer("c", b.get_agent_metadata(), b.base_addr + 64, b.num_blocks, b.block_len)

@@ -1,0 +1,155 @@
+"""The package's surface: names, properties, PollResult, stats, view handling."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import kvxfer
+from kvxfer import PollResult
+
+
+def test_nixl_transport_is_transport():
+    assert kvxfer.NixlTransport is kvxfer.Transport
+
+
+def test_poll_result_is_a_named_tuple_with_optional_fault():
+    result = PollResult(done=(1,), failed=(2,))
+    assert result == ((1,), (2,), None)
+    assert result._fields == ("done", "failed", "peer_fault")
+    assert PollResult(done=(), failed=()) == PollResult((), (), None)
+
+
+def test_status_enum_names_the_nixl_status_set():
+    names = set(kvxfer.Status.__members__)
+    assert {"SUCCESS", "IN_PROGRESS", "BACKEND", "NOT_FOUND", "REMOTE_DISCONNECT", "STALLED"} <= names
+    assert kvxfer.loopback.Status is kvxfer.Status
+
+
+def test_properties_describe_the_pool(make_agent):
+    t = make_agent(num_blocks=12, block_len=32)
+    assert t.available and not t.closed
+    assert t.num_blocks == 12 and t.block_len == 32
+    assert t.base_addr == t.pool.ctypes.data
+    assert t.config_fingerprint == ""
+    assert t.backend == "LOOPBACK"
+    assert t.agent_name.startswith("agent-")
+    assert isinstance(t.get_agent_metadata(), bytes)
+    assert "LOOPBACK" in repr(t)
+
+
+def test_stats_reports_handles_and_per_peer_counters(pair):
+    a, _ = pair
+    tid = a.write_blocks("b", [0, 1], [2, 3])
+    a.poll("b")
+    stats = a.stats()
+    assert stats["live"] == {
+        "memory_registrations": 1,
+        "peers": 1,
+        "remote_keys": 1,
+        "transfers": 0,
+        "requests": 0,
+    }
+    assert stats["inflight"] == 0 and stats["registrations_pending"] == 0
+    peer = stats["peers"]["b"]
+    assert peer["transfers_done"] == 1 and peer["bytes_done"] == 2 * a.block_len
+    assert peer["fault"] is None and peer["strikes"] == 0 and tid is not None
+
+
+def test_fault_plan_is_loopback_only(make_agent):
+    t = make_agent()
+    assert isinstance(t.fault_plan, kvxfer.FaultPlan)
+    assert kvxfer.loopback.fault_plan(t) is not None
+
+
+def test_fault_plan_counts_state_checks(pair):
+    a, _ = pair
+    plan = kvxfer.loopback.fault_plan(a)
+    before = plan.check_count
+    a.write_blocks("b", [0], [0])
+    a.poll("b")
+    assert plan.check_count == before + 1
+
+
+# --- the view ---------------------------------------------------------------------
+
+
+def loopback(view, name="view-test"):
+    return kvxfer.Transport(name, view, backends=["LOOPBACK"])
+
+
+def test_view_may_be_a_cast_bytearray():
+    buf = bytearray(8 * 32)
+    with loopback(memoryview(buf).cast("B", (8, 32))) as t:
+        assert (t.num_blocks, t.block_len) == (8, 32)
+
+
+def test_view_may_be_a_numpy_array_or_its_memoryview():
+    pool = np.zeros((4, 16), np.uint8)
+    for view in (pool, memoryview(pool)):
+        with loopback(view) as t:
+            assert t.base_addr == pool.ctypes.data
+
+
+@pytest.mark.parametrize(
+    "view, message",
+    [
+        (np.zeros(64, np.uint8), "view must be 2-D"),
+        (np.zeros((2, 4, 8), np.uint8), "view must be 2-D"),
+        (np.zeros((4, 16), np.int32), "itemsize 1"),
+        (np.zeros((4, 32), np.uint8)[:, ::2], "C-contiguous"),
+        (np.zeros((0, 16), np.uint8), "at least one block"),
+        (memoryview(bytes(64)).cast("B", (4, 16)), "writable"),
+    ],
+)
+def test_bad_views_raise_value_error_naming_view(view, message):
+    with pytest.raises(ValueError, match=message):
+        loopback(view)
+
+
+def test_read_only_numpy_view_is_refused():
+    pool = np.zeros((4, 16), np.uint8)
+    pool.flags.writeable = False
+    with pytest.raises(ValueError, match="view must be writable"):
+        loopback(pool)
+
+
+def test_a_view_without_the_buffer_protocol_raises_type_error():
+    with pytest.raises(TypeError, match="view must be a 2-D writable buffer"):
+        loopback([[0] * 16] * 4)
+
+
+def test_the_transport_keeps_its_view_alive_and_pinned(make_agent):
+    b = make_agent(num_blocks=4, block_len=16)
+    buf = bytearray(range(64))
+    t = loopback(memoryview(buf).cast("B", (4, 16)), name="pinned")
+    with pytest.raises(BufferError):
+        buf.extend(b"x")  # exported: cannot move while the transport lives
+    t.add_remote_peer("b", b.get_agent_metadata(), b.base_addr, b.num_blocks, b.block_len)
+    del buf
+    gc.collect()
+    tid = t.write_blocks("b", [1], [2])
+    assert t.poll("b").done == (tid,)
+    assert bytes(b.pool[2]) == bytes(range(16, 32))
+    t.close()
+    del t
+    gc.collect()
+
+
+def test_the_view_is_released_with_the_transport():
+    buf = bytearray(64)
+    t = loopback(memoryview(buf).cast("B", (4, 16)), name="released")
+    t.close()
+    del t
+    gc.collect()
+    buf.extend(b"x")  # no export left
+
+
+def test_unknown_options_raise_type_error():
+    with pytest.raises(TypeError, match="progres_thread"):
+        kvxfer.Transport("x", np.zeros((1, 8), np.uint8), backends=["LOOPBACK"], progres_thread=False)
+
+
+def test_unsupported_backend_raises_value_error():
+    with pytest.raises(ValueError, match="no supported backend"):
+        kvxfer.Transport("x", np.zeros((1, 8), np.uint8), backends=["GDS"])
