@@ -43,6 +43,10 @@ struct Options {
   bool progress_thread = true;
   // Consecutive transfer failures that fault a peer.
   int strike_limit = 3;
+  // A transfer still in progress this long after its post faults its peer
+  // ("stalled"); the transfer itself stays in flight, since its WRITE may
+  // still land, until the peer is removed. Zero disables the check.
+  std::chrono::milliseconds stall_timeout{30000};
   // Engine configuration overrides, e.g. {"TLS", "sm,self"} for UCX
   // (applied with ucp_config_modify; the environment still applies).
   std::map<std::string, std::string> engine_config;

@@ -60,6 +60,7 @@ struct Inflight {
   Peer* peer = nullptr;
   XferHandle handle = 0;
   std::uint64_t bytes = 0;
+  std::chrono::steady_clock::time_point posted;
   // Set once the transfer has counted against its peer, so a check that
   // keeps failing charges the peer once, not once per poll.
   bool struck = false;
@@ -142,7 +143,7 @@ class TransportState {
   void link(Peer* peer, Inflight* e);
   void unlink(Inflight* e);
   void release(Inflight* e);
-  void poll_peer(Peer* peer, PollResult& out);
+  void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
 
   void record_failure(Peer* peer, Status status, std::string_view cause);
   void record_check_failure(Peer* peer, Status status);
@@ -539,11 +540,13 @@ std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::
   e.id = id;
   e.handle = handle;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
+  if (options_.stall_timeout.count() > 0) e.posted = std::chrono::steady_clock::now();
   link(peer, &e);
   return id;
 }
 
-void TransportState::poll_peer(Peer* peer, PollResult& out) {
+void TransportState::poll_peer(Peer* peer, PollResult& out,
+                               std::chrono::steady_clock::time_point now) {
   // Caller holds mu_. Classify every transfer of this peer first; strikes
   // are applied once the batch is classified, because poll() sees
   // completions, not their order: a success anywhere in the batch is the
@@ -572,7 +575,18 @@ void TransportState::poll_peer(Peer* peer, PollResult& out) {
       ++peer->counters.transfers_done;
       peer->counters.bytes_done += e->bytes;
       scratch_finished_.push_back(e);
-    } else if (state != Status::kInProgress) {
+    } else if (state == Status::kInProgress) {
+      // A frozen peer leaves a WRITE in progress for ever; the engines do not
+      // notice. Fault the peer so its owner tears it down, which reclaims the
+      // transfer; until then it stays, since it may still land.
+      if (!peer->fault && options_.stall_timeout.count() > 0 &&
+          now - e->posted >= options_.stall_timeout) {
+        set_fault(peer, fmt::format("{}: transfer_id={} in flight for {:.1f} s (stall_timeout {:.1f} s)",
+                                    status_name(Status::kStalled), e->id,
+                                    std::chrono::duration<double>(now - e->posted).count(),
+                                    std::chrono::duration<double>(options_.stall_timeout).count()));
+      }
+    } else {
       out.failed.push_back(e->id);
       ++peer->counters.transfers_failed;
       if (!e->struck) scratch_failures_.emplace_back(peer, state);
@@ -596,10 +610,12 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
     engine_->progress();
     scratch_failures_.clear();
     scratch_finished_.clear();
+    const auto now = options_.stall_timeout.count() > 0 ? std::chrono::steady_clock::now()
+                                                         : std::chrono::steady_clock::time_point{};
     if (scoped != nullptr) {
-      poll_peer(scoped, out);
+      poll_peer(scoped, out, now);
     } else {
-      for (auto& [id, peer] : peers_) poll_peer(peer.get(), out);
+      for (auto& [id, peer] : peers_) poll_peer(peer.get(), out, now);
     }
     for (Inflight* e : scratch_finished_) {
       if (e->peer->succeeded_in_batch) {
