@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-unit test-integration test-python install clean
+.PHONY: all deps configure build demo bench microbench test test-unit test-integration test-python install clean
 
 all: build
 
@@ -21,6 +21,17 @@ build: configure
 # random blocks written over UCX and verified byte for byte.
 demo: build
 	$(BUILD)/tools/kvxfer demo
+
+# The scoreboard: the reference workloads (../shared/bench/workloads.md) over
+# shared memory, against memcpy and ucx_perftest, every case verified.
+# BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--tls tcp --json out.json".
+BENCH_ARGS ?=
+bench: build
+	$(BUILD)/tools/kvxfer bench $(BENCH_ARGS)
+
+# Per-call overhead on the loopback engine (Google Benchmark).
+microbench: build
+	$(BUILD)/bench/kvxfer_transport_bench
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --timeout 600
@@ -39,3 +50,31 @@ install: build
 
 clean:
 	rm -rf $(BUILD)
+
+# Sanitizer runs of the C++ suites (unit + integration). UCX's memory hooks
+# fight ASan's allocator, so they are off in these runs.
+SAN_ENV = UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
+SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DKVXFER_BUILD_PYTHON=OFF -DKVXFER_BUILD_BENCH=OFF
+
+.PHONY: test-asan test-tsan fuzz
+test-asan: deps
+	cmake -S . -B build-asan $(SAN_FLAGS) -DKVXFER_SANITIZE=address
+	cmake --build build-asan -j$(JOBS)
+	$(SAN_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan --output-on-failure -L 'unit|integration' --timeout 900
+
+test-tsan: deps
+	cmake -S . -B build-tsan $(SAN_FLAGS) -DKVXFER_SANITIZE=thread
+	cmake --build build-tsan -j$(JOBS)
+	$(SAN_ENV) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
+	  ctest --test-dir build-tsan --output-on-failure -L 'unit|integration' --timeout 900
+
+# libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DKVXFER_FUZZ=ON -DKVXFER_BUILD_PYTHON=OFF \
+	  -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build-fuzz -j$(JOBS) --target metadata_fuzz
+	mkdir -p build-fuzz/corpus/metadata
+	build-fuzz/tests/fuzz/metadata_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  build-fuzz/corpus/metadata tests/fuzz/corpus/metadata
