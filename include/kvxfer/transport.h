@@ -36,7 +36,8 @@ struct Options {
   std::map<std::string, std::string> config_fields;
   // Engines to use, first one wins: "UCX" (default) or "LOOPBACK".
   std::vector<std::string> backends{"UCX"};
-  // Worker count hint for the engine (UCX: unused beyond validation today).
+  // Engine worker threads (UCX: copier threads for same-host peers, capped at
+  // the core count).
   int num_threads = 4;
   // UCX: a thread that sleeps on the worker's event fd and progresses it, so
   // TCP puts land at a target that never calls poll().

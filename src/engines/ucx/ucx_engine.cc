@@ -1,0 +1,1080 @@
+// The UCX engine: one-sided WRITEs of KV blocks into a peer's registered pool.
+//
+// Two lanes, chosen per peer at connect():
+//
+// - kCma, for a peer on this host (same boot id and pid namespace) whose
+//   UCX_TLS and ours both allow shared memory: process_vm_writev straight
+//   into its pool, one iovec per run of consecutive blocks, run by the
+//   engine's copier threads so that posting does not wait for the copy.
+//   Why not UCX here (measured with UCX 1.13, see docs/ucx-engine.md): a
+//   ucp_put_nbx to user-registered memory over sm is "software emulation"
+//   (an active message the target's worker copies out), never CMA; an sm
+//   endpoint refuses UCP_ERR_HANDLING_MODE_PEER ("Destination is
+//   unreachable"); and in UCP_ERR_HANDLING_MODE_NONE a SIGKILLed peer leaves
+//   the flush pending forever while UCP_EP_CLOSE_FLAG_FORCE is refused
+//   (INVALID_PARAM), so nothing can be reclaimed before the worker dies.
+//   process_vm_writev is as fast for large blocks, needs no progress on the
+//   target, and fails with ESRCH once the peer is gone.
+//
+// - kUcx, for everyone else: a UCP endpoint in UCP_ERR_HANDLING_MODE_PEER
+//   whose error handler marks the peer failed, one ucp_put_nbx per run of
+//   consecutive blocks, then one ucp_ep_flush_nbx whose completion means the
+//   bytes are in the peer's memory.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "engine.h"
+#include "engines/ucx/ucx_blob.h"
+#include "engines/ucx/ucx_compat.h"
+
+namespace kvxfer::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long disconnect() and shutdown() drive the worker for UCX to finish a
+// forced close or cancel outstanding requests before giving up on them.
+constexpr auto kDrainTimeout = std::chrono::seconds(10);
+// process_vm_writev takes at most UIO_MAXIOV iovecs per call.
+constexpr std::size_t kMaxIov = 1024;
+
+const std::string& engine_name() {
+  static const std::string name = "UCX";
+  return name;
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+struct PidNamespace {
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+};
+
+PidNamespace own_pid_namespace() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return {};
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+// Whether a UCX_TLS value allows any of `names`: "all", a list naming one of
+// them, or a "^" exclusion list naming none.
+bool tls_allows(std::string_view tls, std::initializer_list<std::string_view> names) {
+  while (!tls.empty() && tls.front() == '\\') tls.remove_prefix(1);
+  const bool exclude = !tls.empty() && tls.front() == '^';
+  if (exclude) tls.remove_prefix(1);
+  bool named = false;
+  while (!tls.empty()) {
+    const std::size_t comma = tls.find(',');
+    const std::string_view item = tls.substr(0, comma);
+    if (std::find(names.begin(), names.end(), item) != names.end()) named = true;
+    if (!exclude && item == "all") named = true;
+    tls = comma == std::string_view::npos ? std::string_view{} : tls.substr(comma + 1);
+  }
+  return exclude ? !named : named;
+}
+
+// Statuses that say the peer's endpoint is gone: nothing more can land.
+bool is_disconnect(ucs_status_t status) {
+  return status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+         status == UCS_ERR_UNREACHABLE || status == UCS_ERR_REJECTED;
+}
+
+Status map_post_error(ucs_status_t status) {
+  return is_disconnect(status) ? Status::kRemoteDisconnect : Status::kBackend;
+}
+
+// Calls f(local_first, remote_first, count) once per run of blocks that are
+// consecutive on both sides; stops early when f returns false.
+template <typename F>
+bool for_each_run(std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                  F&& f) {
+  const std::size_t n = local.size();
+  std::size_t i = 0;
+  while (i < n) {
+    std::size_t j = i + 1;
+    while (j < n && local[j] == local[j - 1] + 1 && remote[j] == remote[j - 1] + 1) ++j;
+    if (!f(local[i], remote[i], static_cast<std::uint64_t>(j - i))) return false;
+    i = j;
+  }
+  return true;
+}
+
+// A page holding a random epoch while the engine is up. Peers on this host
+// read it back before and after each write: a pid that was reused, or an
+// engine that shut down (page unmapped or cleared), no longer matches.
+class Cookie {
+ public:
+  Cookie() {
+    void* page =
+        ::mmap(nullptr, kPageLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
+    word_ = static_cast<std::uint64_t*>(page);
+    std::random_device rd;
+    while (epoch_ == 0) {
+      epoch_ = (static_cast<std::uint64_t>(rd()) << 32) ^ static_cast<std::uint64_t>(rd());
+    }
+    *word_ = epoch_;
+  }
+  ~Cookie() { retire(); }
+  Cookie(const Cookie&) = delete;
+  Cookie& operator=(const Cookie&) = delete;
+
+  [[nodiscard]] std::uint64_t addr() const { return reinterpret_cast<std::uintptr_t>(word_); }
+  [[nodiscard]] std::uint64_t epoch() const { return epoch_; }
+
+  void retire() {
+    if (word_ == nullptr) return;
+    *word_ = 0;
+    ::munmap(word_, kPageLen);
+    word_ = nullptr;
+  }
+
+ private:
+  static constexpr std::size_t kPageLen = 4096;
+  std::uint64_t* word_ = nullptr;
+  std::uint64_t epoch_ = 0;
+};
+
+// kSuccess when `pid` is the agent that published (addr, epoch); otherwise
+// kRemoteDisconnect (gone, or its engine shut down), kNotAllowed (no ptrace
+// permission, e.g. Yama) or kBackend.
+Status read_cookie(pid_t pid, std::uint64_t addr, std::uint64_t epoch, int* err) {
+  std::uint64_t value = 0;
+  iovec local{&value, sizeof(value)};
+  iovec remote{reinterpret_cast<void*>(addr), sizeof(value)};
+  const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+  *err = n < 0 ? errno : 0;
+  if (n == static_cast<ssize_t>(sizeof(value))) {
+    return value == epoch ? Status::kSuccess : Status::kRemoteDisconnect;
+  }
+  if (n < 0 && (errno == ESRCH || errno == EFAULT)) return Status::kRemoteDisconnect;
+  if (n < 0 && errno == EPERM) return Status::kNotAllowed;
+  return Status::kBackend;
+}
+
+class UcxEngine final : public Engine {
+ public:
+  explicit UcxEngine(const EngineConfig& config);
+  ~UcxEngine() override { shutdown(); }
+  UcxEngine(const UcxEngine&) = delete;
+  UcxEngine& operator=(const UcxEngine&) = delete;
+
+  [[nodiscard]] const std::string& name() const noexcept override { return engine_name(); }
+  [[nodiscard]] std::vector<std::uint8_t> local_blob() const override { return blob_; }
+  [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
+                               PeerHandle* out) override;
+  [[nodiscard]] Status disconnect(PeerHandle peer) override;
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out) override;
+  void progress() override;
+  [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
+  [[nodiscard]] Status release(XferHandle xfer) override;
+  [[nodiscard]] HandleCounts live() const override;
+  void shutdown() override;
+
+ private:
+  enum class Lane { kCma, kUcx };
+
+  struct Peer {
+    Lane lane = Lane::kUcx;
+    std::string agent_name;
+    std::uint64_t remote_base = 0;
+    std::uint64_t remote_block_len = 0;
+    // kCma
+    pid_t pid = 0;
+    std::uint64_t cookie_addr = 0;
+    std::uint64_t cookie_epoch = 0;
+    int copies = 0;             // queued or running copies; under copy_mu_
+    bool disconnected = false;  // under copy_mu_
+    // kUcx
+    ucp_ep_h ep = nullptr;
+    ucp_rkey_h rkey = nullptr;
+    // UCS_OK until the endpoint failed or the peer was found gone; then the
+    // status that said so. Written from UCX callbacks, read anywhere.
+    std::atomic<int> failure{UCS_OK};
+
+    [[nodiscard]] bool failed() const { return failure.load(std::memory_order_acquire) != UCS_OK; }
+  };
+
+  // A transfer handle. Owned by the core until release(), and by whoever
+  // moves its bytes (UCX until the flush completes, or a copier thread) until
+  // they are done; whichever lets go last returns it to the pool.
+  struct Xfer {
+    UcxEngine* engine = nullptr;
+    std::shared_ptr<Peer> peer;
+    TransferId id = 0;
+    std::atomic<int> result{UCS_INPROGRESS};  // ucs_status_t of the flush or copy
+    std::atomic<int> refs{0};
+    std::atomic<bool> held{false};  // between post_write() and release()
+    // kCma: the copy, built by post_write and run by a copier thread. The
+    // vectors keep their capacity when the handle is reused.
+    std::vector<iovec> local_iov;
+    std::vector<iovec> remote_iov;
+    Xfer* next_copy = nullptr;
+  };
+
+  void init_ucx(const EngineConfig& config);
+  void teardown_ucx();
+  void start_progress_thread();
+  void stop_progress_thread();
+  void progress_loop();
+
+  Status connect_cma(Peer& peer);
+  Status connect_ucx(Peer& peer, const ucx::Blob& blob);
+  Status close_endpoint(Peer& peer);
+  void post_cma(const std::shared_ptr<Peer>& peer, std::span<const std::int64_t> local,
+                std::span<const std::int64_t> remote, Xfer* xfer);
+  void start_copiers();
+  void stop_copiers();
+  void copier_loop();
+  ucs_status_t run_copy(Peer& peer, Xfer& xfer);
+  ucs_status_t cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote);
+  Status post_ucx(const std::shared_ptr<Peer>& peer, std::span<const std::int64_t> local,
+                  std::span<const std::int64_t> remote, Xfer* xfer);
+  bool flush(Peer& peer, Xfer* xfer, ucs_status_t* immediate);
+  void drain_requests(const char* why);
+
+  Xfer* acquire_xfer();
+  void unref(Xfer* xfer);
+  static void on_flush(void* request, ucs_status_t status, void* user_data);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  std::string agent_name_;
+  Region region_;
+  std::string boot_id_;
+  PidNamespace pidns_;
+  bool accepts_cma_ = false;
+  bool want_progress_thread_ = true;
+  Cookie cookie_;
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_mem_h memh_ = nullptr;
+  std::vector<std::uint8_t> blob_;
+
+  // Progress thread: sleeps in epoll on the worker's event fd and wake_fd_.
+  std::thread progress_thread_;
+  std::atomic<bool> stop_{false};
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+
+  // Peers by handle. Connect runs on the core's registration worker while
+  // transfers run on callers' threads, so the map has its own lock. Never
+  // taken inside a UCX callback.
+  mutable std::mutex peers_mu_;
+  std::unordered_map<PeerHandle, std::shared_ptr<Peer>> peers_;
+
+  // Copier threads for kCma transfers, started with the first kCma peer.
+  std::mutex copy_mu_;
+  std::condition_variable copy_cv_;       // a copy was queued, or stop
+  std::condition_variable copy_done_cv_;  // a peer's copies dropped to zero
+  Xfer* copy_head_ = nullptr;
+  Xfer* copy_tail_ = nullptr;
+  bool copiers_stop_ = false;
+  std::vector<std::thread> copiers_;
+  int num_copiers_ = 1;
+
+  // Transfer handles: a pool that only grows to the peak number in flight.
+  std::mutex pool_mu_;
+  std::deque<Xfer> xfers_;
+  std::vector<Xfer*> free_xfers_;
+
+  std::atomic<std::uint64_t> live_rkeys_{0};
+  std::atomic<std::uint64_t> live_transfers_{0};
+  std::atomic<std::uint64_t> live_requests_{0};
+  bool shut_down_ = false;
+};
+
+UcxEngine::UcxEngine(const EngineConfig& config)
+    : agent_name_(config.agent_name),
+      region_(config.region),
+      boot_id_(read_first_line("/proc/sys/kernel/random/boot_id")),
+      pidns_(own_pid_namespace()) {
+  if (config.options == nullptr) throw std::runtime_error("kvxfer UCX: no options");
+  if (region_.base == nullptr || region_.num_blocks == 0 || region_.block_len == 0 ||
+      region_.num_blocks > std::numeric_limits<std::uint64_t>::max() / region_.block_len) {
+    throw std::runtime_error("kvxfer UCX: bad local region");
+  }
+  want_progress_thread_ = config.options->progress_thread;
+  // Options::num_threads bounds the copier threads; more than the cores
+  // would only make them take turns.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  num_copiers_ = std::clamp(config.options->num_threads, 1, cores);
+  try {
+    init_ucx(config);
+    if (want_progress_thread_) start_progress_thread();
+  } catch (...) {
+    stop_progress_thread();
+    teardown_ucx();
+    throw;
+  }
+}
+
+void UcxEngine::init_ucx(const EngineConfig& config) {
+  ucp_config_t* ucp_config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config);
+  if (st != UCS_OK) {
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: ucp_config_read failed: {}", ucs_status_string(st)));
+  }
+  // engine_config keys go to ucp_config_modify without the UCX_ prefix.
+  std::map<std::string, std::string> overrides;
+  for (const auto& [raw_key, value] : config.options->engine_config) {
+    std::string_view key = raw_key;
+    if (key.starts_with("UCX_")) key.remove_prefix(4);
+    overrides[std::string(key)] = value;
+  }
+  const char* env_tls = std::getenv("UCX_TLS");
+  std::string tls = env_tls != nullptr ? env_tls : "all";
+  if (auto it = overrides.find("TLS"); it != overrides.end()) tls = it->second;
+
+  // UCX 1.13 emulates puts over TCP with active messages of TX_SEG_SIZE
+  // bytes (8K by default): 64K moved 2 MiB blocks 2.3x faster here, and does
+  // not exceed the default RX_SEG_SIZE (64K) of a peer left at defaults.
+  // (1.13 applies transport keys without their TCP_ prefix, and warns when
+  // no transport in use takes them, hence only when tcp may be.)
+  const bool user_set_seg = std::getenv("UCX_TCP_TX_SEG_SIZE") != nullptr ||
+                            overrides.contains("TX_SEG_SIZE") ||
+                            overrides.contains("TCP_TX_SEG_SIZE");
+  if (!user_set_seg && tls_allows(tls, {"tcp"})) {
+    overrides["TX_SEG_SIZE"] = "64K";
+  }
+  for (const auto& [key, value] : overrides) {
+    st = ucp_config_modify(ucp_config, key.c_str(), value.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(ucp_config);
+      throw std::runtime_error(fmt::format("kvxfer UCX: engine_config {}={} rejected: {}", key,
+                                           value, ucs_status_string(st)));
+    }
+  }
+  accepts_cma_ = tls_allows(tls, {"sm", "shm", "cma"});
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.name = agent_name_.c_str();
+  st = ucp_init(&params, ucp_config, &context_);
+  ucp_config_release(ucp_config);
+  if (st != UCS_OK) {
+    context_ = nullptr;
+    throw std::runtime_error(fmt::format("kvxfer UCX: ucp_init failed: {}", ucs_status_string(st)));
+  }
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_MULTI;
+  st = ucp_worker_create(context_, &wparams, &worker_);
+  if (st != UCS_OK) {
+    worker_ = nullptr;
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: ucp_worker_create failed: {}", ucs_status_string(st)));
+  }
+  ucp_worker_attr_t wattr{};
+  wattr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE | UCP_WORKER_ATTR_FIELD_ADDRESS;
+  st = ucp_worker_query(worker_, &wattr);
+  if (st != UCS_OK) {
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: ucp_worker_query failed: {}", ucs_status_string(st)));
+  }
+  const std::span<const std::uint8_t> address(reinterpret_cast<const std::uint8_t*>(wattr.address),
+                                              wattr.address_length);
+  std::vector<std::uint8_t> address_copy(address.begin(), address.end());
+  ucp_worker_release_address(worker_, wattr.address);
+  // The progress thread and the callers' threads share the worker.
+  if (wattr.thread_mode != UCS_THREAD_MODE_MULTI) {
+    throw std::runtime_error("kvxfer UCX: this UCX build has no UCS_THREAD_MODE_MULTI workers");
+  }
+
+  ucp_mem_map_params_t mparams{};
+  mparams.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mparams.address = region_.base;
+  mparams.length = region_.num_blocks * region_.block_len;
+  st = ucp_mem_map(context_, &mparams, &memh_);
+  if (st != UCS_OK) {
+    memh_ = nullptr;
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: ucp_mem_map failed: {}", ucs_status_string(st)));
+  }
+  void* rkey_buffer = nullptr;
+  std::size_t rkey_len = 0;
+  st = ucx_compat::pack_rkey(context_, memh_, &rkey_buffer, &rkey_len);
+  if (st != UCS_OK) {
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: packing the pool's rkey failed: {}", ucs_status_string(st)));
+  }
+  ucx::Blob blob;
+  blob.flags = accepts_cma_ ? ucx::kBlobAcceptsCma : 0;
+  blob.pidns_dev = pidns_.dev;
+  blob.pidns_ino = pidns_.ino;
+  blob.cookie_addr = cookie_.addr();
+  blob.cookie_epoch = cookie_.epoch();
+  blob.worker_address = address_copy;
+  blob.rkey = {static_cast<const std::uint8_t*>(rkey_buffer), rkey_len};
+  blob_ = ucx::encode_blob(blob);
+  ucx_compat::release_packed_rkey(rkey_buffer);
+}
+
+void UcxEngine::teardown_ucx() {
+  if (memh_ != nullptr) {
+    if (const ucs_status_t st = ucp_mem_unmap(context_, memh_); st != UCS_OK) {
+      log().error("kvxfer UCX {}: ucp_mem_unmap failed: {}", agent_name_, ucs_status_string(st));
+    }
+    memh_ = nullptr;
+  }
+  cookie_.retire();
+  // Destroying the worker completes whatever UCX still holds with
+  // UCS_ERR_CANCELED, which returns the last transfer handles to the pool.
+  if (worker_ != nullptr) {
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+  }
+  if (context_ != nullptr) {
+    ucp_cleanup(context_);
+    context_ = nullptr;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Progress thread
+// ---------------------------------------------------------------------------
+
+void UcxEngine::start_progress_thread() {
+  int worker_fd = -1;
+  ucs_status_t st = ucp_worker_get_efd(worker_, &worker_fd);
+  if (st != UCS_OK) {
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: ucp_worker_get_efd failed: {}", ucs_status_string(st)));
+  }
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    throw std::runtime_error(fmt::format("kvxfer UCX: epoll/eventfd: {}", std::strerror(errno)));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = worker_fd;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, worker_fd, &ev) != 0) {
+    throw std::runtime_error(fmt::format("kvxfer UCX: epoll_ctl: {}", std::strerror(errno)));
+  }
+  ev.data.fd = wake_fd_;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
+    throw std::runtime_error(fmt::format("kvxfer UCX: epoll_ctl: {}", std::strerror(errno)));
+  }
+  stop_.store(false);
+  progress_thread_ = std::thread([this] { progress_loop(); });
+}
+
+void UcxEngine::progress_loop() {
+  // Sleeps until the worker has something to do: a spinning progress thread
+  // costs 2-3x throughput when cores are few.
+  std::array<epoll_event, 4> events{};
+  while (!stop_.load(std::memory_order_acquire)) {
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    const ucs_status_t st = ucp_worker_arm(worker_);
+    if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
+    // An arm failure would make the fd useless; fall back to a slow poll.
+    const int timeout_ms = st == UCS_OK ? -1 : 1;
+    const int n =
+        ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      if (events[static_cast<std::size_t>(i)].data.fd == wake_fd_) {
+        std::uint64_t count = 0;
+        [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &count, sizeof(count));
+      }
+    }
+  }
+}
+
+void UcxEngine::stop_progress_thread() {
+  if (progress_thread_.joinable()) {
+    stop_.store(true, std::memory_order_release);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof(one));
+    progress_thread_.join();
+  }
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  epoll_fd_ = wake_fd_ = -1;
+}
+
+void UcxEngine::progress() {
+  if (progress_thread_.joinable() || worker_ == nullptr) return;
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Peers
+// ---------------------------------------------------------------------------
+
+Status UcxEngine::connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
+                          PeerHandle* out) {
+  ucx::Blob b;
+  if (!ucx::decode_blob(blob, &b)) {
+    log().warn("kvxfer UCX {}: peer {} sent a malformed engine blob ({} bytes)", agent_name_,
+               remote.agent_name, blob.size());
+    return Status::kInvalidParam;
+  }
+  if (remote.num_blocks == 0 || remote.block_len == 0 ||
+      remote.num_blocks > std::numeric_limits<std::uint64_t>::max() / remote.block_len ||
+      remote.base_addr >
+          std::numeric_limits<std::uint64_t>::max() - remote.num_blocks * remote.block_len) {
+    log().warn("kvxfer UCX {}: peer {} has an impossible region", agent_name_, remote.agent_name);
+    return Status::kInvalidParam;
+  }
+  auto peer = std::make_shared<Peer>();
+  peer->agent_name = remote.agent_name;
+  peer->remote_base = remote.base_addr;
+  peer->remote_block_len = remote.block_len;
+  peer->pid = static_cast<pid_t>(remote.pid);
+  peer->cookie_addr = b.cookie_addr;
+  peer->cookie_epoch = b.cookie_epoch;
+
+  const bool same_host = !boot_id_.empty() && remote.boot_id == boot_id_ && remote.pid != 0 &&
+                         pidns_.ino != 0 && b.pidns_dev == pidns_.dev && b.pidns_ino == pidns_.ino;
+  bool connected = false;
+  if (same_host && accepts_cma_ && (b.flags & ucx::kBlobAcceptsCma) != 0) {
+    const Status st = connect_cma(*peer);
+    if (st == Status::kSuccess) {
+      start_copiers();
+      connected = true;
+    } else if (st == Status::kRemoteDisconnect) {
+      return st;
+    }
+    // Anything else (no ptrace permission, seccomp): UCX may still reach it.
+  }
+  if (!connected) {
+    if (const Status st = connect_ucx(*peer, b); st != Status::kSuccess) return st;
+  }
+  const auto handle = reinterpret_cast<PeerHandle>(peer.get());
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_.emplace(handle, std::move(peer));
+  }
+  *out = handle;
+  return Status::kSuccess;
+}
+
+Status UcxEngine::connect_cma(Peer& peer) {
+  int err = 0;
+  const Status st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+  if (st == Status::kSuccess) {
+    peer.lane = Lane::kCma;
+    log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing with process_vm_writev",
+               agent_name_, peer.agent_name, peer.pid);
+  } else if (st == Status::kRemoteDisconnect) {
+    log().warn("kvxfer UCX {}: peer {} (pid {}) is gone: {}", agent_name_, peer.agent_name,
+               peer.pid, err != 0 ? std::strerror(err) : "its engine's cookie does not match");
+  } else {
+    log().info(
+        "kvxfer UCX {}: peer {} (pid {}) is on this host but process_vm_readv fails ({}); "
+        "using a UCX endpoint",
+        agent_name_, peer.agent_name, peer.pid, std::strerror(err));
+  }
+  return st;
+}
+
+Status UcxEngine::connect_ucx(Peer& peer, const ucx::Blob& blob) {
+  if (blob.worker_address.empty() || blob.rkey.empty()) {
+    log().warn("kvxfer UCX {}: peer {} sent no worker address or rkey", agent_name_,
+               peer.agent_name);
+    return Status::kInvalidParam;
+  }
+  peer.lane = Lane::kUcx;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(blob.worker_address.data());
+  // PEER mode: a failed peer completes our requests with an error and calls
+  // on_ep_error, instead of leaving them pending forever.
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &UcxEngine::on_ep_error;
+  params.err_handler.arg = &peer;
+  ucs_status_t st = ucp_ep_create(worker_, &params, &peer.ep);
+  if (st != UCS_OK) {
+    peer.ep = nullptr;
+    log().warn(
+        "kvxfer UCX {}: cannot create an endpoint to peer {}: {} (a transport with peer-failure "
+        "support, e.g. tcp, must reach it; shared memory serves same-host peers only through "
+        "process_vm_writev)",
+        agent_name_, peer.agent_name, ucs_status_string(st));
+    return st == UCS_ERR_UNREACHABLE ? Status::kNotSupported : Status::kBackend;
+  }
+  st = ucp_ep_rkey_unpack(peer.ep, blob.rkey.data(), &peer.rkey);
+  if (st != UCS_OK) {
+    peer.rkey = nullptr;
+    log().warn("kvxfer UCX {}: cannot unpack the rkey of peer {}: {}", agent_name_, peer.agent_name,
+               ucs_status_string(st));
+    [[maybe_unused]] const Status closed = close_endpoint(peer);
+    return Status::kInvalidParam;
+  }
+  live_rkeys_.fetch_add(1, std::memory_order_relaxed);
+  return Status::kSuccess;
+}
+
+void UcxEngine::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(arg);
+  int expected = UCS_OK;
+  peer->failure.compare_exchange_strong(expected, status, std::memory_order_acq_rel);
+  log().warn("kvxfer UCX: endpoint to peer {} failed: {}", peer->agent_name,
+             ucs_status_string(status));
+}
+
+Status UcxEngine::close_endpoint(Peer& peer) {
+  if (peer.ep == nullptr) return Status::kSuccess;
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_EP_CLOSE_FLAG_FORCE;  // completes its requests with UCS_ERR_CANCELED
+  ucs_status_ptr_t request = ucp_ep_close_nbx(peer.ep, &params);
+  peer.ep = nullptr;
+  ucs_status_t st = UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) {
+    st = UCS_PTR_STATUS(request);
+  } else if (request != nullptr) {
+    live_requests_.fetch_add(1, std::memory_order_relaxed);
+    const auto deadline = Clock::now() + kDrainTimeout;
+    while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS && Clock::now() < deadline) {
+      ucp_worker_progress(worker_);
+    }
+    // Freed even if still in progress: UCX then releases it on completion.
+    ucp_request_free(request);
+    live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (st != UCS_OK) {
+    log().error("kvxfer UCX {}: closing the endpoint to peer {} failed: {}", agent_name_,
+                peer.agent_name, ucs_status_string(st));
+    return Status::kBackend;
+  }
+  return Status::kSuccess;
+}
+
+Status UcxEngine::disconnect(PeerHandle handle) {
+  std::shared_ptr<Peer> peer;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(handle);
+    if (it == peers_.end()) return Status::kNotFound;
+    peer = std::move(it->second);
+    peers_.erase(it);
+  }
+  if (peer->lane == Lane::kCma) {
+    // Queued copies are cancelled when a copier picks them up; a running one
+    // finishes. Either way none is left once this returns.
+    std::unique_lock lock(copy_mu_);
+    peer->disconnected = true;
+    copy_done_cv_.wait(lock, [&] { return peer->copies == 0; });
+    return Status::kSuccess;
+  }
+  // The endpoint goes first: the forced close cancels every request still
+  // using the rkey, after which the rkey can go. Both are attempted.
+  const Status closed = close_endpoint(*peer);
+  if (peer->rkey != nullptr) {
+    ucp_rkey_destroy(peer->rkey);  // cannot fail
+    peer->rkey = nullptr;
+    live_rkeys_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return closed;
+}
+
+// ---------------------------------------------------------------------------
+// Transfers
+// ---------------------------------------------------------------------------
+
+UcxEngine::Xfer* UcxEngine::acquire_xfer() {
+  std::lock_guard lock(pool_mu_);
+  if (free_xfers_.empty()) {
+    Xfer& x = xfers_.emplace_back();
+    x.engine = this;
+    return &x;
+  }
+  Xfer* x = free_xfers_.back();
+  free_xfers_.pop_back();
+  return x;
+}
+
+void UcxEngine::unref(Xfer* xfer) {
+  if (xfer->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  xfer->peer.reset();
+  std::lock_guard lock(pool_mu_);
+  free_xfers_.push_back(xfer);
+}
+
+void UcxEngine::on_flush(void* request, ucs_status_t status, void* user_data) {
+  auto* xfer = static_cast<Xfer*>(user_data);
+  UcxEngine* engine = xfer->engine;
+  xfer->result.store(status, std::memory_order_release);
+  ucp_request_free(request);
+  engine->live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  engine->unref(xfer);
+}
+
+Status UcxEngine::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
+                             std::span<const std::int64_t> remote, XferHandle* out) {
+  if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
+  std::shared_ptr<Peer> peer;
+  {
+    // The core only posts to peers it connected and has not disconnected, so
+    // this lookup exists to hand transfers a reference, not to validate.
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(handle);
+    if (it == peers_.end()) return Status::kNotFound;
+    peer = it->second;
+  }
+  if (peer->failed()) return Status::kRemoteDisconnect;
+
+  Xfer* xfer = acquire_xfer();
+  xfer->id = id;
+  xfer->held.store(true, std::memory_order_relaxed);
+  if (peer->lane == Lane::kCma) {
+    post_cma(peer, local, remote, xfer);
+  } else {
+    const Status st = post_ucx(peer, local, remote, xfer);
+    if (st != Status::kSuccess) {
+      xfer->held.store(false, std::memory_order_relaxed);  // post_ucx disposed of it
+      return st;
+    }
+  }
+  live_transfers_.fetch_add(1, std::memory_order_relaxed);
+  *out = reinterpret_cast<XferHandle>(xfer);
+  return Status::kSuccess;
+}
+
+void UcxEngine::post_cma(const std::shared_ptr<Peer>& peer, std::span<const std::int64_t> local,
+                         std::span<const std::int64_t> remote, Xfer* xfer) {
+  xfer->peer = peer;
+  xfer->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
+  xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the copier's
+  xfer->local_iov.clear();
+  xfer->remote_iov.clear();
+  auto* const base = static_cast<std::uint8_t*>(region_.base);
+  const std::uint64_t block_len = region_.block_len;
+  for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
+    const std::size_t len = count * block_len;
+    xfer->local_iov.push_back({base + static_cast<std::uint64_t>(l) * block_len, len});
+    xfer->remote_iov.push_back(
+        {reinterpret_cast<void*>(peer->remote_base +
+                                 static_cast<std::uint64_t>(r) * peer->remote_block_len),
+         len});
+    return true;
+  });
+  live_requests_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(copy_mu_);
+    ++peer->copies;
+    xfer->next_copy = nullptr;
+    (copy_tail_ != nullptr ? copy_tail_->next_copy : copy_head_) = xfer;
+    copy_tail_ = xfer;
+  }
+  copy_cv_.notify_one();
+}
+
+void UcxEngine::start_copiers() {
+  std::lock_guard lock(copy_mu_);
+  if (!copiers_.empty() || copiers_stop_) return;
+  for (int i = 0; i < num_copiers_; ++i) copiers_.emplace_back([this] { copier_loop(); });
+}
+
+void UcxEngine::stop_copiers() {
+  {
+    std::lock_guard lock(copy_mu_);
+    copiers_stop_ = true;
+  }
+  copy_cv_.notify_all();
+  for (auto& t : copiers_) t.join();
+  copiers_.clear();
+}
+
+void UcxEngine::copier_loop() {
+  std::unique_lock lock(copy_mu_);
+  for (;;) {
+    copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });
+    if (copy_head_ == nullptr) return;  // stopping, and nothing left to finish
+    Xfer* xfer = copy_head_;
+    copy_head_ = xfer->next_copy;
+    if (copy_head_ == nullptr) copy_tail_ = nullptr;
+    Peer& peer = *xfer->peer;
+    const bool cancelled = peer.disconnected || copiers_stop_;
+    lock.unlock();
+    const ucs_status_t result = cancelled ? UCS_ERR_CANCELED : run_copy(peer, *xfer);
+    xfer->result.store(result, std::memory_order_release);
+    live_requests_.fetch_sub(1, std::memory_order_relaxed);
+    lock.lock();
+    if (--peer.copies == 0) copy_done_cv_.notify_all();
+    lock.unlock();
+    unref(xfer);
+    lock.lock();
+  }
+}
+
+// The cookie is read before and after the copy: before, so a reused pid is
+// never written; after, so a peer that died or shut its engine down during
+// the copy does not count it as landed.
+ucs_status_t UcxEngine::run_copy(Peer& peer, Xfer& xfer) {
+  if (peer.failed()) return UCS_ERR_CONNECTION_RESET;
+  int err = 0;
+  Status st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+  ucs_status_t result = UCS_OK;
+  if (st == Status::kSuccess) {
+    const std::size_t n = xfer.local_iov.size();
+    for (std::size_t i = 0; i < n && result == UCS_OK; i += kMaxIov) {
+      const std::size_t k = std::min(kMaxIov, n - i);
+      result = cma_write(peer, {xfer.local_iov.data() + i, k}, {xfer.remote_iov.data() + i, k});
+    }
+    if (result == UCS_OK) st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+  }
+  if (st == Status::kRemoteDisconnect) result = UCS_ERR_CONNECTION_RESET;
+  if (st == Status::kNotAllowed || st == Status::kBackend) {
+    log().warn("kvxfer UCX {}: process_vm_readv from peer {} (pid {}) failed: {}", agent_name_,
+               peer.agent_name, peer.pid, std::strerror(err));
+    result = UCS_ERR_IO_ERROR;
+  }
+  if (is_disconnect(result)) {
+    int expected = UCS_OK;
+    if (peer.failure.compare_exchange_strong(expected, result)) {
+      log().warn("kvxfer UCX {}: peer {} (pid {}) is gone", agent_name_, peer.agent_name, peer.pid);
+    }
+  }
+  return result;
+}
+
+ucs_status_t UcxEngine::cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote) {
+  // Runs have equal lengths on both sides, so a short write advances both
+  // lists by the same bytes.
+  std::size_t i = 0;
+  while (i < local.size()) {
+    const ssize_t n = ::process_vm_writev(peer.pid, &local[i], local.size() - i, &remote[i],
+                                          remote.size() - i, 0);
+    if (n < 0) {
+      const int err = errno;
+      if (err == ESRCH) return UCS_ERR_CONNECTION_RESET;
+      if (err == EFAULT) {
+        // Our pool is mapped, so the fault is on the peer's side: gone or
+        // shut down unless its cookie still reads back.
+        int cookie_err = 0;
+        if (read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &cookie_err) !=
+            Status::kSuccess) {
+          return UCS_ERR_CONNECTION_RESET;
+        }
+      }
+      log().warn("kvxfer UCX {}: process_vm_writev to peer {} failed: {}", agent_name_,
+                 peer.agent_name, std::strerror(err));
+      return UCS_ERR_IO_ERROR;
+    }
+    if (n == 0) return UCS_ERR_IO_ERROR;
+    auto left = static_cast<std::size_t>(n);
+    while (i < local.size() && left >= local[i].iov_len) {
+      left -= local[i].iov_len;
+      ++i;
+    }
+    if (left > 0) {
+      local[i].iov_base = static_cast<std::uint8_t*>(local[i].iov_base) + left;
+      local[i].iov_len -= left;
+      remote[i].iov_base = static_cast<std::uint8_t*>(remote[i].iov_base) + left;
+      remote[i].iov_len -= left;
+    }
+  }
+  return UCS_OK;
+}
+
+Status UcxEngine::post_ucx(const std::shared_ptr<Peer>& peer, std::span<const std::int64_t> local,
+                           std::span<const std::int64_t> remote, Xfer* xfer) {
+  Peer& p = *peer;
+  xfer->peer = peer;
+  xfer->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
+
+  // Puts carry no callback and their requests are freed at once: only the
+  // flush is tracked, and its completion covers every put before it.
+  ucp_request_param_t put{};
+  put.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_MULTI_SEND;
+  put.memh = memh_;
+  auto* const base = static_cast<std::uint8_t*>(region_.base);
+  const std::uint64_t block_len = region_.block_len;
+  ucs_status_t put_status = UCS_OK;
+  bool any_posted = false;
+  for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
+    ucs_status_ptr_t request = ucp_put_nbx(
+        p.ep, base + static_cast<std::uint64_t>(l) * block_len, count * block_len,
+        p.remote_base + static_cast<std::uint64_t>(r) * p.remote_block_len, p.rkey, &put);
+    if (UCS_PTR_IS_ERR(request)) {
+      put_status = UCS_PTR_STATUS(request);
+      return false;
+    }
+    if (request != nullptr) ucp_request_free(request);
+    any_posted = true;
+    return true;
+  });
+
+  if (put_status != UCS_OK) {
+    log().warn("kvxfer UCX {}: put to peer {} failed: {}", agent_name_, p.agent_name,
+               ucs_status_string(put_status));
+    if (is_disconnect(put_status)) {
+      int expected = UCS_OK;
+      p.failure.compare_exchange_strong(expected, put_status);
+    }
+    // Puts already posted keep going; a flush owned by UCX alone accounts
+    // for them (as a request) and returns the handle when they are done.
+    xfer->refs.store(1, std::memory_order_relaxed);
+    ucs_status_t immediate = UCS_OK;
+    if (!any_posted || !flush(p, xfer, &immediate)) unref(xfer);
+    return map_post_error(put_status);
+  }
+
+  xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the flush's
+  ucs_status_t immediate = UCS_OK;
+  if (flush(p, xfer, &immediate)) return Status::kSuccess;
+  if (immediate == UCS_OK) {
+    xfer->result.store(UCS_OK, std::memory_order_relaxed);
+    xfer->refs.store(1, std::memory_order_relaxed);
+    return Status::kSuccess;
+  }
+  log().warn("kvxfer UCX {}: flush to peer {} failed: {}", agent_name_, p.agent_name,
+             ucs_status_string(immediate));
+  if (is_disconnect(immediate)) {
+    int expected = UCS_OK;
+    p.failure.compare_exchange_strong(expected, immediate);
+  }
+  xfer->refs.store(1, std::memory_order_relaxed);
+  unref(xfer);
+  return map_post_error(immediate);
+}
+
+// Posts a flush whose completion calls on_flush(xfer). True when it is
+// pending (on_flush will run); false when it completed at once, with the
+// status in *immediate.
+bool UcxEngine::flush(Peer& peer, Xfer* xfer, ucs_status_t* immediate) {
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  params.cb.send = &UcxEngine::on_flush;
+  params.user_data = xfer;
+  live_requests_.fetch_add(1, std::memory_order_relaxed);
+  ucs_status_ptr_t request = ucp_ep_flush_nbx(peer.ep, &params);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) return true;
+  live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  *immediate = UCS_PTR_STATUS(request);
+  return false;
+}
+
+Status UcxEngine::check(XferHandle handle, Status* state) {
+  auto* xfer = reinterpret_cast<Xfer*>(handle);
+  if (xfer == nullptr || !xfer->held.load(std::memory_order_relaxed)) return Status::kInvalidParam;
+  const auto result = static_cast<ucs_status_t>(xfer->result.load(std::memory_order_acquire));
+  if (result == UCS_OK) {
+    *state = Status::kSuccess;
+    return Status::kSuccess;
+  }
+  // A peer whose endpoint failed, or that is gone, can no longer take the
+  // bytes: report that as the check error, which is terminal for the core.
+  const bool peer_failed = xfer->peer != nullptr && xfer->peer->failed();
+  if (result == UCS_INPROGRESS) {
+    if (peer_failed) return Status::kRemoteDisconnect;
+    *state = Status::kInProgress;
+    return Status::kSuccess;
+  }
+  if (peer_failed || is_disconnect(result)) return Status::kRemoteDisconnect;
+  *state = result == UCS_ERR_CANCELED ? Status::kCanceled : Status::kBackend;
+  return Status::kSuccess;
+}
+
+Status UcxEngine::release(XferHandle handle) {
+  auto* xfer = reinterpret_cast<Xfer*>(handle);
+  if (xfer == nullptr || !xfer->held.exchange(false, std::memory_order_relaxed)) {
+    return Status::kInvalidParam;
+  }
+  live_transfers_.fetch_sub(1, std::memory_order_relaxed);
+  // A flush still pending keeps its reference: on_flush returns the handle.
+  unref(xfer);
+  return Status::kSuccess;
+}
+
+HandleCounts UcxEngine::live() const {
+  HandleCounts counts;
+  counts.memory_registrations = memh_ != nullptr ? 1 : 0;
+  {
+    std::lock_guard lock(peers_mu_);
+    counts.peers = peers_.size();
+  }
+  counts.remote_keys = live_rkeys_.load(std::memory_order_relaxed);
+  counts.transfers = live_transfers_.load(std::memory_order_relaxed);
+  counts.requests = live_requests_.load(std::memory_order_relaxed);
+  return counts;
+}
+
+void UcxEngine::drain_requests(const char* why) {
+  const auto deadline = Clock::now() + kDrainTimeout;
+  while (live_requests_.load(std::memory_order_relaxed) > 0 && Clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+  }
+  if (const auto left = live_requests_.load(std::memory_order_relaxed); left > 0) {
+    log().warn(
+        "kvxfer UCX {}: {} request(s) still pending {}; the worker's destruction cancels "
+        "them",
+        agent_name_, left, why);
+  }
+}
+
+void UcxEngine::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  stop_progress_thread();
+  std::vector<PeerHandle> leftover;
+  {
+    std::lock_guard lock(peers_mu_);
+    for (const auto& [handle, peer] : peers_) leftover.push_back(handle);
+  }
+  if (!leftover.empty()) {
+    log().warn("kvxfer UCX {}: shutdown with {} peer(s) still connected", agent_name_,
+               leftover.size());
+  }
+  for (const PeerHandle handle : leftover) {
+    [[maybe_unused]] const Status st = disconnect(handle);
+  }
+  stop_copiers();
+  if (worker_ != nullptr) drain_requests("at shutdown");
+  teardown_ucx();
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_ucx_engine(const EngineConfig& config) {
+  return std::make_unique<UcxEngine>(config);
+}
+
+}  // namespace kvxfer::internal

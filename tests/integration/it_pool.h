@@ -1,0 +1,141 @@
+// The byte pattern both sides of the multi-process UCX tests agree on, and the
+// mmap'd pool they register.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvxfer::it {
+
+// The content block `index` holds in generation `gen`: never all zero, and
+// different for every (gen, index, word).
+inline std::uint64_t pattern_word(std::uint64_t gen, std::uint64_t index, std::uint64_t word) {
+  std::uint64_t x = gen * 0x9e3779b97f4a7c15ULL ^ index * 0xbf58476d1ce4e5b9ULL ^ word;
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x | 1;
+}
+
+inline void fill_block(std::uint8_t* block, std::uint64_t block_len, std::uint64_t gen,
+                       std::uint64_t index) {
+  for (std::uint64_t w = 0; w * 8 < block_len; ++w) {
+    const std::uint64_t v = pattern_word(gen, index, w);
+    std::memcpy(block + w * 8, &v, std::min<std::uint64_t>(8, block_len - w * 8));
+  }
+}
+
+// Reads of bytes a one-sided WRITE put there. The WRITE is ordered before the
+// read only through the initiator (a socket, another process, a pipe), which
+// ThreadSanitizer cannot see, so these reads are not instrumented (and stay
+// clear of the memcmp interceptor).
+#if defined(__SANITIZE_THREAD__)
+#define KVXFER_IT_NO_TSAN __attribute__((no_sanitize_thread, noinline))
+#else
+#define KVXFER_IT_NO_TSAN
+#endif
+
+KVXFER_IT_NO_TSAN inline bool bytes_equal(const std::uint8_t* a, const std::uint8_t* b,
+                                          std::uint64_t len) {
+  for (std::uint64_t i = 0; i < len; ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+// Offset of the first byte of `block` that differs from the pattern, or -1.
+KVXFER_IT_NO_TSAN inline std::int64_t first_mismatch(const std::uint8_t* block,
+                                                     std::uint64_t block_len, std::uint64_t gen,
+                                                     std::uint64_t index) {
+  for (std::uint64_t w = 0; w * 8 < block_len; ++w) {
+    const std::uint64_t v = pattern_word(gen, index, w);
+    const std::uint64_t n = std::min<std::uint64_t>(8, block_len - w * 8);
+    for (std::uint64_t b = 0; b < n; ++b) {
+      if (block[w * 8 + b] != static_cast<std::uint8_t>(v >> (8 * b))) {
+        return static_cast<std::int64_t>(w * 8);
+      }
+    }
+  }
+  return -1;
+}
+
+// Page-aligned, zeroed, every page touched; unmapped on destruction.
+class MappedPool {
+ public:
+  MappedPool(std::uint64_t num_blocks, std::uint64_t block_len)
+      : num_blocks_(num_blocks), block_len_(block_len), len_(num_blocks * block_len) {
+    void* p = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap of the pool failed");
+    base_ = static_cast<std::uint8_t*>(p);
+    std::memset(base_, 0, len_);
+  }
+  ~MappedPool() { ::munmap(base_, len_); }
+  MappedPool(const MappedPool&) = delete;
+  MappedPool& operator=(const MappedPool&) = delete;
+
+  [[nodiscard]] std::uint8_t* block(std::uint64_t index) const {
+    return base_ + index * block_len_;
+  }
+  [[nodiscard]] std::uint8_t* base() const { return base_; }
+  [[nodiscard]] std::uint64_t num_blocks() const { return num_blocks_; }
+  [[nodiscard]] std::uint64_t block_len() const { return block_len_; }
+  [[nodiscard]] std::uint64_t len() const { return len_; }
+
+  void fill_generation(std::uint64_t gen) {
+    for (std::uint64_t i = 0; i < num_blocks_; ++i) fill_block(block(i), block_len_, gen, i);
+  }
+
+ private:
+  std::uint64_t num_blocks_;
+  std::uint64_t block_len_;
+  std::uint64_t len_;
+  std::uint8_t* base_ = nullptr;
+};
+
+inline std::string to_hex(const std::vector<std::uint8_t>& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const std::uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+inline std::vector<std::uint8_t> from_hex(const std::string& hex) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::invalid_argument("bad hex digit");
+  };
+  if (hex.size() % 2 != 0) throw std::invalid_argument("odd hex length");
+  std::vector<std::uint8_t> out(hex.size() / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<std::uint8_t>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
+  }
+  return out;
+}
+
+// `count` distinct indices in [0, n), in random order: no two neighbours
+// are adjacent blocks except by chance.
+inline std::vector<std::int64_t> random_sample(std::mt19937_64& rng, std::uint64_t n,
+                                               std::size_t count) {
+  std::vector<std::int64_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(count);
+  return all;
+}
+
+}  // namespace kvxfer::it
