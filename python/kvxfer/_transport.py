@@ -36,6 +36,7 @@ _kvxfer._set_poll_result(PollResult, _EMPTY_POLL_RESULT)
 _OPTION_DEFAULTS: dict[str, Any] = {
     "progress_thread": True,
     "strike_limit": 3,
+    "stall_timeout": 30.0,
     "engine_config": None,
 }
 
@@ -112,7 +113,9 @@ class Transport(_kvxfer.Transport):
 
     Options: ``progress_thread`` (UCX progress thread, default True),
     ``strike_limit`` (consecutive transfer failures that fault a peer,
-    default 3) and ``engine_config`` (engine settings, e.g.
+    default 3), ``stall_timeout`` (seconds a transfer may stay in progress
+    before its peer is faulted as stalled, default 30.0, 0 disables) and
+    ``engine_config`` (engine settings, e.g.
     ``{"TLS": "sm,self"}`` for UCX).
     """
 
@@ -140,6 +143,7 @@ class Transport(_kvxfer.Transport):
             num_threads=num_threads,
             progress_thread=bool(opts["progress_thread"]),
             strike_limit=opts["strike_limit"],
+            stall_timeout=float(opts["stall_timeout"]),
             engine_config=_string_map("engine_config", opts["engine_config"]),
         )
         self._waiter: Optional[_RegistrationWaiter] = None

@@ -191,7 +191,8 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(py::init([](std::string agent_name, py::handle view,
                        std::map<std::string, std::string> config_fields,
                        std::vector<std::string> backends, int num_threads, bool progress_thread,
-                       int strike_limit, std::map<std::string, std::string> engine_config) {
+                       int strike_limit, double stall_timeout,
+                       std::map<std::string, std::string> engine_config) {
              sync_log_level();
              Options options;
              options.config_fields = std::move(config_fields);
@@ -199,12 +200,17 @@ PYBIND11_MODULE(_kvxfer, m) {
              options.num_threads = num_threads;
              options.progress_thread = progress_thread;
              options.strike_limit = strike_limit;
+             if (!(stall_timeout >= 0.0)) {
+               throw py::value_error("stall_timeout must be >= 0 seconds (0 disables it)");
+             }
+             options.stall_timeout = std::chrono::milliseconds(
+                 static_cast<std::int64_t>(stall_timeout * 1000.0 + 0.5));
              options.engine_config = std::move(engine_config);
              return std::make_unique<PyTransport>(std::move(agent_name), view, std::move(options));
            }),
            py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_fields"),
            py::arg("backends"), py::arg("num_threads"), py::arg("progress_thread"),
-           py::arg("strike_limit"), py::arg("engine_config"))
+           py::arg("strike_limit"), py::arg("stall_timeout"), py::arg("engine_config"))
       .def_property_readonly("available",
                              [](PyTransport& self) {
                                py::gil_scoped_release nogil;

@@ -285,6 +285,24 @@ def test_strike_limit_is_an_option(make_agent):
     assert a.poll("b").peer_fault.startswith("1 consecutive transfer failures")
 
 
+def test_stall_timeout_faults_a_peer_whose_transfer_stays_in_progress(make_agent):
+    a, b = make_agent(stall_timeout=0.05), make_agent()
+    connect(a, b, "b")
+    a.fault_plan.hold_next()
+    tid = a.write_blocks("b", [0], [0])
+    time.sleep(0.1)
+    result = a.poll("b")
+    assert result.done == () and result.failed == ()
+    assert result.peer_fault.startswith("STALLED")
+    a.fault_plan.land(tid)
+    assert a.poll("b").done == (tid,)
+
+
+def test_negative_stall_timeout_is_refused(make_agent):
+    with pytest.raises(ValueError, match="stall_timeout"):
+        make_agent(stall_timeout=-1)
+
+
 # --- async registration ------------------------------------------------------------
 
 
