@@ -1,31 +1,28 @@
-// The kvxfer command: demo, info, and the target side of multi-process runs.
+// The kvxfer command: bench, demo, info, and the target side of
+// multi-process runs.
+#include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
+#include "bench.h"
+#include "bench_config.h"
 #include "kvxfer/transport.h"
+#include "machine.h"
 #include "pattern.h"
 #include "pool.h"
 #include "target_process.h"
 
 namespace kvxfer::tools {
-
-// "sm" is shorthand for UCX_TLS=sm,self; "" keeps UCX's own choice.
-std::map<std::string, std::string> engine_config_for(const std::string& tls) {
-  if (tls.empty()) return {};
-  if (tls == "sm") return {{"TLS", "sm,self"}};
-  return {{"TLS", tls}};
-}
-
 namespace {
 
 struct DemoArgs {
@@ -35,7 +32,7 @@ struct DemoArgs {
   std::uint64_t batch = 64;
   int depth = 4;
   std::uint64_t seed = 0;
-  std::string tls = "sm,self";
+  std::string tls = "sm";
 };
 
 // Spawns a target, writes `blocks` random blocks into it (each remote block
@@ -50,27 +47,24 @@ int run_demo(const DemoArgs& a) {
   }
   const std::uint64_t batch = std::min(a.batch, a.blocks);
   const std::uint64_t seed = a.seed != 0 ? a.seed : std::random_device{}();
-  const auto engine_config = engine_config_for(a.tls);
 
-  std::vector<std::string> target_args{"target", "--pool", std::to_string(a.pool_bytes),
-                                       "--block-len", std::to_string(a.block_len)};
-  if (!a.tls.empty()) {
-    target_args.push_back("--tls");
-    target_args.push_back(a.tls);
-  }
   fmt::print("kvxfer demo: target + initiator, {} MiB pools of {} blocks x {} bytes, UCX_TLS={}\n",
-             a.pool_bytes >> 20, num_blocks, a.block_len, a.tls.empty() ? "(default)" : a.tls);
-  TargetProcess target(target_args);
+             a.pool_bytes >> 20, num_blocks, a.block_len,
+             ucx_tls_for(a.tls).empty() ? "(default)" : ucx_tls_for(a.tls));
+  auto target =
+      TargetProcess::spawn({"target", "--tls", a.tls, "--region", std::to_string(a.pool_bytes)});
+  const std::string fingerprint = config_fingerprint(bench_config_fields(a.tls));
+  const TargetGeometry& g = target->open(a.block_len, a.pool_bytes, fingerprint);
 
   Pool pool(a.pool_bytes);
   for (std::uint64_t i = 0; i < num_blocks; ++i) {
     fill_block(pool.data() + i * a.block_len, a.block_len, seed, i);
   }
   Options options;
-  options.engine_config = engine_config;
+  options.config_fields = bench_config_fields(a.tls);
+  options.engine_config = engine_config_for(a.tls);
   Transport transport(fmt::format("initiator-{}", ::getpid()),
                       Region{pool.data(), num_blocks, a.block_len}, options);
-  const auto& g = target.geometry();
   transport.add_remote_peer("target", g.metadata, g.base, g.num_blocks, g.block_len);
 
   std::mt19937_64 rng(seed);
@@ -106,7 +100,7 @@ int run_demo(const DemoArgs& a) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto [good, bad] = target.verify(seed, written);
+  const auto [good, bad] = target->verify(seed, written);
   const double bytes = static_cast<double>(a.blocks * a.block_len);
   fmt::print("blocks     {}\n", a.blocks);
   fmt::print("bytes      {}\n", a.blocks * a.block_len);
@@ -120,8 +114,30 @@ int run_demo(const DemoArgs& a) {
   const Stats s = transport.stats();
   const bool clean = s.live == HandleCounts{};
   fmt::print("closed     live handles after close: {}\n", clean ? "0" : "LEAKED");
-  const int target_status = target.quit();
+  target->close_region();
+  const int target_status = target->quit();
   return bad == 0 && failed == 0 && good == a.blocks && clean && target_status == 0 ? 0 : 1;
+}
+
+// --ucx KEY=VALUE (with or without the UCX_ prefix) becomes UCX_KEY=VALUE in
+// our environment, before any UCX context exists: transport knobs (e.g.
+// TCP_TX_SEG_SIZE) are not UCP context settings, so Options::engine_config
+// cannot carry them, and the environment also reaches a spawned target and
+// ucx_perftest.
+std::map<std::string, std::string> apply_ucx_knobs(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> knobs;
+  for (const auto& item : items) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw CLI::ValidationError("--ucx", "expected KEY=VALUE, got '" + item + "'");
+    }
+    std::string key = item.substr(0, eq);
+    if (key.rfind("UCX_", 0) == 0) key.erase(0, 4);
+    if (key == "TLS") throw CLI::ValidationError("--ucx", "set the transports with --tls");
+    knobs[key] = item.substr(eq + 1);
+    ::setenv(("UCX_" + key).c_str(), knobs[key].c_str(), 1);
+  }
+  return knobs;
 }
 
 }  // namespace
@@ -129,11 +145,85 @@ int run_demo(const DemoArgs& a) {
 
 int main(int argc, char** argv) {
   using namespace kvxfer::tools;
+  // A peer that goes away is an error to report, not a signal that kills us.
+  ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"kvxfer: one-sided WRITEs of KV-cache blocks between processes"};
   app.require_subcommand(1);
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 "library log level (trace, debug, info, warn, error, off); default warn")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "err", "error", "critical", "off"}));
 
+  // --- bench ---
+  BenchArgs bench;
+  std::string role = "initiator";
+  std::string listen;
+  int sessions = 0;
+  std::vector<std::string> ucx_knobs;
+  bool no_progress_thread = false;
+  bool no_perftest = false;
+  auto* bench_cmd = app.add_subcommand(
+      "bench", "measure the reference workloads against memcpy and ucx_perftest");
+  bench_cmd->add_option("--cases", bench.cases, "cases to run: big,layer,small,runs,reg")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(CLI::IsMember({"big", "layer", "small", "runs", "reg"}));
+  bench_cmd->add_option("--tls", bench.tls, "UCX transports: sm, tcp, or a UCX_TLS string")
+      ->capture_default_str();
+  bench_cmd->add_option("--block-len", bench.block_len, "block length for every case (e.g. 64K)")
+      ->transform(CLI::AsSizeValue(false));
+  bench_cmd->add_option("--batch", bench.batch, "blocks per write_blocks call");
+  bench_cmd->add_option("--depth", bench.depth, "writes kept in flight")
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--pattern", bench.pattern, "random | runs:K");
+  bench_cmd->add_option("--total", bench.total, "payload bytes per case (e.g. 8G)")
+      ->transform(CLI::AsSizeValue(false));
+  bench_cmd->add_option("--region", bench.region, "region size of each side")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  bench_cmd->add_option("--json", bench.json_path, "write every figure to FILE");
+  bench_cmd->add_option("--plot", bench.plot_path, "draw GB/s per case to FILE.png (gnuplot)");
+  bench_cmd->add_flag("--quiet,-q", bench.quiet, "no progress or status lines on stderr");
+  bench_cmd->add_option("--peer", bench.peer, "HOST:PORT of a target started with --role target");
+  bench_cmd->add_option("--role", role, "initiator (default) or target")
+      ->check(CLI::IsMember({"initiator", "target"}));
+  bench_cmd->add_option("--listen", listen, "HOST:PORT a target listens on (port 0: any)");
+  bench_cmd->add_option("--sessions", sessions,
+                        "target: serve N initiators, then exit (0: forever)");
+  bench_cmd
+      ->add_option("--ucx", ucx_knobs,
+                   "UCX knob KEY=VALUE, set as UCX_KEY in the environment of both sides "
+                   "and ucx_perftest (e.g. TCP_TX_SEG_SIZE=64K); repeatable")
+      ->allow_extra_args(false);
+  bench_cmd->add_flag("--no-progress-thread", no_progress_thread,
+                      "initiator: no UCX progress thread (it polls anyway)");
+  bench_cmd->add_option("--num-threads", bench.num_threads, "Options::num_threads of the initiator")
+      ->check(CLI::PositiveNumber);
+  std::string poll_wait = "spin";
+  bench_cmd
+      ->add_option("--poll-wait", poll_wait,
+                   "after an empty poll: spin, yield, or sleep:MICROSECONDS")
+      ->capture_default_str();
+  bench_cmd->add_flag("--no-perftest", no_perftest, "skip the ucx_perftest baseline");
+  bench_cmd
+      ->add_option("--perftest-timeout", bench.perftest_timeout_s,
+                   "seconds before a ucx_perftest pair is killed")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--verify-blocks", bench.verify_blocks,
+                   "blocks checked byte for byte per case, at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_cmd->add_option("--reg-reps", bench.reg_reps, "registrations timed by the reg case")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_cmd->add_option("--seed", bench.seed, "random seed (0: random)");
+
+  // --- demo ---
   DemoArgs demo;
-  auto* demo_cmd = app.add_subcommand("demo", "write random blocks into a target process and verify them");
+  auto* demo_cmd =
+      app.add_subcommand("demo", "write random blocks into a target process and verify them");
   demo_cmd->add_option("--pool", demo.pool_bytes, "pool size per side (e.g. 1G)")
       ->transform(CLI::AsSizeValue(false));
   demo_cmd->add_option("--block-len", demo.block_len, "block length (e.g. 64K)")
@@ -144,27 +234,51 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--seed", demo.seed, "random seed (0: random)");
   demo_cmd->add_option("--tls", demo.tls, "UCX_TLS for both sides: sm, tcp, or a UCX_TLS string");
 
-  std::uint64_t target_pool = 1ull << 30;
-  std::uint64_t target_block_len = 64 << 10;
-  std::string target_tls;
+  // --- target (internal: spawned by demo and bench, speaks on stdin/stdout) ---
+  TargetConfig target;
   auto* target_cmd = app.add_subcommand("target", "serve a pool to an initiator over stdin/stdout");
-  target_cmd->group("");  // internal: spawned by demo and bench
-  target_cmd->add_option("--pool", target_pool)->transform(CLI::AsSizeValue(false));
-  target_cmd->add_option("--block-len", target_block_len)->transform(CLI::AsSizeValue(false));
-  target_cmd->add_option("--tls", target_tls);
+  target_cmd->group("");
+  target_cmd->add_option("--tls", target.tls);
+  target_cmd->add_option("--region", target.max_region)->transform(CLI::AsSizeValue(false));
+  target_cmd->add_option("--block-len", target.block_len)->transform(CLI::AsSizeValue(false));
 
-  auto* info_cmd = app.add_subcommand("info", "print versions");
+  auto* info_cmd =
+      app.add_subcommand("info", "print the kvxfer and UCX versions and UCX transports");
 
   CLI11_PARSE(app, argc, argv);
+  // The library reads its log level when its logger is first made; a
+  // spawned target inherits it.
+  if (!log_level.empty()) ::setenv("KVXFER_LOG_LEVEL", log_level.c_str(), 1);
   try {
+    if (*bench_cmd) {
+      bench.ucx = apply_ucx_knobs(ucx_knobs);
+      bench.progress_thread = !no_progress_thread;
+      bench.perftest = !no_perftest;
+      if (poll_wait.rfind("sleep:", 0) == 0) {
+        bench.poll_wait = "sleep";
+        bench.poll_sleep_us = std::stoi(poll_wait.substr(6));
+      } else if (poll_wait == "spin" || poll_wait == "yield") {
+        bench.poll_wait = poll_wait;
+      } else {
+        throw CLI::ValidationError("--poll-wait", "spin, yield or sleep:MICROSECONDS");
+      }
+      if (role == "target") {
+        if (listen.empty()) throw CLI::ValidationError("--role target needs --listen HOST:PORT");
+        if (!bench.peer.empty()) throw CLI::ValidationError("--peer is for the initiator");
+        TargetConfig config;
+        config.tls = bench.tls;
+        config.max_region = bench.region;
+        config.block_len = bench.block_len.value_or(0);
+        return run_target_listener(HostPort::parse(listen), config, sessions);
+      }
+      if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
+      return run_bench(bench);
+    }
     if (*demo_cmd) return run_demo(demo);
     if (*target_cmd) {
-      return run_target(target_pool, target_block_len, engine_config_for(target_tls));
+      return run_target(target);
     }
-    if (*info_cmd) {
-      fmt::print("{}\n", kvxfer::version());
-      return 0;
-    }
+    if (*info_cmd) return run_info();
   } catch (const CLI::Error& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

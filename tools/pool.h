@@ -13,9 +13,11 @@ namespace kvxfer::tools {
 class Pool {
  public:
   explicit Pool(std::size_t bytes) : bytes_(bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                     -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("cannot map a pool of " + std::to_string(bytes) + " bytes");
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) {
+      throw std::runtime_error("cannot map a pool of " + std::to_string(bytes) + " bytes");
+    }
     data_ = static_cast<std::uint8_t*>(p);
   }
   ~Pool() { ::munmap(data_, bytes_); }

@@ -1,21 +1,181 @@
 #include "target_process.h"
 
-#include <signal.h>
-#include <sys/wait.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <charconv>
 #include <iostream>
-#include <sstream>
 #include <stdexcept>
 
-#include <fmt/format.h>
-
+#include "bench_config.h"
 #include "kvxfer/transport.h"
 #include "pattern.h"
 #include "pool.h"
+#include "subprocess.h"
 
 namespace kvxfer::tools {
+namespace {
+
+// HELLO to OPEN, on a fresh connection: a peer that says nothing is dropped.
+constexpr Millis kHandshakeTimeout{10'000};
+// READY (UCX start-up and touching a 1 GiB pool) and VERIFIED (checking up to
+// a few hundred MiB) come well within this.
+constexpr Millis kReplyTimeout{120'000};
+// Between commands, while the initiator measures. A spawned target also ends
+// when its parent does (EOF), so only a remote one relies on this.
+constexpr Millis kIdleTimeout{60 * 60 * 1000};
+constexpr Millis kWriteTimeout{30'000};
+// Longest "<remote> <local>" line of a VERIFY list.
+constexpr std::size_t kMaxPairLine = 64;
+
+std::string_view version_number() {
+  std::string_view v = kvxfer::version();  // "kvxfer X.Y.Z"
+  if (const auto space = v.rfind(' '); space != std::string_view::npos) v.remove_prefix(space + 1);
+  return v;
+}
+
+bool parse_i64(std::string_view text, std::int64_t* out) {
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc{} && ptr == text.data() + text.size();
+}
+
+// One initiator's session with this target.
+class TargetSession {
+ public:
+  TargetSession(LineChannel& channel, const TargetConfig& config, std::unique_ptr<Pool>& pool)
+      : channel_(channel),
+        config_(config),
+        fingerprint_(config_fingerprint(bench_config_fields(config.tls))),
+        pool_(pool) {}
+
+  // Returns 0 after QUIT or EOF; throws ChannelError on a broken session.
+  int serve() {
+    channel_.write_line(
+        fmt::format("HELLO kvxfer-target protocol={} version={}", kBenchProtocol, version_number()),
+        kWriteTimeout);
+    Millis timeout = kHandshakeTimeout;
+    for (;;) {
+      const std::string line = channel_.read_line(timeout);
+      timeout = kIdleTimeout;
+      const Message m = Message::parse(line);
+      if (m.word == "QUIT") return 0;
+      if (m.word == "OPEN") {
+        open(m);
+      } else if (m.word == "VERIFY") {
+        verify(m);
+      } else if (m.word == "CLOSE") {
+        transport_.reset();
+      } else {
+        const std::string word = m.word.substr(0, 32);
+        channel_.write_line("ERROR unknown command '" + word + "'", kWriteTimeout);
+        throw ChannelError(
+            fmt::format("{} sent an unknown command '{}'", channel_.peer_name(), word));
+      }
+    }
+  }
+
+ private:
+  void refuse(const std::string& why) {
+    std::cerr << "kvxfer target: refused " << channel_.peer_name() << ": " << why << '\n';
+    channel_.write_line("REFUSED " + why, kWriteTimeout);
+  }
+
+  void open(const Message& m) {
+    transport_.reset();
+    const std::uint64_t block_len = m.number("block_len");
+    const std::uint64_t region = m.number("region");
+    const std::string& fingerprint = m.text("fingerprint");
+    if (fingerprint != fingerprint_) {
+      refuse(fmt::format(
+          "config fingerprint {} differs from this target's {}: both ends must run the same bench "
+          "protocol ({}), block pattern ({}) and transports (this target runs --tls '{}')",
+          fingerprint.substr(0, 32), fingerprint_, kBenchProtocol, kPatternName, config_.tls));
+      return;
+    }
+    if (block_len == 0) {
+      refuse("block length 0: a block must hold at least one byte");
+      return;
+    }
+    if (config_.block_len != 0 && block_len != config_.block_len) {
+      refuse(fmt::format(
+          "block length {} differs from this target's {} (run the initiator with --block-len {}, "
+          "or start the target without --block-len)",
+          block_len, config_.block_len, config_.block_len));
+      return;
+    }
+    if (region < block_len || region > config_.max_region) {
+      refuse(
+          fmt::format("a region of {} bytes for blocks of {} is outside what this target serves "
+                      "(one block up to --region {} bytes)",
+                      region, block_len, config_.max_region));
+      return;
+    }
+    try {
+      if (pool_ == nullptr || pool_->size() != region) {
+        pool_.reset();
+        pool_ = std::make_unique<Pool>(region);
+      }
+      Options options;
+      options.config_fields = bench_config_fields(config_.tls);
+      options.engine_config = engine_config_for(config_.tls);
+      transport_ = std::make_unique<Transport>(
+          fmt::format("bench-target-{}-{}", ::getpid(), ++opens_),
+          Region{pool_->data(), region / block_len, block_len}, options);
+    } catch (const std::exception& e) {
+      refuse(fmt::format("cannot register a pool of {} bytes: {}", region, e.what()));
+      return;
+    }
+    channel_.write_line(
+        fmt::format("READY metadata={} base={} num_blocks={} block_len={} fingerprint={}",
+                    to_hex(transport_->agent_metadata()), transport_->base_addr(),
+                    transport_->num_blocks(), transport_->block_len(),
+                    transport_->config_fingerprint()),
+        kWriteTimeout);
+  }
+
+  void verify(const Message& m) {
+    const std::uint64_t seed = m.number("seed");
+    const std::uint64_t count = m.number("count");
+    if (count > kMaxVerifyPairs) {
+      channel_.write_line(
+          fmt::format("ERROR VERIFY of {} blocks is over the limit of {}", count, kMaxVerifyPairs),
+          kWriteTimeout);
+      throw ChannelError(fmt::format("{} asked to verify {} blocks", channel_.peer_name(), count));
+    }
+    std::uint64_t good = 0;
+    std::uint64_t bad = 0;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const std::string line = channel_.read_line(kReplyTimeout, kMaxPairLine);
+      const auto space = line.find(' ');
+      std::int64_t remote = -1;
+      std::int64_t local = -1;
+      if (space == std::string::npos ||
+          !parse_i64(std::string_view(line).substr(0, space), &remote) ||
+          !parse_i64(std::string_view(line).substr(space + 1), &local)) {
+        throw ChannelError(fmt::format("{} sent a bad VERIFY line", channel_.peer_name()));
+      }
+      const bool in_range = transport_ != nullptr && remote >= 0 && local >= 0 &&
+                            static_cast<std::uint64_t>(remote) < transport_->num_blocks();
+      const std::uint64_t len = in_range ? transport_->block_len() : 0;
+      if (in_range && block_matches(pool_->data() + static_cast<std::uint64_t>(remote) * len, len,
+                                    seed, static_cast<std::uint64_t>(local))) {
+        ++good;
+      } else {
+        ++bad;
+      }
+    }
+    channel_.write_line(fmt::format("VERIFIED good={} bad={}", good, bad), kWriteTimeout);
+  }
+
+  LineChannel& channel_;
+  const TargetConfig& config_;
+  const std::string fingerprint_;
+  std::unique_ptr<Pool>& pool_;  // kept across sessions: touching 1 GiB costs ~0.3 s
+  std::unique_ptr<Transport> transport_;
+  int opens_ = 0;
+};
+
+}  // namespace
 
 std::string to_hex(const std::vector<std::uint8_t>& bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -42,122 +202,146 @@ std::vector<std::uint8_t> from_hex(const std::string& hex) {
   return out;
 }
 
-TargetProcess::TargetProcess(const std::vector<std::string>& args) {
-  int to_child[2];
-  int from_child[2];
-  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) throw std::runtime_error("pipe failed");
-  pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    ::dup2(to_child[0], STDIN_FILENO);
-    ::dup2(from_child[1], STDOUT_FILENO);
-    ::close(to_child[0]);
-    ::close(to_child[1]);
-    ::close(from_child[0]);
-    ::close(from_child[1]);
-    std::vector<char*> argv;
-    std::string self = "/proc/self/exe";
-    argv.push_back(self.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
-    std::_Exit(127);
-  }
-  ::close(to_child[0]);
-  ::close(from_child[1]);
-  to_ = ::fdopen(to_child[1], "w");
-  from_ = ::fdopen(from_child[0], "r");
-  const std::string line = read_line();
-  std::istringstream in(line);
-  std::string word;
-  std::string hex;
-  in >> word >> hex >> geometry_.base >> geometry_.num_blocks >> geometry_.block_len;
-  if (word != "READY" || !in) {
-    throw std::runtime_error("target did not start: '" + line + "'");
-  }
-  geometry_.metadata = from_hex(hex);
+// --- the initiator's end ---------------------------------------------------
+
+TargetProcess::TargetProcess(std::unique_ptr<Subprocess> child,
+                             std::unique_ptr<LineChannel> channel)
+    : child_(std::move(child)), channel_(std::move(channel)) {}
+
+TargetProcess::~TargetProcess() = default;  // a child still running is killed
+
+std::unique_ptr<TargetProcess> TargetProcess::spawn(const std::vector<std::string>& args) {
+  SpawnOptions options;
+  options.argv = {"/proc/self/exe"};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.pipe_stdin = true;
+  options.pipe_stdout = true;
+  auto child = std::make_unique<Subprocess>(options);
+  const int to = child->take_stdin();
+  const int from = child->take_stdout();
+  auto channel =
+      std::make_unique<LineChannel>(from, to, fmt::format("target (pid {})", child->pid()));
+  std::unique_ptr<TargetProcess> target(new TargetProcess(std::move(child), std::move(channel)));
+  target->read_hello();
+  return target;
 }
 
-TargetProcess::~TargetProcess() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  if (to_ != nullptr) std::fclose(to_);
-  if (from_ != nullptr) std::fclose(from_);
+std::unique_ptr<TargetProcess> TargetProcess::connect(const HostPort& where) {
+  const int fd = tcp_connect(where, kHandshakeTimeout);
+  auto channel = std::make_unique<LineChannel>(fd, fd, "target at " + where.str());
+  std::unique_ptr<TargetProcess> target(new TargetProcess(nullptr, std::move(channel)));
+  target->read_hello();
+  return target;
 }
 
-std::string TargetProcess::read_line() {
-  std::string line;
-  int c = 0;
-  while ((c = std::fgetc(from_)) != EOF && c != '\n') line.push_back(static_cast<char>(c));
-  if (c == EOF && line.empty()) throw std::runtime_error("target process exited unexpectedly");
-  return line;
+void TargetProcess::read_hello() {
+  const Message m = Message::parse(channel_->read_line(kReplyTimeout));
+  if (m.word != "HELLO" || m.rest.rfind("kvxfer-target ", 0) != 0) {
+    throw ChannelError(
+        fmt::format("{} is not a kvxfer target (it said '{}')", name(), m.word.substr(0, 32)));
+  }
+  if (m.text("protocol") != kBenchProtocol) {
+    throw TargetRefused(
+        fmt::format("{} speaks bench protocol {}, we speak {}: run the same "
+                    "kvxfer version on both ends",
+                    name(), m.text("protocol").substr(0, 16), kBenchProtocol));
+  }
+  version_ = m.text("version").substr(0, 32);
+}
+
+const TargetGeometry& TargetProcess::open(std::uint64_t block_len, std::uint64_t region_bytes,
+                                          const std::string& fingerprint) {
+  channel_->write_line(fmt::format("OPEN block_len={} region={} fingerprint={}", block_len,
+                                   region_bytes, fingerprint),
+                       kWriteTimeout);
+  const std::string line = channel_->read_line(kReplyTimeout);
+  const Message m = Message::parse(line);
+  if (m.word == "REFUSED") throw TargetRefused(name() + " refused: " + m.rest);
+  if (m.word != "READY") {
+    throw ChannelError(fmt::format("{} did not open a region: '{}'", name(), line.substr(0, 200)));
+  }
+  TargetGeometry g;
+  g.metadata = from_hex(m.text("metadata"));
+  g.base = m.number("base");
+  g.num_blocks = m.number("num_blocks");
+  g.block_len = m.number("block_len");
+  g.fingerprint = m.text("fingerprint");
+  // Refuse on our side too: a target that answers with another geometry or
+  // config than we asked for would make every figure meaningless.
+  if (g.block_len != block_len || g.num_blocks != region_bytes / block_len) {
+    throw TargetRefused(fmt::format("{} opened {} blocks of {} bytes, we asked for {} of {}",
+                                    name(), g.num_blocks, g.block_len, region_bytes / block_len,
+                                    block_len));
+  }
+  if (g.fingerprint != fingerprint) {
+    throw TargetRefused(fmt::format("{} runs config fingerprint {}, ours is {}", name(),
+                                    g.fingerprint, fingerprint));
+  }
+  geometry_ = std::move(g);
+  return geometry_;
 }
 
 std::pair<std::uint64_t, std::uint64_t> TargetProcess::verify(
     std::uint64_t seed, const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs) {
-  std::fprintf(to_, "VERIFY %llu %zu\n", static_cast<unsigned long long>(seed), pairs.size());
-  for (const auto& [r, l] : pairs) {
-    std::fprintf(to_, "%lld %lld\n", static_cast<long long>(r), static_cast<long long>(l));
+  std::string out = fmt::format("VERIFY seed={} count={}\n", seed, pairs.size());
+  for (const auto& [r, l] : pairs) fmt::format_to(std::back_inserter(out), "{} {}\n", r, l);
+  channel_->write_raw(out, kReplyTimeout);
+  const std::string line = channel_->read_line(kReplyTimeout);
+  const Message m = Message::parse(line);
+  if (m.word != "VERIFIED") {
+    throw ChannelError(fmt::format("{}: bad verify reply '{}'", name(), line.substr(0, 200)));
   }
-  std::fflush(to_);
-  const std::string line = read_line();
-  std::istringstream in(line);
-  std::string word;
-  std::uint64_t good = 0;
-  std::uint64_t bad = 0;
-  in >> word >> good >> bad;
-  if (word != "VERIFIED" || !in) throw std::runtime_error("bad verify reply: '" + line + "'");
-  return {good, bad};
+  return {m.number("good"), m.number("bad")};
 }
+
+pid_t TargetProcess::pid() const { return child_ != nullptr ? child_->pid() : 0; }
+
+void TargetProcess::close_region() { channel_->write_line("CLOSE", kWriteTimeout); }
 
 int TargetProcess::quit() {
-  std::fputs("QUIT\n", to_);
-  std::fflush(to_);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  try {
+    channel_->write_line("QUIT", kWriteTimeout);
+  } catch (const ChannelError&) {
+    // Already gone: its exit status says how.
+  }
+  if (child_ == nullptr) return 0;
+  if (const auto status = child_->wait_for(Millis(30'000))) return *status;
+  child_->kill();
+  return child_->wait();
 }
 
-int run_target(std::uint64_t pool_bytes, std::uint64_t block_len,
-               const std::map<std::string, std::string>& engine_config) {
-  Pool pool(pool_bytes);
-  Options options;
-  options.engine_config = engine_config;
-  Transport transport(fmt::format("target-{}", ::getpid()),
-                      Region{pool.data(), pool_bytes / block_len, block_len}, options);
-  std::cout << "READY " << to_hex(transport.agent_metadata()) << ' ' << transport.base_addr()
-            << ' ' << transport.num_blocks() << ' ' << transport.block_len() << std::endl;
-  std::string cmd;
-  while (std::cin >> cmd) {
-    if (cmd == "QUIT") break;
-    if (cmd != "VERIFY") {
-      std::cerr << "target: unknown command " << cmd << '\n';
-      return 2;
-    }
-    std::uint64_t seed = 0;
-    std::size_t n = 0;
-    std::cin >> seed >> n;
-    std::uint64_t good = 0;
-    std::uint64_t bad = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::int64_t r = 0;
-      std::int64_t l = 0;
-      std::cin >> r >> l;
-      const bool in_range = r >= 0 && static_cast<std::uint64_t>(r) < transport.num_blocks();
-      if (in_range && block_matches(pool.data() + static_cast<std::uint64_t>(r) * block_len,
-                                    block_len, seed, static_cast<std::uint64_t>(l))) {
-        ++good;
-      } else {
-        ++bad;
-      }
-    }
-    std::cout << "VERIFIED " << good << ' ' << bad << std::endl;
+// --- the target's end -------------------------------------------------------
+
+int run_target(const TargetConfig& config) {
+  std::unique_ptr<Pool> pool;
+  LineChannel channel(::dup(STDIN_FILENO), ::dup(STDOUT_FILENO), "initiator (parent)");
+  TargetSession session(channel, config, pool);
+  try {
+    return session.serve();
+  } catch (const ChannelError& e) {
+    std::cerr << "kvxfer target: " << e.what() << '\n';
+    return 2;
   }
-  transport.close();
+}
+
+int run_target_listener(const HostPort& where, const TargetConfig& config, int sessions) {
+  TcpListener listener(where);
+  HostPort bound = where;
+  bound.port = listener.bound_port();
+  std::cout << "kvxfer bench target: listening on " << bound.str() << std::endl;
+  std::unique_ptr<Pool> pool;
+  for (int served = 0; sessions == 0 || served < sessions; ++served) {
+    std::string peer;
+    const int fd = listener.accept_one(&peer);
+    LineChannel channel(fd, fd, peer);
+    TargetSession session(channel, config, pool);
+    try {
+      session.serve();
+      std::cerr << "kvxfer bench target: session with " << peer << " ended\n";
+    } catch (const std::exception& e) {
+      std::cerr << "kvxfer bench target: session with " << peer << " dropped: " << e.what() << '\n';
+    }
+  }
   return 0;
 }
 

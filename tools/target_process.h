@@ -1,61 +1,116 @@
-// A target process driven over pipes: the initiator side spawns
-// `kvxfer target ...` and speaks a small line protocol with it.
+// The target end of a demo or bench run, and the initiator's handle to it.
 //
-//   target -> initiator:  READY <metadata hex> <base> <num_blocks> <block_len>
-//   initiator -> target:  VERIFY <seed> <n>, then n lines "<remote> <local>"
-//   target -> initiator:  VERIFIED <good> <bad>
-//   initiator -> target:  QUIT   (target closes its transport and exits 0)
+// A target is `kvxfer target` spawned on this machine and driven over pipes,
+// or `kvxfer bench --role target --listen HOST:PORT` on another host, driven
+// over one TCP connection. Both speak the same line protocol:
+//
+//   target    -> initiator: HELLO kvxfer-target protocol=1 version=X.Y.Z
+//   initiator -> target:    OPEN block_len=N region=BYTES fingerprint=HEX
+//   target    -> initiator: READY metadata=HEX base=ADDR num_blocks=N block_len=N fingerprint=HEX
+//                       or  REFUSED <why, in words>
+//   initiator -> target:    VERIFY seed=S count=N, then N lines "<remote> <local>"
+//   target    -> initiator: VERIFIED good=G bad=B
+//   initiator -> target:    CLOSE (the target drops its Transport; OPEN may follow)
+//   initiator -> target:    QUIT  (the session ends)
+//
+// OPEN registers a fresh pool of `region` bytes (every page touched) as
+// region / block_len blocks. A target refuses a block length other than its
+// own --block-len (when it has one), a region over its --region, and a config
+// fingerprint other than its own, and says which and why. Every read has a
+// deadline and every line and list a size cap.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <map>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "channel.h"
+
 namespace kvxfer::tools {
+
+class Subprocess;
 
 struct TargetGeometry {
   std::vector<std::uint8_t> metadata;
   std::uintptr_t base = 0;
   std::uint64_t num_blocks = 0;
   std::uint64_t block_len = 0;
+  std::string fingerprint;
 };
+
+// The target said no (block length, region size or fingerprint); what() is
+// its reason.
+class TargetRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Largest VERIFY list a target accepts.
+inline constexpr std::uint64_t kMaxVerifyPairs = 1u << 22;
 
 class TargetProcess {
  public:
-  // Spawns this executable with `args` (e.g. {"target", "--block-len", ...})
-  // and waits for its READY line.
-  explicit TargetProcess(const std::vector<std::string>& args);
+  // Spawns this executable as `kvxfer <args>` (e.g. {"target", "--tls", "sm"})
+  // and waits for its HELLO.
+  static std::unique_ptr<TargetProcess> spawn(const std::vector<std::string>& args);
+  // Connects to a listening target (`kvxfer bench --role target --listen`).
+  static std::unique_ptr<TargetProcess> connect(const HostPort& where);
   ~TargetProcess();
   TargetProcess(const TargetProcess&) = delete;
   TargetProcess& operator=(const TargetProcess&) = delete;
 
+  // Asks for a pool of `region_bytes` as blocks of `block_len`. Throws
+  // TargetRefused when the target will not serve it, and when the target's
+  // answer disagrees with what we asked for.
+  const TargetGeometry& open(std::uint64_t block_len, std::uint64_t region_bytes,
+                             const std::string& fingerprint);
   [[nodiscard]] const TargetGeometry& geometry() const { return geometry_; }
-  [[nodiscard]] pid_t pid() const { return pid_; }
+  // The target's kvxfer version, from its HELLO.
+  [[nodiscard]] const std::string& version() const { return version_; }
+  [[nodiscard]] const std::string& name() const { return channel_->peer_name(); }
+  // The spawned target's pid; 0 for a target on another host.
+  [[nodiscard]] pid_t pid() const;
 
-  // Asks the target to check remote block r against local block l of a
-  // pool filled with `seed`, for each (r, l). Returns (good, bad).
+  // Asks the target to check remote block r against local block l of a pool
+  // filled with `seed`, for each (r, l). Returns (good, bad).
   std::pair<std::uint64_t, std::uint64_t> verify(
       std::uint64_t seed, const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs);
-  // Sends QUIT and reaps the process; returns its exit status.
+  // Drops the target's Transport and pool registration (the pool is kept
+  // for a next OPEN of the same size).
+  void close_region();
+  // Ends the session; for a spawned target, reaps it and returns its exit
+  // status (0 for a remote one).
   int quit();
 
  private:
-  std::string read_line();
+  TargetProcess(std::unique_ptr<Subprocess> child, std::unique_ptr<LineChannel> channel);
+  void read_hello();
 
-  pid_t pid_ = -1;
-  std::FILE* to_ = nullptr;
-  std::FILE* from_ = nullptr;
+  std::unique_ptr<Subprocess> child_;
+  std::unique_ptr<LineChannel> channel_;
+  std::string version_;
   TargetGeometry geometry_;
 };
 
-// The target side: serves the protocol on stdin/stdout until QUIT or EOF.
-int run_target(std::uint64_t pool_bytes, std::uint64_t block_len,
-               const std::map<std::string, std::string>& engine_config);
+// The target side's settings, from its command line.
+struct TargetConfig {
+  std::string tls;                        // --tls as given ("sm", "tcp", a UCX_TLS string)
+  std::uint64_t max_region = 1ull << 30;  // largest pool an initiator may ask for
+  std::uint64_t block_len = 0;            // 0: any block length; else only this one
+};
+
+// `kvxfer target`: one session on stdin/stdout, until QUIT or EOF.
+int run_target(const TargetConfig& config);
+// `kvxfer bench --role target --listen HOST:PORT`: serves initiators one
+// after another (`sessions` of them; 0: until killed). Prints
+// "listening on HOST:PORT" (the bound port when 0 was asked) on stdout.
+int run_target_listener(const HostPort& where, const TargetConfig& config, int sessions);
 
 std::string to_hex(const std::vector<std::uint8_t>& bytes);
 std::vector<std::uint8_t> from_hex(const std::string& hex);

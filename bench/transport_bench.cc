@@ -1,0 +1,362 @@
+// Per-call overhead of the transport, on the loopback engine (two transports
+// in one process, a WRITE is a memcpy), so the figures are the core's and
+// the engine interface's own cost, not a wire's:
+//
+//   - write_blocks + poll of one write, for 1..4096 blocks, with indices in
+//     random order (the core checks them for duplicates by sorting a copy)
+//     and in increasing order (it skips the sort);
+//   - allocations per write and per block, counted by the global operator
+//     new of this binary (the library's allocations land here too);
+//   - heap bytes held per write in flight, and per registered peer as its
+//     num_blocks grows.
+//
+// Issue 3's targets: < 1 µs per 16-block write + poll, < 30 ns per extra
+// block, no allocation per block. Blocks are 64 bytes so the copy itself is
+// a few ns per block.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <new>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvxfer/transport.h"
+
+// --- counting allocator -----------------------------------------------------
+// Every block carries its size in a header so live bytes can be tracked.
+// The helpers stay out of line: inlined into a caller's delete, GCC would
+// take the header arithmetic for an out-of-bounds access and free() for a
+// new/free mismatch.
+
+namespace {
+
+std::atomic<std::uint64_t> g_allocs{0};
+std::atomic<std::int64_t> g_live_bytes{0};
+
+constexpr std::size_t kHeader = 16;  // keeps malloc's 16-byte alignment
+
+[[gnu::noinline]] void* counted_alloc(std::size_t n) {
+  auto* base = static_cast<unsigned char*>(std::malloc(n + kHeader));
+  if (base == nullptr) return nullptr;
+  *reinterpret_cast<std::size_t*>(base) = n;
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  g_live_bytes.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+  return base + kHeader;
+}
+
+[[gnu::noinline]] void counted_free(void* p) {
+  if (p == nullptr) return;
+  auto* base = static_cast<unsigned char*>(p) - kHeader;
+  g_live_bytes.fetch_sub(static_cast<std::int64_t>(*reinterpret_cast<std::size_t*>(base)),
+                         std::memory_order_relaxed);
+  std::free(base);
+}
+
+[[gnu::noinline]] void* counted_aligned_alloc(std::size_t n, std::align_val_t al) {
+  const auto align = std::max<std::size_t>(static_cast<std::size_t>(al), kHeader);
+  const std::size_t total = (n + align + align - 1) / align * align;
+  auto* base = static_cast<unsigned char*>(std::aligned_alloc(align, total));
+  if (base == nullptr) return nullptr;
+  *reinterpret_cast<std::size_t*>(base + align - sizeof(std::size_t)) = n;
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  g_live_bytes.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+  return base + align;
+}
+
+[[gnu::noinline]] void counted_aligned_free(void* p, std::align_val_t al) {
+  if (p == nullptr) return;
+  const auto align = std::max<std::size_t>(static_cast<std::size_t>(al), kHeader);
+  auto* base = static_cast<unsigned char*>(p) - align;
+  g_live_bytes.fetch_sub(static_cast<std::int64_t>(
+                             *reinterpret_cast<std::size_t*>(base + align - sizeof(std::size_t))),
+                         std::memory_order_relaxed);
+  std::free(base);
+}
+
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted_alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void* operator new(std::size_t n, std::align_val_t al) {
+  if (void* p = counted_aligned_alloc(n, al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t al) { return operator new(n, al); }
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete(void* p, std::align_val_t al) noexcept { counted_aligned_free(p, al); }
+void operator delete[](void* p, std::align_val_t al) noexcept { counted_aligned_free(p, al); }
+void operator delete(void* p, std::size_t, std::align_val_t al) noexcept {
+  counted_aligned_free(p, al);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t al) noexcept {
+  counted_aligned_free(p, al);
+}
+
+namespace {
+
+constexpr std::uint64_t kBlockLen = 64;
+constexpr std::uint64_t kNumBlocks = 1 << 16;
+constexpr const char* kPeer = "target";
+
+// Address space without touching it: the loopback engine only copies the
+// blocks a write names.
+class Mapping {
+ public:
+  explicit Mapping(std::size_t bytes) : bytes_(bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = p;
+  }
+  ~Mapping() { ::munmap(data_, bytes_); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  [[nodiscard]] void* data() const { return data_; }
+
+ private:
+  std::size_t bytes_;
+  void* data_;
+};
+
+kvxfer::Options loopback_options() {
+  kvxfer::Options options;
+  options.backends = {"LOOPBACK"};
+  return options;
+}
+
+// An initiator and a target, both loopback, the target registered as a peer.
+struct Pair {
+  explicit Pair(std::uint64_t target_blocks = kNumBlocks)
+      : initiator_pool(kNumBlocks * kBlockLen),
+        target_pool(target_blocks * kBlockLen),
+        initiator("bench-initiator", {initiator_pool.data(), kNumBlocks, kBlockLen},
+                  loopback_options()),
+        target("bench-target", {target_pool.data(), target_blocks, kBlockLen}, loopback_options()) {
+    add_peer();
+  }
+  void add_peer() {
+    const auto meta = target.agent_metadata();
+    initiator.add_remote_peer(kPeer, meta, target.base_addr(), target.num_blocks(),
+                              target.block_len());
+  }
+  Mapping initiator_pool;
+  Mapping target_pool;
+  kvxfer::Transport initiator;
+  kvxfer::Transport target;
+};
+
+// `count` index lists of n blocks each: random samples without repetition,
+// or increasing runs.
+std::vector<std::vector<std::int64_t>> index_lists(std::size_t count, std::size_t n, bool sorted,
+                                                   std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int64_t> perm(kNumBlocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::vector<std::vector<std::int64_t>> lists(count);
+  for (auto& list : lists) {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::swap(perm[i], perm[i + rng() % (kNumBlocks - i)]);
+    }
+    list.assign(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(n));
+    if (sorted) std::sort(list.begin(), list.end());
+  }
+  return lists;
+}
+
+// One write of state.range(0) blocks, then polls until it is reported.
+void write_and_poll(benchmark::State& state, bool sorted) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  Pair pair;
+  constexpr std::size_t kLists = 64;
+  const auto local = index_lists(kLists, n, sorted, 1);
+  const auto remote = index_lists(kLists, n, sorted, 2);
+  std::size_t k = 0;
+  std::uint64_t polls = 0;
+  auto one = [&] {
+    const auto id = pair.initiator.write_blocks(kPeer, local[k], remote[k]);
+    if (!id) {
+      state.SkipWithError("write_blocks failed");
+      return false;
+    }
+    for (;;) {
+      const kvxfer::PollResult r = pair.initiator.poll(kPeer);
+      ++polls;
+      if (!r.done.empty()) break;
+      if (!r.failed.empty() || r.peer_fault) {
+        state.SkipWithError("transfer failed");
+        return false;
+      }
+    }
+    k = (k + 1) % kLists;
+    return true;
+  };
+  for (std::size_t i = 0; i < 2 * kLists; ++i) {
+    if (!one()) return;  // warm: scratch buffers and slots at their size
+  }
+  polls = 0;
+  const std::uint64_t allocs0 = g_allocs.load();
+  for (auto _ : state) {
+    if (!one()) return;
+  }
+  const auto allocs = static_cast<double>(g_allocs.load() - allocs0);
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["blocks"] = static_cast<double>(n);
+  state.counters["ns/block"] = benchmark::Counter(
+      static_cast<double>(n) * iters, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["allocs/write"] = allocs / iters;
+  state.counters["allocs/block"] = allocs / iters / static_cast<double>(n);
+  state.counters["polls/write"] = static_cast<double>(polls) / iters;
+}
+
+void BM_WritePoll_Random(benchmark::State& state) { write_and_poll(state, false); }
+void BM_WritePoll_Sorted(benchmark::State& state) { write_and_poll(state, true); }
+BENCHMARK(BM_WritePoll_Random)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
+BENCHMARK(BM_WritePoll_Sorted)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
+
+// The int32 overload: the core widens the indices into a reused buffer.
+void BM_WritePoll_Int32(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  Pair pair;
+  constexpr std::size_t kLists = 64;
+  std::vector<std::vector<std::int32_t>> local;
+  std::vector<std::vector<std::int32_t>> remote;
+  for (const auto& l : index_lists(kLists, n, false, 1)) local.emplace_back(l.begin(), l.end());
+  for (const auto& r : index_lists(kLists, n, false, 2)) remote.emplace_back(r.begin(), r.end());
+  std::size_t k = 0;
+  auto one = [&] {
+    const auto id = pair.initiator.write_blocks(kPeer, std::span<const std::int32_t>(local[k]),
+                                                std::span<const std::int32_t>(remote[k]));
+    benchmark::DoNotOptimize(id);
+    while (pair.initiator.poll(kPeer).done.empty()) {
+    }
+    k = (k + 1) % kLists;
+  };
+  for (std::size_t i = 0; i < 2 * kLists; ++i) one();
+  const std::uint64_t allocs0 = g_allocs.load();
+  for (auto _ : state) one();
+  state.counters["allocs/write"] =
+      static_cast<double>(g_allocs.load() - allocs0) / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_WritePoll_Int32)->Arg(16)->Arg(4096);
+
+// Heap bytes held per write in flight: `depth` writes posted, none polled,
+// the first time (no slot or buffer to reuse yet) and once warm.
+void BM_InflightBytes(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t kDepth = 256;
+  double cold = 0;
+  double warm = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Pair pair;
+    const auto local = index_lists(kDepth, n, false, 1);
+    const auto remote = index_lists(kDepth, n, false, 2);
+    state.ResumeTiming();
+    for (int round = 0; round < 2; ++round) {
+      const std::int64_t live0 = g_live_bytes.load();
+      std::size_t posted = 0;
+      for (std::size_t w = 0; w < kDepth; ++w) {
+        // Distinct remote lists per write, so no two writes in flight race.
+        if (pair.initiator.write_blocks(kPeer, local[w], remote[w])) ++posted;
+      }
+      const double per_write =
+          static_cast<double>(g_live_bytes.load() - live0) / static_cast<double>(posted);
+      (round == 0 ? cold : warm) = per_write;
+      std::size_t done = 0;
+      while (done < posted) done += pair.initiator.poll(kPeer).done.size();
+    }
+  }
+  state.counters["bytes/inflight_write_cold"] = cold;
+  state.counters["bytes/inflight_write_warm"] = warm;
+}
+BENCHMARK(BM_InflightBytes)->Arg(1)->Arg(16)->Iterations(3);
+
+// Heap bytes a registered peer holds, as its num_blocks grows: O(1).
+void BM_PeerBytes(benchmark::State& state) {
+  const auto blocks = static_cast<std::uint64_t>(state.range(0));
+  double held = 0;
+  for (auto _ : state) {
+    Pair pair(blocks);
+    pair.initiator.remove_remote_peer(kPeer);
+    const std::int64_t live0 = g_live_bytes.load();
+    pair.add_peer();
+    held = static_cast<double>(g_live_bytes.load() - live0);
+  }
+  state.counters["peer_blocks"] = static_cast<double>(blocks);
+  state.counters["bytes/peer"] = held;
+}
+BENCHMARK(BM_PeerBytes)->Arg(1 << 10)->Arg(1 << 18)->Arg(1 << 24)->Iterations(3);
+
+// Records real time per benchmark (the median over --benchmark_repetitions)
+// so the per-extra-block cost can be derived from the 16- and 4096-block runs.
+class Recorder : public benchmark::ConsoleReporter {
+ public:
+  Recorder() : ConsoleReporter(::isatty(STDOUT_FILENO) != 0 ? OO_ColorTabular : OO_Tabular) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      // ns, the default unit. With --benchmark_report_aggregates_only only
+      // the aggregates come here; their median stands for the runs.
+      if (run.run_type == Run::RT_Iteration) {
+        ns_[run.run_name.str()].push_back(run.GetAdjustedRealTime());
+      } else if (run.aggregate_name == "median") {
+        medians_[run.run_name.str()] = run.GetAdjustedRealTime();
+      }
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  void print_derived() {
+    for (const char* order : {"Random", "Sorted"}) {
+      const double a = median(std::string("BM_WritePoll_") + order + "/16");
+      const double b = median(std::string("BM_WritePoll_") + order + "/4096");
+      if (a < 0 || b < 0) continue;
+      std::printf(
+          "write_blocks + poll, %s indices: %.0f ns per 16-block write, %.1f ns per "
+          "additional block (16 -> 4096)\n",
+          order, a, (b - a) / (4096 - 16));
+    }
+  }
+
+ private:
+  double median(const std::string& name) {
+    if (const auto m = medians_.find(name); m != medians_.end()) return m->second;
+    auto it = ns_.find(name);
+    if (it == ns_.end() || it->second.empty()) return -1;
+    auto& v = it->second;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+  std::map<std::string, std::vector<double>> ns_;
+  std::map<std::string, double> medians_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  Recorder recorder;
+  benchmark::RunSpecifiedBenchmarks(&recorder);
+  recorder.print_derived();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,628 @@
+#include "bench.h"
+
+#include <fmt/format.h>
+#include <malloc.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+#include "bench_config.h"
+#include "kvxfer/transport.h"
+#include "machine.h"
+#include "pattern.h"
+#include "pool.h"
+#include "report.h"
+#include "target_process.h"
+
+namespace kvxfer::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kPeer = "target";
+// A case with no completion for this long has stalled: the bench reports it
+// instead of hanging.
+constexpr auto kStallTimeout = std::chrono::seconds(60);
+// Bytes checked per case at most (2 MiB blocks: 128 of them).
+constexpr std::uint64_t kMaxVerifyBytes = 256ull << 20;
+
+double load_average() {
+  double one = 0;
+  std::ifstream("/proc/loadavg") >> one;
+  return one;
+}
+
+double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+// In-use malloc heap, for the memory figures of the reg case. UCX's own
+// mmap'd pools are outside it, so these are the C++ side's growth plus
+// whatever UCX takes from malloc.
+std::int64_t heap_in_use() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return static_cast<std::int64_t>(m.uordblks + m.hblkhd);
+}
+
+// A progress line on stderr, when it is a terminal and not --quiet.
+class ProgressLine {
+ public:
+  ProgressLine(bool enabled, std::string label)
+      : enabled_(enabled && ::isatty(STDERR_FILENO) != 0), label_(std::move(label)) {}
+  ~ProgressLine() { clear(); }
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+
+  void update(double fraction, double gbps, Clock::time_point now) {
+    if (!enabled_ || now - last_ < std::chrono::milliseconds(250)) return;
+    last_ = now;
+    std::fprintf(stderr, "\r\033[K  %-6s %3.0f%%  %6.2f GB/s", label_.c_str(), fraction * 100,
+                 gbps);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void clear() {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  bool enabled_;
+  std::string label_;
+  Clock::time_point last_{};
+  bool shown_ = false;
+};
+
+// Per-case seed, so a block left over from an earlier case never passes
+// for a block of this one.
+std::uint64_t case_seed(std::uint64_t base, const std::string& name) {
+  return mix64(base ^ std::hash<std::string>{}(name));
+}
+
+// Fills blocks [0, count) of the initiator's pool with the case's pattern.
+void fill(Pool& pool, std::uint64_t block_len, std::uint64_t count, std::uint64_t seed) {
+  for (std::uint64_t i = 0; i < count; ++i) {
+    fill_block(pool.data() + i * block_len, block_len, seed, i);
+  }
+}
+
+// Polls until `ids` are all reported (done or failed); false on a failure,
+// a fault or a stall.
+bool wait_all(Transport& transport, std::vector<TransferId> ids, std::string* error) {
+  auto last = Clock::now();
+  while (!ids.empty()) {
+    const PollResult r = transport.poll(kPeer);
+    if (r.peer_fault) {
+      *error = "peer faulted: " + *r.peer_fault;
+      return false;
+    }
+    if (!r.failed.empty()) {
+      *error = fmt::format("{} transfers failed", r.failed.size());
+      return false;
+    }
+    for (const TransferId id : r.done) std::erase(ids, id);
+    if (!r.done.empty()) last = Clock::now();
+    if (Clock::now() - last > kStallTimeout) {
+      *error = fmt::format("stalled: {} transfers made no progress for {} s", ids.size(),
+                           kStallTimeout.count());
+      return false;
+    }
+  }
+  return true;
+}
+
+class Bench {
+ public:
+  Bench(const BenchArgs& args, TargetProcess& target, std::string fingerprint)
+      : args_(args), target_(target), fingerprint_(std::move(fingerprint)) {}
+
+  CaseResult run(const CaseSpec& spec) {
+    CaseResult result;
+    result.spec = spec;
+    result.loadavg = load_average();
+    const CpuSample cpu_before = sample_cpu(target_.pid());
+    struct Meter {
+      CaseResult& r;
+      const CpuSample& before;
+      pid_t target;
+      ~Meter() { r.others_cores = others_cores(before, sample_cpu(target)); }
+    } meter{result, cpu_before, target_.pid()};
+    try {
+      if (spec.block_len == 0 || spec.block_len > args_.region) {
+        throw std::invalid_argument(fmt::format("block length {} must be in [1, --region {}]",
+                                                spec.block_len, args_.region));
+      }
+      result.num_blocks = args_.region / spec.block_len;
+      if (spec.is_reg()) {
+        run_reg(result);
+      } else {
+        run_throughput(result);
+      }
+    } catch (const TargetRefused& e) {
+      result.error = e.what();
+    } catch (const ChannelError&) {
+      throw;  // the target is gone: no later case can run either
+    } catch (const std::exception& e) {
+      result.error = e.what();
+    }
+    return result;
+  }
+
+ private:
+  Options transport_options() const {
+    Options options;
+    options.config_fields = bench_config_fields(args_.tls);
+    options.engine_config = engine_config_for(args_.tls);
+    options.progress_thread = args_.progress_thread;
+    options.num_threads = args_.num_threads;
+    return options;
+  }
+
+  Pool& source() {
+    if (!source_) source_ = std::make_unique<Pool>(args_.region);
+    return *source_;
+  }
+  Pool& memcpy_target() {
+    if (!memcpy_target_) memcpy_target_ = std::make_unique<Pool>(args_.region);
+    return *memcpy_target_;
+  }
+
+  // Opens the target's region and registers both sides; times both.
+  std::unique_ptr<Transport> connect(CaseResult& result) {
+    const CaseSpec& spec = result.spec;
+    const TargetGeometry& g = target_.open(spec.block_len, args_.region, fingerprint_);
+    const auto t0 = Clock::now();
+    auto transport = std::make_unique<Transport>(
+        fmt::format("bench-initiator-{}-{}", ::getpid(), spec.name),
+        Region{source().data(), result.num_blocks, spec.block_len}, transport_options());
+    const auto t1 = Clock::now();
+    transport->add_remote_peer(kPeer, g.metadata, g.base, g.num_blocks, g.block_len);
+    const auto t2 = Clock::now();
+    result.local_registration_ms = micros(t1 - t0) / 1000;
+    result.peer_registration_us = micros(t2 - t1);
+    return transport;
+  }
+
+  void finish(CaseResult& result, Transport& transport,
+              const std::vector<std::pair<std::int64_t, std::int64_t>>& to_verify,
+              std::uint64_t seed) {
+    transport.close();
+    result.handles_released = transport.stats().live == HandleCounts{};
+    if (!result.handles_released && result.error.empty()) {
+      result.error = "live handles left after close()";
+    }
+    const auto [good, bad] = target_.verify(seed, to_verify);
+    target_.close_region();
+    result.verify_sampled = to_verify.size();
+    result.verify_good = good;
+    result.verify_bad = bad;
+    result.verified = result.error.empty() && result.failed_transfers == 0 && bad == 0 &&
+                      good == to_verify.size() && good > 0;
+    if (result.error.empty() && !result.verified) {
+      result.error = good == 0 && bad == 0
+                         ? "no written block could be verified"
+                         : fmt::format("{} of {} blocks checked hold wrong bytes", bad, good + bad);
+    }
+  }
+
+  void run_throughput(CaseResult& result) {
+    const CaseSpec& spec = result.spec;
+    if (spec.batch == 0) throw std::invalid_argument("--batch must be >= 1");
+    if (spec.depth < 1) throw std::invalid_argument("--depth must be >= 1");
+    const std::uint64_t write_bytes = spec.batch * spec.block_len;
+    const std::uint64_t writes =
+        std::max<std::uint64_t>(1, (spec.total + write_bytes - 1) / write_bytes);
+    const std::uint64_t seed = case_seed(seed_base(), spec.name);
+    const Schedule schedule(spec.pattern, result.num_blocks, spec.batch, writes, seed + 1);
+    fill(source(), spec.block_len, result.num_blocks, seed);
+    // memcpy runs before and after the WRITEs, and the faster counts: the
+    // limit is what the machine can do, and a neighbour's load on a shared
+    // machine only ever slows one of them down.
+    result.memcpy_runs_gbps.push_back(memcpy_baseline(schedule, spec.block_len));
+
+    auto transport = connect(result);
+    const auto depth = static_cast<std::uint64_t>(spec.depth);
+
+    // Warm-up, untimed: the first writes of the schedule, all landed before
+    // the clock starts (so they never race with a timed write).
+    {
+      std::vector<TransferId> ids;
+      for (std::uint64_t w = 0; w < std::min(depth, writes); ++w) {
+        const auto id = transport->write_blocks(kPeer, schedule.local(w), schedule.remote(w));
+        if (!id) throw std::runtime_error("warm-up write_blocks failed to post");
+        ids.push_back(*id);
+      }
+      std::string error;
+      if (!wait_all(*transport, ids, &error)) throw std::runtime_error("warm-up: " + error);
+    }
+
+    // Positions on one event clock: a post, and the poll that saw a write
+    // complete. landed_blocks() reads which blocks raced from them.
+    constexpr std::uint64_t kNotDone = std::numeric_limits<std::uint64_t>::max();
+    std::vector<std::uint64_t> posted(writes, 0);
+    std::vector<std::uint64_t> completed(writes, kNotDone);
+    std::vector<double> call_us(writes, 0);
+    struct Slot {
+      TransferId id;
+      std::uint64_t write;
+    };
+    std::vector<Slot> inflight;
+    inflight.reserve(depth);
+    const auto take = [&inflight](TransferId id) {
+      for (auto& s : inflight) {
+        if (s.id == id) {
+          const std::uint64_t w = s.write;
+          s = inflight.back();
+          inflight.pop_back();
+          return w;
+        }
+      }
+      throw std::logic_error(fmt::format("poll reported transfer {} that is not ours", id));
+    };
+
+    ProgressLine progress(!args_.quiet, spec.name);
+    std::uint64_t clock = 0;
+    std::uint64_t next = 0;
+    std::uint64_t done = 0;
+    std::uint64_t idle_polls = 0;
+    const auto start = Clock::now();
+    auto last_completion = start;
+    while (done < writes) {
+      while (next < writes && inflight.size() < depth) {
+        const auto t0 = Clock::now();
+        const auto id = transport->write_blocks(kPeer, schedule.local(next), schedule.remote(next));
+        const auto t1 = Clock::now();
+        if (!id) {
+          result.error = fmt::format("write_blocks of write {} failed to post", next);
+          break;
+        }
+        call_us[next] = micros(t1 - t0);
+        posted[next] = ++clock;
+        inflight.push_back({*id, next});
+        ++next;
+      }
+      if (!result.error.empty()) break;
+      const PollResult r = transport->poll(kPeer);
+      ++result.polls;
+      if (!r.done.empty() || !r.failed.empty()) {
+        ++clock;
+        for (const TransferId id : r.done) completed[take(id)] = clock;
+        for (const TransferId id : r.failed) completed[take(id)] = clock;
+        result.failed_transfers += r.failed.size();
+        done += r.done.size() + r.failed.size();
+        last_completion = Clock::now();
+        const double elapsed = std::chrono::duration<double>(last_completion - start).count();
+        progress.update(static_cast<double>(done) / static_cast<double>(writes),
+                        static_cast<double>(done * write_bytes) / elapsed / 1e9, last_completion);
+        idle_polls = 0;
+      } else {
+        if (++idle_polls % 4096 == 0 && Clock::now() - last_completion > kStallTimeout) {
+          result.error = fmt::format("stalled: no write completed for {} s", kStallTimeout.count());
+          break;
+        }
+        idle_wait();
+      }
+      if (r.peer_fault) {
+        result.error = "peer faulted: " + *r.peer_fault;
+        break;
+      }
+    }
+    const auto end = Clock::now();
+    progress.clear();
+
+    result.writes = done;
+    result.blocks = done * spec.batch;
+    result.bytes = done * write_bytes;
+    result.seconds = std::chrono::duration<double>(end - start).count();
+    result.measured_gbps = static_cast<double>(result.bytes) / result.seconds / 1e9;
+    call_us.resize(next);
+    result.write_call = Timing::of(std::move(call_us));
+
+    const Landed landed =
+        landed_blocks(schedule, result.num_blocks, std::span(posted).first(next), completed);
+    result.verify_raced = landed.raced;
+    const std::uint64_t max_verify =
+        std::min(args_.verify_blocks, std::max<std::uint64_t>(1, kMaxVerifyBytes / spec.block_len));
+    if (landed.known.empty() && landed.raced > 0 && result.error.empty()) {
+      result.error = fmt::format(
+          "every written block was also hit by another write in flight with it, so its bytes "
+          "depend on landing order: nothing can be verified (batch {} x depth {} covers the {} "
+          "blocks of the region; use a larger --region or a smaller --depth)",
+          spec.batch, spec.depth, result.num_blocks);
+    }
+    finish(result, *transport, sample(landed.known, max_verify, seed + 2), seed);
+    transport.reset();
+
+    if (result.verified) {
+      result.gbps = result.measured_gbps;
+      result.blocks_per_s = static_cast<double>(result.blocks) / result.seconds;
+    }
+    result.memcpy_runs_gbps.push_back(memcpy_baseline(schedule, spec.block_len));
+    result.memcpy_gbps =
+        *std::max_element(result.memcpy_runs_gbps.begin(), result.memcpy_runs_gbps.end());
+    if (args_.perftest) {
+      PerftestRequest request;
+      request.message_len = spec.block_len;
+      request.bytes = std::min<std::uint64_t>(spec.total, 512ull << 20);
+      request.ucx_tls = ucx_tls_for(args_.tls);
+      request.timeout = std::chrono::seconds(args_.perftest_timeout_s);
+      result.perftest = run_perftest(request);
+    } else {
+      result.perftest.error = "skipped (--no-perftest)";
+    }
+  }
+
+  // The same pattern, copied by one thread between two regions of this
+  // process: on one machine, the physical limit of a shared-memory WRITE.
+  double memcpy_baseline(const Schedule& schedule, std::uint64_t block_len) {
+    std::uint8_t* dst = memcpy_target().data();
+    const std::uint8_t* src = source().data();
+    const auto start = Clock::now();
+    for (std::uint64_t w = 0; w < schedule.writes(); ++w) {
+      const auto local = schedule.local(w);
+      const auto remote = schedule.remote(w);
+      for (std::size_t i = 0; i < local.size(); ++i) {
+        std::memcpy(dst + static_cast<std::uint64_t>(remote[i]) * block_len,
+                    src + static_cast<std::uint64_t>(local[i]) * block_len, block_len);
+      }
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return static_cast<double>(schedule.writes() * schedule.batch() * block_len) / seconds / 1e9;
+  }
+
+  // reg: how long until a peer of region / block_len blocks (262,144 for the
+  // reference) is usable: add_remote_peer, then one write landed.
+  void run_reg(CaseResult& result) {
+    const CaseSpec& spec = result.spec;
+    const std::uint64_t n = result.num_blocks;
+    const auto reps = static_cast<std::uint64_t>(std::max(1, args_.reg_reps));
+    // Blocks: reps single writes, then the in-flight memory probes (64 writes
+    // of 1 block, 64 of 16), each to remote blocks of its own.
+    const std::uint64_t probe_writes = std::min<std::uint64_t>(64, n / 32);
+    const std::uint64_t needed = reps + probe_writes * 17;
+    if (needed > n) {
+      throw std::invalid_argument(fmt::format("reg needs {} blocks of {} bytes, --region holds {}",
+                                              needed, spec.block_len, n));
+    }
+    const std::uint64_t seed = case_seed(seed_base(), spec.name);
+    fill(source(), spec.block_len, needed, seed);
+
+    // The remote blocks, taken from the far end of the region.
+    std::uint64_t used = 0;
+    auto next_pair = [&]() {
+      const auto local = static_cast<std::int64_t>(used);
+      const auto remote = static_cast<std::int64_t>(n - 1 - used);
+      ++used;
+      return std::pair<std::int64_t, std::int64_t>{local, remote};
+    };
+    std::vector<std::pair<std::int64_t, std::int64_t>> written;  // (remote, local)
+
+    const TargetGeometry& g = target_.open(spec.block_len, args_.region, fingerprint_);
+    const auto t_local = Clock::now();
+    auto transport = std::make_unique<Transport>(fmt::format("bench-initiator-{}-reg", ::getpid()),
+                                                 Region{source().data(), n, spec.block_len},
+                                                 transport_options());
+    result.local_registration_ms = micros(Clock::now() - t_local) / 1000;
+
+    std::vector<double> add_us;
+    std::vector<double> usable_us;
+    std::vector<std::int64_t> heap_growth;
+    for (std::uint64_t i = 0; i < reps && result.error.empty(); ++i) {
+      if (i > 0) transport->remove_remote_peer(kPeer);
+      const std::int64_t heap0 = heap_in_use();
+      const auto t0 = Clock::now();
+      transport->add_remote_peer(kPeer, g.metadata, g.base, g.num_blocks, g.block_len);
+      const auto t1 = Clock::now();
+      heap_growth.push_back(heap_in_use() - heap0);
+      const auto t2 = Clock::now();
+      const auto [local, remote] = next_pair();
+      const std::int64_t l[] = {local};
+      const std::int64_t r[] = {remote};
+      const auto id = transport->write_blocks(kPeer, l, r);
+      if (!id) {
+        result.error = "write_blocks to a fresh peer failed to post";
+        break;
+      }
+      if (!wait_all(*transport, {*id}, &result.error)) break;
+      const auto t3 = Clock::now();
+      written.emplace_back(remote, local);
+      add_us.push_back(micros(t1 - t0));
+      usable_us.push_back(micros(t1 - t0) + micros(t3 - t2));
+    }
+    if (!usable_us.empty()) result.usable_first_us = usable_us.front();
+    result.add_peer = Timing::of(add_us);
+    result.usable = Timing::of(usable_us);
+    if (!heap_growth.empty()) {
+      std::sort(heap_growth.begin(), heap_growth.end());
+      result.add_peer_heap_bytes = heap_growth[heap_growth.size() / 2];
+    }
+    result.writes = written.size();
+    result.blocks = written.size();
+    result.bytes = written.size() * spec.block_len;
+
+    // What holding writes in flight costs: the heap growth of posting
+    // `probe_writes` writes before polling any.
+    auto probe = [&](std::uint64_t blocks_per_write) -> std::optional<double> {
+      if (!result.error.empty() || probe_writes == 0) return std::nullopt;
+      std::vector<std::vector<std::int64_t>> locals(probe_writes);
+      std::vector<std::vector<std::int64_t>> remotes(probe_writes);
+      for (std::uint64_t w = 0; w < probe_writes; ++w) {
+        for (std::uint64_t b = 0; b < blocks_per_write; ++b) {
+          const auto [local, remote] = next_pair();
+          locals[w].push_back(local);
+          remotes[w].push_back(remote);
+          written.emplace_back(remote, local);
+        }
+      }
+      std::vector<TransferId> ids;
+      const std::int64_t heap0 = heap_in_use();
+      for (std::uint64_t w = 0; w < probe_writes; ++w) {
+        const auto id = transport->write_blocks(kPeer, locals[w], remotes[w]);
+        if (!id) {
+          result.error = "write_blocks failed to post during the memory probe";
+          break;
+        }
+        ids.push_back(*id);
+      }
+      const std::int64_t heap1 = heap_in_use();
+      if (!wait_all(*transport, ids, &result.error) || !result.error.empty()) return std::nullopt;
+      return static_cast<double>(heap1 - heap0) / static_cast<double>(probe_writes);
+    };
+    result.inflight_bytes_1 = probe(1);
+    result.inflight_bytes_16 = probe(16);
+
+    finish(result, *transport, written, seed);
+  }
+
+  std::uint64_t seed_base() const { return args_.seed; }
+
+  // After a poll that reported nothing. Spinning is what a serving loop with
+  // nothing else to do does; on a machine with few cores it takes a core
+  // from the engine's own threads, which yield and sleep give back.
+  void idle_wait() const {
+    if (args_.poll_wait == "yield") {
+      ::sched_yield();
+    } else if (args_.poll_wait == "sleep") {
+      ::usleep(static_cast<useconds_t>(args_.poll_sleep_us));
+    }
+  }
+
+  const BenchArgs& args_;
+  TargetProcess& target_;
+  const std::string fingerprint_;
+  std::unique_ptr<Pool> source_;
+  std::unique_ptr<Pool> memcpy_target_;
+};
+
+CaseSpec resolve(const BenchArgs& args, const std::string& name, bool quarter) {
+  const auto& cases = reference_cases();
+  const auto it =
+      std::find_if(cases.begin(), cases.end(), [&](const CaseSpec& c) { return c.name == name; });
+  if (it == cases.end()) {
+    throw std::invalid_argument("unknown case '" + name +
+                                "' (cases: big, layer, small, runs, reg)");
+  }
+  CaseSpec spec = *it;
+  if (quarter) spec.total /= 4;
+  if (args.block_len) spec.block_len = *args.block_len;
+  if (!spec.is_reg()) {
+    if (args.batch) spec.batch = *args.batch;
+    if (args.depth) spec.depth = *args.depth;
+    if (args.pattern) spec.pattern = Pattern::parse(*args.pattern);
+    if (args.total) spec.total = *args.total;
+  }
+  return spec;
+}
+
+}  // namespace
+
+Timing Timing::of(std::vector<double> micros) {
+  Timing t;
+  t.count = micros.size();
+  if (micros.empty()) return t;
+  std::sort(micros.begin(), micros.end());
+  t.mean_us = std::accumulate(micros.begin(), micros.end(), 0.0) / static_cast<double>(t.count);
+  auto rank = [&](double q) {
+    const auto i = static_cast<std::size_t>(q * static_cast<double>(t.count - 1) + 0.5);
+    return micros[std::min(i, micros.size() - 1)];
+  };
+  t.p50_us = rank(0.50);
+  t.p99_us = rank(0.99);
+  t.max_us = micros.back();
+  return t;
+}
+
+std::optional<double> CaseResult::memcpy_ratio() const {
+  if (!gbps || !memcpy_gbps || *memcpy_gbps <= 0) return std::nullopt;
+  return *gbps / *memcpy_gbps;
+}
+
+std::optional<double> CaseResult::perftest_ratio() const {
+  if (!gbps || !perftest.gbps || *perftest.gbps <= 0) return std::nullopt;
+  return *gbps / *perftest.gbps;
+}
+
+bool BenchReport::all_verified() const {
+  return !cases.empty() &&
+         std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) { return c.verified; });
+}
+
+bool tcp_only(const std::string& ucx_tls) {
+  if (ucx_tls.find("tcp") == std::string::npos) return false;
+  for (const char* shm : {"sm", "posix", "sysv", "cma", "shm", "all"}) {
+    if (ucx_tls.find(shm) != std::string::npos) return false;
+  }
+  return true;
+}
+
+int run_bench(const BenchArgs& args) {
+  BenchReport report;
+  report.args = args;
+  if (report.args.seed == 0) report.args.seed = std::random_device{}() | 1;
+  report.ucx_tls = ucx_tls_for(args.tls);
+  report.fingerprint = config_fingerprint(bench_config_fields(args.tls));
+  const bool quarter = tcp_only(report.ucx_tls) && !args.total;
+  std::vector<CaseSpec> specs;
+  for (const auto& name : args.cases) specs.push_back(resolve(args, name, quarter));
+  if (specs.empty()) throw std::invalid_argument("--cases selects no case");
+
+  std::unique_ptr<TargetProcess> target;
+  if (args.peer.empty()) {
+    std::vector<std::string> target_args = {"target", "--tls", args.tls, "--region",
+                                            std::to_string(args.region)};
+    target = TargetProcess::spawn(target_args);
+    report.target = "spawned on this machine";
+  } else {
+    target = TargetProcess::connect(HostPort::parse(args.peer));
+    report.target = args.peer;
+  }
+  report.target_version = target->version();
+  report.cpus = machine_info().cpus;
+  if (!args.quiet) {
+    fmt::print(stderr, "kvxfer bench: UCX_TLS={}, {} MiB regions, target {} (kvxfer {}){}\n",
+               report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls, args.region >> 20,
+               report.target, report.target_version,
+               quarter ? ", TCP only: a quarter of each reference total" : "");
+  }
+
+  Bench bench(report.args, *target, report.fingerprint);
+  for (const CaseSpec& spec : specs) {
+    if (!args.quiet) fmt::print(stderr, "  running {} ...\n", spec.name);
+    try {
+      report.cases.push_back(bench.run(spec));
+    } catch (const ChannelError& e) {
+      // The target is gone: no later case can run either.
+      CaseResult lost;
+      lost.spec = spec;
+      lost.error = std::string("lost the target: ") + e.what();
+      report.cases.push_back(std::move(lost));
+      break;
+    }
+  }
+  const int target_status = target->quit();
+  if (target_status != 0 && !args.quiet) {
+    fmt::print(stderr, "kvxfer bench: the target exited with status {}\n", target_status);
+  }
+
+  print_table(report, stdout);
+  if (!args.json_path.empty()) write_json(report, args.json_path);
+  if (!args.plot_path.empty()) {
+    if (const std::string error = write_plot(report, args.plot_path); !error.empty()) {
+      fmt::print(stderr, "kvxfer bench: no plot: {}\n", error);
+      return 1;
+    }
+  }
+  return report.all_verified() ? 0 : 1;
+}
+
+}  // namespace kvxfer::tools

@@ -1,0 +1,117 @@
+// `kvxfer bench`: the reference workloads (../shared/bench/workloads.md)
+// against a target process, beside the memcpy limit and ucx_perftest,
+// measured in one run.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perftest.h"
+#include "workload.h"
+
+namespace kvxfer::tools {
+
+struct BenchArgs {
+  std::vector<std::string> cases = {"big", "layer", "small", "runs", "reg"};
+  std::string tls = "sm";  // sm | tcp | a UCX_TLS string
+  // Overrides of every selected case's workload figures.
+  std::optional<std::uint64_t> block_len;
+  std::optional<std::uint64_t> batch;
+  std::optional<int> depth;
+  std::optional<std::string> pattern;
+  std::optional<std::uint64_t> total;
+  std::uint64_t region = 1ull << 30;  // per side
+  std::string json_path;
+  std::string plot_path;
+  bool quiet = false;
+  std::string peer;  // HOST:PORT of a listening target; "" spawns one here
+  // --ucx KEY=VALUE knobs, set as UCX_KEY=VALUE in the environment, so they
+  // reach every UCX component (transport knobs like TCP_TX_SEG_SIZE are not
+  // UCP context settings), the spawned target and ucx_perftest alike.
+  std::map<std::string, std::string> ucx;
+  bool progress_thread = true;  // the initiator's; a target always runs one
+  int num_threads = 4;
+  // What the initiator does after a poll that reported nothing: spin (poll
+  // again at once), yield (sched_yield), or sleep for poll_sleep_us.
+  std::string poll_wait = "spin";
+  int poll_sleep_us = 0;
+  bool perftest = true;
+  int perftest_timeout_s = 60;
+  std::uint64_t verify_blocks = 4096;  // most blocks checked per case
+  int reg_reps = 20;
+  std::uint64_t seed = 0;  // 0: random
+};
+
+struct Timing {
+  std::uint64_t count = 0;
+  double mean_us = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  double max_us = 0;
+  static Timing of(std::vector<double> micros);
+};
+
+struct CaseResult {
+  CaseSpec spec;                 // as run, overrides applied
+  std::uint64_t num_blocks = 0;  // of each side's region
+  std::uint64_t writes = 0;
+  std::uint64_t blocks = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  std::optional<double> gbps;  // only for a verified run
+  std::optional<double> blocks_per_s;
+  double measured_gbps = 0;  // what the clock said, verified or not
+  Timing write_call;         // one write_blocks call
+  std::uint64_t polls = 0;
+  std::uint64_t failed_transfers = 0;
+  double local_registration_ms = 0;      // Transport construction (pool registration)
+  double peer_registration_us = 0;       // add_remote_peer
+  std::optional<double> memcpy_gbps;     // the faster of memcpy_runs_gbps
+  std::vector<double> memcpy_runs_gbps;  // before and after the WRITEs
+  PerftestResult perftest;
+  bool verified = false;
+  std::uint64_t verify_sampled = 0;
+  std::uint64_t verify_good = 0;
+  std::uint64_t verify_bad = 0;
+  std::uint64_t verify_raced = 0;  // written blocks left out: landing order unknown
+  bool handles_released = false;   // live handles all zero after close()
+  // Cores' worth of CPU other processes used while the case ran: on a
+  // shared machine, how far to trust its ratios.
+  double others_cores = 0;
+  double loadavg = 0;  // 1-minute load average when the case started
+  std::string error;
+
+  // reg only.
+  Timing add_peer;                          // add_remote_peer alone
+  Timing usable;                            // add_remote_peer + a first one-block write done
+  double usable_first_us = 0;               // the first try: nothing of the peer cached yet
+  std::int64_t add_peer_heap_bytes = 0;     // malloc heap growth of one add_remote_peer
+  std::optional<double> inflight_bytes_1;   // malloc heap per in-flight 1-block write
+  std::optional<double> inflight_bytes_16;  // ... per in-flight 16-block write
+
+  [[nodiscard]] std::optional<double> memcpy_ratio() const;
+  [[nodiscard]] std::optional<double> perftest_ratio() const;
+};
+
+struct BenchReport {
+  BenchArgs args;
+  std::string ucx_tls;
+  std::string fingerprint;
+  std::string target;  // where the target ran
+  std::string target_version;
+  unsigned cpus = 0;
+  std::vector<CaseResult> cases;
+  [[nodiscard]] bool all_verified() const;
+};
+
+// Runs the bench and prints the table; 0 when every case verified.
+int run_bench(const BenchArgs& args);
+
+// Whether a UCX_TLS string reaches the peer over TCP only (no shared memory):
+// such runs move a quarter of the reference total by default.
+bool tcp_only(const std::string& ucx_tls);
+
+}  // namespace kvxfer::tools

@@ -1,0 +1,50 @@
+// What a figure was measured on: the machine, and the UCX it ran with.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvxfer::tools {
+
+struct MachineInfo {
+  std::string hostname;
+  std::string cpu_model;
+  unsigned cpus = 0;            // usable by this process
+  std::uint64_t mem_total = 0;  // bytes
+  std::string kernel;
+  std::string transparent_hugepages;  // the selected mode, e.g. "madvise"
+};
+MachineInfo machine_info();
+
+struct UcxDevice {
+  std::string transport;
+  std::string device;
+};
+
+struct UcxInfo {
+  std::string version;             // of the libucp this tool runs with
+  std::vector<UcxDevice> devices;  // from `ucx_info -d`
+  std::string note;                // why devices is empty, when it is
+};
+UcxInfo ucx_info();
+
+// CPU time spent on this machine, split into ours (this process and,
+// when known, the target process) and everyone else's, so a figure from a
+// shared machine says how much a neighbour took from it.
+struct CpuSample {
+  double busy_s = 0;  // all CPUs, every process (from /proc/stat)
+  double ours_s = 0;  // this process + the target process
+  std::chrono::steady_clock::time_point at;
+};
+CpuSample sample_cpu(pid_t target_pid);
+// Cores' worth of CPU that other processes used between two samples.
+double others_cores(const CpuSample& before, const CpuSample& after);
+
+// `kvxfer info`.
+int run_info();
+
+}  // namespace kvxfer::tools

@@ -1,0 +1,264 @@
+#include "report.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kvxfer/transport.h"
+#include "machine.h"
+#include "subprocess.h"
+
+namespace kvxfer::tools {
+namespace {
+
+using nlohmann::json;
+
+std::string size_name(std::uint64_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+std::string fixed(const std::optional<double>& v, int digits = 2) {
+  return v ? fmt::format("{:.{}f}", *v, digits) : "-";
+}
+
+std::string us_pair(const Timing& t) {
+  if (t.count == 0) return "-";
+  return fmt::format("{:.1f} / {:.1f}", t.mean_us, t.p99_us);
+}
+
+json timing_json(const Timing& t) {
+  return {{"count", t.count},
+          {"mean_us", t.mean_us},
+          {"p50_us", t.p50_us},
+          {"p99_us", t.p99_us},
+          {"max_us", t.max_us}};
+}
+
+template <typename T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+}  // namespace
+
+void print_table(const BenchReport& report, std::FILE* out) {
+  fmt::print(out, "{:<6} {:>9} {:>6} {:>7} {:>10} {:>24} {:>7} {:>6} {:>9} {:>6}  {}\n", "case",
+             "block_len", "batch", "GB/s", "blocks/s", "write_blocks µs mean/p99", "memcpy",
+             "ratio", "perftest", "ratio", "verified");
+  for (const CaseResult& c : report.cases) {
+    const bool reg = c.spec.is_reg();
+    fmt::print(out, "{:<6} {:>9} {:>6} {:>7} {:>10} {:>24} {:>7} {:>6} {:>9} {:>6}  {}\n",
+               c.spec.name, size_name(c.spec.block_len),
+               reg ? std::string("-") : std::to_string(c.spec.batch), fixed(c.gbps),
+               c.blocks_per_s ? fmt::format("{:.0f}", *c.blocks_per_s) : "-",
+               reg ? us_pair(c.usable) : us_pair(c.write_call), fixed(c.memcpy_gbps),
+               fixed(c.memcpy_ratio()), fixed(c.perftest.gbps), fixed(c.perftest_ratio()),
+               c.verified ? "yes" : "NO");
+  }
+  for (const CaseResult& c : report.cases) {
+    if (c.spec.is_reg() && c.usable.count > 0) {
+      fmt::print(out,
+                 "reg: a {}-block peer is usable (add_remote_peer + first write landed) in "
+                 "{:.0f} µs median, {:.0f} µs p99 over {} tries, {:.0f} µs the first time; "
+                 "add_remote_peer alone {:.0f} µs median; this side's {} MiB pool registered in "
+                 "{:.1f} ms\n",
+                 c.num_blocks, c.usable.p50_us, c.usable.p99_us, c.usable.count, c.usable_first_us,
+                 c.add_peer.p50_us, (c.num_blocks * c.spec.block_len) >> 20,
+                 c.local_registration_ms);
+      fmt::print(out,
+                 "reg: malloc heap growth: {} bytes per add_remote_peer; per write held in "
+                 "flight: {} bytes (1 block), {} bytes (16 blocks)\n",
+                 c.add_peer_heap_bytes, fixed(c.inflight_bytes_1, 0),
+                 fixed(c.inflight_bytes_16, 0));
+    }
+    if (!c.error.empty()) fmt::print(out, "{}: {}\n", c.spec.name, c.error);
+    if (c.others_cores >= 0.25) {
+      fmt::print(out,
+                 "{}: other processes used {:.1f} of {} cores while it ran (load average {:.1f}): "
+                 "its ratios are less trustworthy\n",
+                 c.spec.name, c.others_cores, report.cpus, c.loadavg);
+    }
+    if (!c.spec.is_reg() && !c.perftest.gbps && !c.perftest.error.empty()) {
+      fmt::print(out, "{}: no perftest figure: {}\n", c.spec.name, c.perftest.error);
+    }
+  }
+  std::fflush(out);
+}
+
+void write_json(const BenchReport& report, const std::string& path) {
+  const MachineInfo m = machine_info();
+  const UcxInfo ucx = ucx_info();
+  json transports = json::array();
+  for (const auto& d : ucx.devices)
+    transports.push_back({{"transport", d.transport}, {"device", d.device}});
+  const BenchArgs& a = report.args;
+  json cases = json::array();
+  for (const CaseResult& c : report.cases) {
+    json j = {
+        {"case", c.spec.name},
+        {"block_len", c.spec.block_len},
+        {"num_blocks", c.num_blocks},
+        {"verified", c.verified},
+        {"error", c.error.empty() ? json(nullptr) : json(c.error)},
+        {"local_registration_ms", c.local_registration_ms},
+        {"verify",
+         {{"sampled", c.verify_sampled},
+          {"good", c.verify_good},
+          {"bad", c.verify_bad},
+          {"raced_left_out", c.verify_raced}}},
+        {"handles_released_after_close", c.handles_released},
+        {"others_cores", c.others_cores},
+        {"loadavg_1min", c.loadavg},
+    };
+    if (c.spec.is_reg()) {
+      j["add_remote_peer"] = timing_json(c.add_peer);
+      j["usable"] = timing_json(c.usable);
+      j["usable_first_us"] = c.usable_first_us;
+      j["add_remote_peer_heap_bytes"] = c.add_peer_heap_bytes;
+      j["inflight_heap_bytes_per_write"] = {{"1_block", opt(c.inflight_bytes_1)},
+                                            {"16_blocks", opt(c.inflight_bytes_16)}};
+    } else {
+      j.update({
+          {"batch", c.spec.batch},
+          {"depth", c.spec.depth},
+          {"pattern", c.spec.pattern.name()},
+          {"total_requested", c.spec.total},
+          {"writes", c.writes},
+          {"blocks", c.blocks},
+          {"bytes", c.bytes},
+          {"seconds", c.seconds},
+          {"gbps", opt(c.gbps)},
+          {"measured_gbps", c.measured_gbps},
+          {"blocks_per_s", opt(c.blocks_per_s)},
+          {"write_blocks", timing_json(c.write_call)},
+          {"polls", c.polls},
+          {"failed_transfers", c.failed_transfers},
+          {"add_remote_peer_us", c.peer_registration_us},
+          {"memcpy_gbps", opt(c.memcpy_gbps)},
+          {"memcpy_runs_gbps", c.memcpy_runs_gbps},
+          {"memcpy_ratio", opt(c.memcpy_ratio())},
+          {"perftest",
+           {{"ran", c.perftest.ran},
+            {"gbps", opt(c.perftest.gbps)},
+            {"iterations", c.perftest.iterations},
+            {"seconds", c.perftest.seconds},
+            {"error", c.perftest.error.empty() ? json(nullptr) : json(c.perftest.error)}}},
+          {"perftest_ratio", opt(c.perftest_ratio())},
+      });
+    }
+    cases.push_back(std::move(j));
+  }
+  json ucx_knobs = json::object();
+  for (const auto& [k, v] : a.ucx) ucx_knobs[k] = v;
+  const json doc = {
+      {"tool", "kvxfer bench"},
+      {"kvxfer_version", std::string(kvxfer::version())},
+      {"target_kvxfer_version", report.target_version},
+      {"target", report.target},
+      {"all_verified", report.all_verified()},
+      {"ucx",
+       {{"version", ucx.version},
+        {"tls", report.ucx_tls.empty() ? json(nullptr) : json(report.ucx_tls)},
+        {"knobs", ucx_knobs},
+        {"transports", transports},
+        {"note", ucx.note.empty() ? json(nullptr) : json(ucx.note)}}},
+      {"machine",
+       {{"hostname", m.hostname},
+        {"cpu_model", m.cpu_model},
+        {"cpus", m.cpus},
+        {"mem_total_bytes", m.mem_total},
+        {"kernel", m.kernel},
+        {"transparent_hugepages", m.transparent_hugepages}}},
+      {"config",
+       {{"tls", a.tls},
+        {"region_bytes", a.region},
+        {"config_fingerprint", report.fingerprint},
+        {"progress_thread", a.progress_thread},
+        {"num_threads", a.num_threads},
+        {"poll_wait", a.poll_wait},
+        {"poll_sleep_us", a.poll_sleep_us},
+        {"seed", a.seed},
+        {"verify_blocks", a.verify_blocks},
+        {"reg_reps", a.reg_reps}}},
+      {"cases", cases},
+  };
+  std::ofstream out(path);
+  out << doc.dump(2) << '\n';
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::string write_plot(const BenchReport& report, const std::string& path) {
+  if (!in_path("gnuplot")) return "gnuplot not installed (Debian package gnuplot-nox)";
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kvxfer-plot-{}", ::getpid());
+  fs::create_directories(dir);
+  const fs::path data = dir / "cases.dat";
+  const fs::path script = dir / "plot.gp";
+  // ucx_perftest over shared memory writes one cache-resident buffer and
+  // reaches tens of GB/s; drawn to scale it would flatten the bars that
+  // matter, so its bars are clipped above the others (the label keeps the
+  // real figure).
+  double top = 0;
+  bool clipped = false;
+  for (const CaseResult& c : report.cases) {
+    top = std::max({top, c.gbps.value_or(0), c.memcpy_gbps.value_or(0)});
+  }
+  top = top > 0 ? top * 1.4 : 1;
+  {
+    std::ofstream d(data);
+    for (const CaseResult& c : report.cases) {
+      if (c.spec.is_reg()) continue;
+      auto v = [](const std::optional<double>& x) { return x ? fmt::format("{:.3f}", *x) : "?"; };
+      std::optional<double> perftest_bar = c.perftest.gbps;
+      if (perftest_bar && *perftest_bar > top) {
+        perftest_bar = top;
+        clipped = true;
+      }
+      const std::string size = c.spec.block_len >= (1u << 20)
+                                   ? fmt::format("{}M", c.spec.block_len >> 20)
+                                   : fmt::format("{}K", c.spec.block_len >> 10);
+      d << fmt::format("\"{} ({} x{})\" {} {} {} {}\n", c.spec.name, size, c.spec.batch, v(c.gbps),
+                       v(c.memcpy_gbps), v(perftest_bar), v(c.perftest.gbps));
+    }
+  }
+  {
+    std::ofstream s(script);
+    s << "set terminal pngcairo size 1000,560 noenhanced font 'sans,10'\n"
+      << "set output '" << path << "'\n"
+      << "set datafile missing '?'\n"
+      << "set title 'kvxfer bench, UCX_TLS="
+      << (report.ucx_tls.empty() ? "default" : report.ucx_tls) << ", "
+      << std::string(kvxfer::version()) << ": payload GB/s (1e9 B/s)"
+      << (clipped ? ", ucx_perftest bars clipped" : "") << "'\n"
+      << "set style data histograms\n"
+      << "set style histogram clustered gap 1\n"
+      << "set style fill solid 0.85 border -1\n"
+      << "set boxwidth 0.9\n"
+      << "set ylabel 'GB/s'\n"
+      << fmt::format("set yrange [0:{:.3f}]\n", top * 1.08) << "set grid ytics\n"
+      << "set key below horizontal\n"
+      << "plot '" << data.string() << "' using 2:xtic(1) title 'kvxfer' lc rgb '#1f77b4', \\\n"
+      << "  '' using 3 title 'memcpy (1 thread)' lc rgb '#7f7f7f', \\\n"
+      << "  '' using 4 title 'ucx_perftest ucp_put_bw' lc rgb '#ff7f0e', \\\n"
+      << "  '' using ($0-0.25):2:(sprintf('%.2f',$2)) with labels offset 0,0.6 notitle, \\\n"
+      << "  '' using ($0):3:(sprintf('%.2f',$3)) with labels offset 0,0.6 notitle, \\\n"
+      << "  '' using ($0+0.25):4:(sprintf('%.2f',$5)) with labels offset 0,0.6 notitle\n";
+  }
+  SpawnOptions options;
+  options.argv = {"gnuplot", script.string()};
+  const Captured run = run_captured(options, std::chrono::seconds(60));
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  if (run.timed_out) return "gnuplot timed out";
+  if (run.status != 0) return "gnuplot failed: " + run.output.substr(0, 500);
+  return "";
+}
+
+}  // namespace kvxfer::tools
