@@ -2,6 +2,7 @@
 // table, strikes and faults. Knows nothing of UCX; drives an Engine.
 #include "kvxfer/transport.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +48,67 @@ void check_range(std::span<const Int> idxs, std::uint64_t num_blocks, const char
           fmt::format("{}[{}] = {} is out of range [0, {})", what, i, v, num_blocks));
     }
   }
+}
+
+// A set of block indices for one write's duplicate check: open addressing
+// over reused storage, emptied in O(1) by bumping a stamp, so checking n
+// indices costs O(n) and allocates only when a write is larger than any
+// before it.
+class IndexSet {
+ public:
+  // Returns false if `index` was already inserted since the last reset().
+  bool insert(std::int64_t index) {
+    std::size_t slot = hash(index);
+    for (;;) {
+      Slot& s = slots_[slot];
+      if (s.stamp != stamp_) {
+        s.stamp = stamp_;
+        s.index = index;
+        return true;
+      }
+      if (s.index == index) return false;
+      slot = (slot + 1) & mask_;
+    }
+  }
+
+  // Empties the set, sized for up to n inserts at a load of at most 1/2.
+  void reset(std::size_t n) {
+    std::size_t capacity = 16;
+    while (capacity < 2 * n) capacity *= 2;
+    if (capacity > slots_.size()) {
+      slots_.assign(capacity, Slot{});
+      stamp_ = 0;
+    }
+    mask_ = slots_.size() - 1;
+    if (++stamp_ == 0) {  // wrapped: old stamps could collide
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      stamp_ = 1;
+    }
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t stamp = 0;
+    std::int64_t index = 0;
+  };
+  [[nodiscard]] std::size_t hash(std::int64_t index) const {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull) >>
+                                    32) &
+           mask_;
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  std::uint64_t stamp_ = 0;
+};
+
+// Stall detection needs seconds, not nanoseconds: the coarse clock is cheaper
+// to read on every post and poll.
+std::chrono::steady_clock::time_point coarse_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::steady_clock::time_point(std::chrono::seconds(ts.tv_sec) +
+                                               std::chrono::nanoseconds(ts.tv_nsec));
 }
 
 }  // namespace
@@ -165,7 +227,7 @@ class TransportState {
   // Reused across calls so the hot path allocates nothing per block.
   std::vector<std::int64_t> scratch_local_;
   std::vector<std::int64_t> scratch_remote_;
-  std::vector<std::int64_t> scratch_sorted_;
+  IndexSet scratch_seen_;
   std::vector<std::pair<Peer*, Status>> scratch_failures_;
   std::vector<Inflight*> scratch_finished_;
   RegistrationWorker worker_;
@@ -503,12 +565,12 @@ std::optional<TransferId> TransportState::write(std::string_view peer_id,
   bool increasing = true;
   for (std::size_t i = 1; i < remote.size() && increasing; ++i) increasing = remote[i - 1] < remote[i];
   if (!increasing) {
-    scratch_sorted_.assign(remote.begin(), remote.end());
-    std::sort(scratch_sorted_.begin(), scratch_sorted_.end());
-    const auto dup = std::adjacent_find(scratch_sorted_.begin(), scratch_sorted_.end());
-    if (dup != scratch_sorted_.end()) {
-      throw std::invalid_argument(
-          fmt::format("remote_idxs repeats block {} within one write", *dup));
+    scratch_seen_.reset(remote.size());
+    for (const Int r : remote) {
+      if (!scratch_seen_.insert(r)) {
+        throw std::invalid_argument(
+            fmt::format("remote_idxs repeats block {} within one write", r));
+      }
     }
   }
 
@@ -540,7 +602,7 @@ std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::
   e.id = id;
   e.handle = handle;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
-  if (options_.stall_timeout.count() > 0) e.posted = std::chrono::steady_clock::now();
+  if (options_.stall_timeout.count() > 0) e.posted = coarse_now();
   link(peer, &e);
   return id;
 }
@@ -610,7 +672,7 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
     engine_->progress();
     scratch_failures_.clear();
     scratch_finished_.clear();
-    const auto now = options_.stall_timeout.count() > 0 ? std::chrono::steady_clock::now()
+    const auto now = options_.stall_timeout.count() > 0 ? coarse_now()
                                                          : std::chrono::steady_clock::time_point{};
     if (scoped != nullptr) {
       poll_peer(scoped, out, now);
