@@ -249,23 +249,31 @@ void TargetProcess::read_hello() {
   version_ = m.text("version").substr(0, 32);
 }
 
+TargetGeometry parse_ready(const std::string& line, const std::string& who) {
+  const Message m = Message::parse(line);
+  if (m.word == "REFUSED") throw TargetRefused(who + " refused: " + m.rest);
+  if (m.word != "READY") {
+    throw ChannelError(fmt::format("{} did not open a region: '{}'", who, line.substr(0, 200)));
+  }
+  TargetGeometry g;
+  try {
+    g.metadata = from_hex(m.text("metadata"));
+  } catch (const std::invalid_argument& e) {
+    throw ChannelError(fmt::format("{} sent bad metadata: {}", who, e.what()));
+  }
+  g.base = m.number("base");
+  g.num_blocks = m.number("num_blocks");
+  g.block_len = m.number("block_len");
+  g.fingerprint = m.text("fingerprint");
+  return g;
+}
+
 const TargetGeometry& TargetProcess::open(std::uint64_t block_len, std::uint64_t region_bytes,
                                           const std::string& fingerprint) {
   channel_->write_line(fmt::format("OPEN block_len={} region={} fingerprint={}", block_len,
                                    region_bytes, fingerprint),
                        kWriteTimeout);
-  const std::string line = channel_->read_line(kReplyTimeout);
-  const Message m = Message::parse(line);
-  if (m.word == "REFUSED") throw TargetRefused(name() + " refused: " + m.rest);
-  if (m.word != "READY") {
-    throw ChannelError(fmt::format("{} did not open a region: '{}'", name(), line.substr(0, 200)));
-  }
-  TargetGeometry g;
-  g.metadata = from_hex(m.text("metadata"));
-  g.base = m.number("base");
-  g.num_blocks = m.number("num_blocks");
-  g.block_len = m.number("block_len");
-  g.fingerprint = m.text("fingerprint");
+  TargetGeometry g = parse_ready(channel_->read_line(kReplyTimeout), name());
   // Refuse on our side too: a target that answers with another geometry or
   // config than we asked for would make every figure meaningless.
   if (g.block_len != block_len || g.num_blocks != region_bytes / block_len) {

@@ -51,6 +51,12 @@ class TargetRefused : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Decodes a target's answer to OPEN (READY with its geometry and metadata, or
+// REFUSED with a reason) from `who`. Throws TargetRefused or ChannelError
+// (missing or malformed field); the metadata bytes are then checked by the
+// transport when the peer is added. Fuzzed by tests/fuzz/handshake_fuzz.cc.
+TargetGeometry parse_ready(const std::string& line, const std::string& who);
+
 // Largest VERIFY list a target accepts.
 inline constexpr std::uint64_t kMaxVerifyPairs = 1u << 22;
 
