@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,11 @@ struct TargetOptions {
   std::uint64_t block_len = 64 * 1024;
   std::string tls = "sm,self";
   bool progress_thread = true;
+  // Extra engine_config entries (--config KEY=VALUE).
+  std::map<std::string, std::string> engine_config;
+  // Network namespace to run in (`ip netns exec NETNS ...`, which execs, so
+  // pid() is still the target's own pid); empty: this one.
+  std::string netns;
 };
 
 // A kvxfer_it_target child. It registers a zeroed pool with a UCX transport,
@@ -63,6 +69,11 @@ class TargetProcess {
     cmd << "verify " << gen << ' ' << local.size();
     for (std::size_t i = 0; i < local.size(); ++i) cmd << ' ' << local[i] << ' ' << remote[i];
     return request(cmd.str());
+  }
+
+  // SIGSTOP / SIGCONT and the like; the process is not reaped.
+  void send_signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
   }
 
   void kill9() {
@@ -100,15 +111,15 @@ class TargetProcess {
     posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
     // UCX's sockets and event fds of this process stay out of the child.
     posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    std::vector<std::string> args = {KVXFER_IT_TARGET_PATH,
-                                     "--name",
-                                     options_.name,
-                                     "--blocks",
-                                     std::to_string(options_.num_blocks),
-                                     "--block-len",
-                                     std::to_string(options_.block_len),
-                                     "--tls",
-                                     options_.tls};
+    std::vector<std::string> args;
+    if (!options_.netns.empty()) args = {"/usr/bin/env", "ip", "netns", "exec", options_.netns};
+    args.insert(args.end(), {KVXFER_IT_TARGET_PATH, "--name", options_.name, "--blocks",
+                             std::to_string(options_.num_blocks), "--block-len",
+                             std::to_string(options_.block_len), "--tls", options_.tls});
+    for (const auto& [key, value] : options_.engine_config) {
+      args.emplace_back("--config");
+      args.emplace_back(key + "=" + value);
+    }
     if (!options_.progress_thread) args.emplace_back("--no-progress-thread");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

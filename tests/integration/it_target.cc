@@ -1,7 +1,9 @@
 // kvxfer_it_target: the far side of the multi-process UCX tests.
 //
 //   kvxfer_it_target --name N --blocks B --block-len L --tls T [--no-progress-thread]
+//                    [--config KEY=VALUE]...
 //
+// --config adds an engine_config entry (e.g. NET_DEVICES=kvx0 on a netns host).
 // Registers a zeroed pool of B blocks of L bytes with a UCX transport (UCX
 // TLS = T), prints "ready <base> <num_blocks> <block_len> <metadata hex>",
 // then reads commands from stdin, answering each with one line:
@@ -11,10 +13,13 @@
 //   close                       -> closes the transport (the pool stays
 //                                  mapped, the process alive); "closed"
 //   quit                        -> "bye", exit 0
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -36,12 +41,44 @@ KVXFER_IT_NO_TSAN std::uint64_t fnv1a(const std::uint8_t* data, std::uint64_t le
 
 }  // namespace
 
+// Replies travel on a private copy of the stdout pipe, and fd 1 is pointed at
+// stderr: UCX logs its errors to stdout (e.g. "recv(-1) failed" when the
+// initiator force-closes an endpoint), and a log line read as the reply to a
+// verify would shift every later reply by one.
+class ReplyChannel {
+ public:
+  ReplyChannel() : fd_(::dup(STDOUT_FILENO)) {
+    if (fd_ < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+      std::cerr << "cannot set up the reply channel\n";
+      std::exit(2);
+    }
+  }
+  ~ReplyChannel() { ::close(fd_); }
+  ReplyChannel(const ReplyChannel&) = delete;
+  ReplyChannel& operator=(const ReplyChannel&) = delete;
+
+  void line(const std::string& text) const {
+    const std::string data = text + "\n";
+    std::size_t off = 0;
+    while (off < data.size()) {
+      const ssize_t n = ::write(fd_, data.data() + off, data.size() - off);
+      if (n <= 0) std::exit(1);  // the test process is gone
+      off += static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+};
+
 int main(int argc, char** argv) {
+  const ReplyChannel out;
   std::string name = "target";
   std::uint64_t num_blocks = 64;
   std::uint64_t block_len = 64 * 1024;
   std::string tls = "sm,self";
   bool progress_thread = true;
+  std::map<std::string, std::string> engine_config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -59,6 +96,14 @@ int main(int argc, char** argv) {
       block_len = std::stoull(value());
     } else if (arg == "--tls") {
       tls = value();
+    } else if (arg == "--config") {
+      const std::string kv = value();
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos) {
+        std::cerr << "--config wants KEY=VALUE, got " << kv << "\n";
+        return 2;
+      }
+      engine_config[kv.substr(0, eq)] = kv.substr(eq + 1);
     } else if (arg == "--no-progress-thread") {
       progress_thread = false;
     } else {
@@ -71,12 +116,13 @@ int main(int argc, char** argv) {
   kvxfer::Options options;
   options.backends = {"UCX"};
   options.progress_thread = progress_thread;
-  options.engine_config = {{"TLS", tls}};
+  options.engine_config = engine_config;
+  options.engine_config["TLS"] = tls;
   auto transport = std::make_unique<kvxfer::Transport>(
       name, kvxfer::Region{pool.base(), num_blocks, block_len}, options);
-  std::cout << "ready " << transport->base_addr() << ' ' << transport->num_blocks() << ' '
-            << transport->block_len() << ' ' << kvxfer::it::to_hex(transport->agent_metadata())
-            << std::endl;
+  out.line("ready " + std::to_string(transport->base_addr()) + ' ' +
+           std::to_string(transport->num_blocks()) + ' ' + std::to_string(transport->block_len()) +
+           ' ' + kvxfer::it::to_hex(transport->agent_metadata()));
 
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -103,18 +149,18 @@ int main(int argc, char** argv) {
           break;
         }
       }
-      std::cout << reply << std::endl;
+      out.line(reply);
     } else if (cmd == "checksum") {
-      std::cout << "sum " << fnv1a(pool.base(), pool.len()) << std::endl;
+      out.line("sum " + std::to_string(fnv1a(pool.base(), pool.len())));
     } else if (cmd == "close") {
       transport.reset();
-      std::cout << "closed" << std::endl;
+      out.line("closed");
     } else if (cmd == "quit") {
       transport.reset();
-      std::cout << "bye" << std::endl;
+      out.line("bye");
       return 0;
     } else {
-      std::cout << "unknown command" << std::endl;
+      out.line("unknown command");
     }
   }
   return 0;

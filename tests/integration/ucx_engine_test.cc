@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -159,6 +160,51 @@ TEST_P(UcxEngineTest, DisconnectFinishesEveryTransferStillPosted) {
     EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
   }
   EXPECT_EQ(a.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
+}
+
+// Writes of several MiB are split into chunks that the copier threads and
+// every caller of progress() share (two polling threads here); each lands
+// whole, and only once all its chunks did.
+TEST_P(UcxEngineTest, MultiChunkWritesLandWithSeveralThreadsPolling) {
+  constexpr std::uint64_t kBlockLen = 768 * 1024;  // runs split at 1 MiB
+  EngineAgent src("engine-src", GetParam(), 32, kBlockLen);
+  EngineAgent dst("engine-dst", GetParam(), 32, kBlockLen);
+  dst.pool.fill_generation(2);
+  PeerHandle peer = 0;
+  ASSERT_EQ(src.engine->connect(dst.engine->local_blob(), dst.region(), &peer), Status::kSuccess);
+  // One 6 MiB run, one of 1.5 MiB, and scattered blocks; no remote block twice.
+  const std::vector<std::vector<std::int64_t>> locals = {
+      {0, 1, 2, 3, 4, 5, 6, 7}, {8, 9}, {20, 13, 31, 17}};
+  const std::vector<std::vector<std::int64_t>> remotes = {
+      {16, 17, 18, 19, 20, 21, 22, 23}, {0, 1}, {3, 30, 7, 11}};
+  std::vector<XferHandle> xfers(locals.size());
+  for (std::size_t w = 0; w < locals.size(); ++w) {
+    ASSERT_EQ(src.engine->post_write(peer, static_cast<TransferId>(w), locals[w], remotes[w],
+                                     &xfers[w]),
+              Status::kSuccess);
+  }
+  std::atomic<bool> stop{false};
+  std::thread helper([&] {
+    while (!stop.load()) src.engine->progress();
+  });
+  for (const XferHandle xfer : xfers) {
+    const auto [check, state] = wait_state(*src.engine, xfer);
+    EXPECT_EQ(check, Status::kSuccess);
+    EXPECT_EQ(state, Status::kSuccess);
+  }
+  stop.store(true);
+  helper.join();
+  for (std::size_t w = 0; w < locals.size(); ++w) {
+    for (std::size_t i = 0; i < locals[w].size(); ++i) {
+      EXPECT_TRUE(bytes_equal(src.pool.block(static_cast<std::uint64_t>(locals[w][i])),
+                              dst.pool.block(static_cast<std::uint64_t>(remotes[w][i])),
+                              kBlockLen))
+          << w << ' ' << i;
+    }
+    EXPECT_EQ(src.engine->release(xfers[w]), Status::kSuccess);
+  }
+  EXPECT_EQ(src.engine->disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(src.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
 }
 
 TEST_P(UcxEngineTest, MalformedBlobsAreRejectedWithoutLeavingAPeer) {
