@@ -4,8 +4,9 @@
 //
 // - kCma, for a peer on this host (same boot id and pid namespace) whose
 //   UCX_TLS and ours both allow shared memory: process_vm_writev straight
-//   into its pool, one iovec per run of consecutive blocks, run by the
-//   engine's copier threads so that posting does not wait for the copy.
+//   into its pool, one iovec per run of consecutive blocks, in chunks run by
+//   the engine's copier threads (so that posting does not wait for the copy)
+//   and by callers of progress() (so that a spinning poller helps them).
 //   Why not UCX here (measured with UCX 1.13, see docs/ucx-engine.md): a
 //   ucp_put_nbx to user-registered memory over sm is "software emulation"
 //   (an active message the target's worker copies out), never CMA; an sm
@@ -66,8 +67,13 @@ using Clock = std::chrono::steady_clock;
 // How long disconnect() and shutdown() drive the worker for UCX to finish a
 // forced close or cancel outstanding requests before giving up on them.
 constexpr auto kDrainTimeout = std::chrono::seconds(10);
+constexpr auto kWorkerFlushTimeout = std::chrono::milliseconds(500);
 // process_vm_writev takes at most UIO_MAXIOV iovecs per call.
 constexpr std::size_t kMaxIov = 1024;
+// The unit of CMA copy work a thread claims at a time: at most this many
+// bytes (longer runs are split at post time) and kMaxIov iovecs. Several
+// copiers, and a caller in progress(), can so share one large write.
+constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 
 const std::string& engine_name() {
   static const std::string name = "UCX";
@@ -248,10 +254,16 @@ class UcxEngine final : public Engine {
     std::vector<iovec> local_iov;
     std::vector<iovec> remote_iov;
     Xfer* next_copy = nullptr;
+    // kCma, under copy_mu_: the first iovec no thread has claimed yet, the
+    // chunks claimed and still copying, and the first chunk's failure.
+    std::size_t next_iov = 0;
+    int running = 0;
+    int chunk_error = UCS_OK;
   };
 
   void init_ucx(const EngineConfig& config);
   void teardown_ucx();
+  void flush_worker_before_destroy();
   void start_progress_thread();
   void stop_progress_thread();
   void progress_loop();
@@ -264,7 +276,8 @@ class UcxEngine final : public Engine {
   void start_copiers();
   void stop_copiers();
   void copier_loop();
-  ucs_status_t run_copy(Peer& peer, Xfer& xfer);
+  void run_chunk(std::unique_lock<std::mutex>& lock);
+  ucs_status_t run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end);
   ucs_status_t cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote);
   Status post_ucx(const std::shared_ptr<Peer>& peer, std::span<const std::int64_t> local,
                   std::span<const std::int64_t> remote, Xfer* xfer);
@@ -307,6 +320,7 @@ class UcxEngine final : public Engine {
   std::condition_variable copy_done_cv_;  // a peer's copies dropped to zero
   Xfer* copy_head_ = nullptr;
   Xfer* copy_tail_ = nullptr;
+  std::atomic<bool> copies_queued_{false};  // copy_head_ != nullptr, read without copy_mu_
   bool copiers_stop_ = false;
   std::vector<std::thread> copiers_;
   int num_copiers_ = 1;
@@ -375,6 +389,31 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
                             overrides.contains("TCP_TX_SEG_SIZE");
   if (!user_set_seg && tls_allows(tls, {"tcp"})) {
     overrides["TX_SEG_SIZE"] = "64K";
+  }
+  // A larger receive segment lets one recv() take several 64K active
+  // messages (the perftest-measured lever of docs/performance.md).
+  const bool user_set_rx = std::getenv("UCX_TCP_RX_SEG_SIZE") != nullptr ||
+                           overrides.contains("RX_SEG_SIZE") ||
+                           overrides.contains("TCP_RX_SEG_SIZE");
+  if (!user_set_rx && tls_allows(tls, {"tcp"})) {
+    overrides["RX_SEG_SIZE"] = "256K";
+  }
+  // TCP keepalive turns a silent idle peer (host gone, link cut) into an
+  // endpoint error, hence REMOTE_DISCONNECT: UCX's defaults (idle 10 s, then
+  // the system's 9 probes 2 s apart) take about 28 s; these take 10 s (5 s
+  // idle + 5 probes 1 s apart). A peer with data in flight is never probed
+  // (Linux holds keepalive while data is unacknowledged): stall_timeout bounds
+  // that case. See docs/reliability.md. Each key only when the user set none.
+  if (tls_allows(tls, {"tcp"})) {
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"KEEPIDLE", "5s"},
+                                     {"KEEPINTVL", "1s"},
+                                     {"KEEPCNT", "5"}}) {
+      const std::string env = "UCX_TCP_" + key;
+      if (std::getenv(env.c_str()) == nullptr && !overrides.contains(key) &&
+          !overrides.contains("TCP_" + key)) {
+        overrides[key] = value;
+      }
+    }
   }
   for (const auto& [key, value] : overrides) {
     st = ucp_config_modify(ucp_config, key.c_str(), value.c_str());
@@ -451,6 +490,31 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
   ucx_compat::release_packed_rkey(rkey_buffer);
 }
 
+// UCX 1.13 asserts (and aborts the process) in ucp_worker_destroy when a
+// wireup message, e.g. the reply to a peer that just connected, is still
+// pending on a TCP endpoint UCX created for that peer ("got REP message" in
+// the pending purge; the assertion was dropped upstream in 2022). Flushing the
+// worker first sends or fails those messages. Bounded: a dead peer must not
+// hold up close().
+void UcxEngine::flush_worker_before_destroy() {
+  ucp_request_param_t param{};
+  void* request = ucp_worker_flush_nbx(worker_, &param);
+  if (request == nullptr) return;
+  if (UCS_PTR_IS_ERR(request)) {
+    log().debug("kvxfer UCX {}: worker flush before destroy: {}", agent_name_,
+                ucs_status_string(UCS_PTR_STATUS(request)));
+    return;
+  }
+  const auto deadline = Clock::now() + kWorkerFlushTimeout;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+  }
+  if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+    log().debug("kvxfer UCX {}: worker flush before destroy did not finish in time", agent_name_);
+  }
+  ucp_request_free(request);
+}
+
 void UcxEngine::teardown_ucx() {
   if (memh_ != nullptr) {
     if (const ucs_status_t st = ucp_mem_unmap(context_, memh_); st != UCS_OK) {
@@ -462,6 +526,7 @@ void UcxEngine::teardown_ucx() {
   // Destroying the worker completes whatever UCX still holds with
   // UCS_ERR_CANCELED, which returns the last transfer handles to the pool.
   if (worker_ != nullptr) {
+    flush_worker_before_destroy();
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
@@ -536,6 +601,12 @@ void UcxEngine::stop_progress_thread() {
 }
 
 void UcxEngine::progress() {
+  // A caller that polls while CMA copies wait lends its thread to one chunk
+  // of them, instead of spinning on a core the copier threads need.
+  if (copies_queued_.load(std::memory_order_relaxed)) {
+    std::unique_lock lock(copy_mu_);
+    if (copy_head_ != nullptr) run_chunk(lock);
+  }
   if (progress_thread_.joinable() || worker_ == nullptr) return;
   while (ucp_worker_progress(worker_) != 0) {
   }
@@ -787,21 +858,31 @@ void UcxEngine::post_cma(const std::shared_ptr<Peer>& peer, std::span<const std:
   auto* const base = static_cast<std::uint8_t*>(region_.base);
   const std::uint64_t block_len = region_.block_len;
   for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
-    const std::size_t len = count * block_len;
-    xfer->local_iov.push_back({base + static_cast<std::uint64_t>(l) * block_len, len});
-    xfer->remote_iov.push_back(
-        {reinterpret_cast<void*>(peer->remote_base +
-                                 static_cast<std::uint64_t>(r) * peer->remote_block_len),
-         len});
+    // A run longer than a chunk becomes several iovecs, so that no claim
+    // exceeds kChunkBytes.
+    auto* src = base + static_cast<std::uint64_t>(l) * block_len;
+    auto dst = peer->remote_base + static_cast<std::uint64_t>(r) * peer->remote_block_len;
+    for (std::size_t left = count * block_len; left > 0;) {
+      const std::size_t len = std::min(left, kChunkBytes);
+      xfer->local_iov.push_back({src, len});
+      xfer->remote_iov.push_back({reinterpret_cast<void*>(dst), len});
+      src += len;
+      dst += len;
+      left -= len;
+    }
     return true;
   });
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(copy_mu_);
     ++peer->copies;
+    xfer->next_iov = 0;
+    xfer->running = 0;
+    xfer->chunk_error = UCS_OK;
     xfer->next_copy = nullptr;
     (copy_tail_ != nullptr ? copy_tail_->next_copy : copy_head_) = xfer;
     copy_tail_ = xfer;
+    copies_queued_.store(true, std::memory_order_relaxed);
   }
   copy_cv_.notify_one();
 }
@@ -827,38 +908,67 @@ void UcxEngine::copier_loop() {
   for (;;) {
     copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });
     if (copy_head_ == nullptr) return;  // stopping, and nothing left to finish
-    Xfer* xfer = copy_head_;
-    copy_head_ = xfer->next_copy;
-    if (copy_head_ == nullptr) copy_tail_ = nullptr;
-    Peer& peer = *xfer->peer;
-    const bool cancelled = peer.disconnected || copiers_stop_;
-    lock.unlock();
-    const ucs_status_t result = cancelled ? UCS_ERR_CANCELED : run_copy(peer, *xfer);
-    xfer->result.store(result, std::memory_order_release);
-    live_requests_.fetch_sub(1, std::memory_order_relaxed);
-    lock.lock();
-    if (--peer.copies == 0) copy_done_cv_.notify_all();
-    lock.unlock();
-    unref(xfer);
-    lock.lock();
+    run_chunk(lock);
   }
 }
 
-// The cookie is read before and after the copy: before, so a reused pid is
-// never written; after, so a peer that died or shut its engine down during
-// the copy does not count it as landed.
-ucs_status_t UcxEngine::run_copy(Peer& peer, Xfer& xfer) {
+// Claims the next chunk of the transfer at the head of the queue and copies
+// it; whoever finishes a transfer's last chunk completes the transfer.
+// Called, and returns, with copy_mu_ held through `lock`; copy_head_ is set.
+void UcxEngine::run_chunk(std::unique_lock<std::mutex>& lock) {
+  Xfer* xfer = copy_head_;
+  Peer& peer = *xfer->peer;
+  const std::size_t n = xfer->local_iov.size();
+  const std::size_t begin = xfer->next_iov;
+  std::size_t end = begin;
+  for (std::size_t bytes = 0; end < n && end - begin < kMaxIov; ++end) {
+    bytes += xfer->local_iov[end].iov_len;
+    if (end > begin && bytes > kChunkBytes) break;
+  }
+  xfer->next_iov = end;
+  if (end == n) {  // fully claimed: the next transfer is up
+    copy_head_ = xfer->next_copy;
+    if (copy_head_ == nullptr) {
+      copy_tail_ = nullptr;
+      copies_queued_.store(false, std::memory_order_relaxed);
+    }
+  }
+  ++xfer->running;
+  const bool cancelled = peer.disconnected || copiers_stop_ || xfer->chunk_error != UCS_OK;
+  if (copy_head_ != nullptr) copy_cv_.notify_one();  // more to claim: another copier may help
+  lock.unlock();
+  const ucs_status_t result = cancelled ? UCS_ERR_CANCELED : run_copy(peer, *xfer, begin, end);
+  lock.lock();
+  if (result != UCS_OK && xfer->chunk_error == UCS_OK) xfer->chunk_error = result;
+  if (--xfer->running > 0 || xfer->next_iov < n) return;  // its other chunks finish it
+  ucs_status_t final_result = static_cast<ucs_status_t>(xfer->chunk_error);
+  lock.unlock();
+  // Every chunk landed: the cookie must still read back (run_copy of none).
+  if (final_result == UCS_OK) final_result = run_copy(peer, *xfer, n, n);
+  xfer->result.store(final_result, std::memory_order_release);
+  live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  lock.lock();
+  if (--peer.copies == 0) copy_done_cv_.notify_all();
+  lock.unlock();
+  unref(xfer);
+  lock.lock();
+}
+
+// Copies iovecs [begin, end) of a transfer after reading the peer's cookie;
+// with begin == end, only reads the cookie. A transfer's cookie is read
+// before each chunk, so a reused pid is never written, and once after its
+// last chunk, so a peer that died or shut its engine down during the copy
+// does not count it as landed.
+ucs_status_t UcxEngine::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end) {
   if (peer.failed()) return UCS_ERR_CONNECTION_RESET;
   int err = 0;
-  Status st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+  const Status st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
   ucs_status_t result = UCS_OK;
   if (st == Status::kSuccess) {
-    const std::size_t n = xfer.local_iov.size();
-    for (std::size_t i = 0; i < n && result == UCS_OK; i += kMaxIov) {
-      const std::size_t k = std::min(kMaxIov, n - i);
+    for (std::size_t i = begin; i < end && result == UCS_OK; i += kMaxIov) {
+      const std::size_t k = std::min(kMaxIov, end - i);
       result = cma_write(peer, {xfer.local_iov.data() + i, k}, {xfer.remote_iov.data() + i, k});
     }
-    if (result == UCS_OK) st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
   }
   if (st == Status::kRemoteDisconnect) result = UCS_ERR_CONNECTION_RESET;
   if (st == Status::kNotAllowed || st == Status::kBackend) {
