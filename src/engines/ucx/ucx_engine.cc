@@ -777,6 +777,15 @@ Status UcxEngine::disconnect(PeerHandle handle) {
   // The endpoint goes first: the forced close cancels every request still
   // using the rkey, after which the rkey can go. Both are attempted.
   const Status closed = close_endpoint(*peer);
+  // The forced close completes the peer's requests, but their callbacks may
+  // still be finishing on the progress thread. Every in-flight transfer holds
+  // the peer, so wait (bounded) until none does: a disconnect then leaves no
+  // live request behind.
+  const auto deadline = Clock::now() + kWorkerFlushTimeout;
+  while (peer.use_count() > 1 && Clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+    std::this_thread::yield();
+  }
   if (peer->rkey != nullptr) {
     ucp_rkey_destroy(peer->rkey);  // cannot fail
     peer->rkey = nullptr;
