@@ -86,14 +86,18 @@ class _RegistrationWaiter:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             pending, future = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                pending.result()
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                future.set_exception(exc)
-            else:
-                future.set_result(None)
+            if future.set_running_or_notify_cancel():
+                _settle(future, pending)
+
+
+def _settle(future: Future, pending: Any) -> None:
+    """Waits for a C++ registration and hands its outcome to *future*."""
+    try:
+        pending.result()
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller
+        future.set_exception(exc)
+    else:
+        future.set_result(None)
 
 
 def _failed_future(exc: BaseException) -> Future:
@@ -182,12 +186,7 @@ class Transport(_kvxfer.Transport):
         # Closed meanwhile: close() has already failed the registration.
         future: Future = Future()
         future.set_running_or_notify_cancel()
-        try:
-            pending.result()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            future.set_exception(exc)
-        else:
-            future.set_result(None)
+        _settle(future, pending)
         return future
 
     def close(self) -> None:
