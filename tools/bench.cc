@@ -163,6 +163,7 @@ class Bench {
     Options options;
     options.config_fields = bench_config_fields(args_.tls);
     options.engine_config = engine_config_for(args_.tls);
+    for (const auto& [key, value] : args_.engine) options.engine_config[key] = value;
     options.progress_thread = args_.progress_thread;
     options.num_threads = args_.num_threads;
     return options;

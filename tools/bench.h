@@ -32,6 +32,9 @@ struct BenchArgs {
   // reach every UCX component (transport knobs like TCP_TX_SEG_SIZE are not
   // UCP context settings), the spawned target and ucx_perftest alike.
   std::map<std::string, std::string> ucx;
+  // --engine KEY=VALUE: extra Options::engine_config of the initiator
+  // (kvxfer's KVXFER_* engine knobs, or UCP context settings).
+  std::map<std::string, std::string> engine;
   bool progress_thread = true;  // the initiator's; a target always runs one
   int num_threads = 4;
   // What the initiator does after a poll that reported nothing: spin (poll

@@ -195,6 +195,12 @@ int main(int argc, char** argv) {
                    "UCX knob KEY=VALUE, set as UCX_KEY in the environment of both sides "
                    "and ucx_perftest (e.g. TCP_TX_SEG_SIZE=64K); repeatable")
       ->allow_extra_args(false);
+  std::vector<std::string> engine_knobs;
+  bench_cmd
+      ->add_option("--engine", engine_knobs,
+                   "initiator engine_config KEY=VALUE, e.g. KVXFER_SCATTER_MAX_RUN=0 (scatter "
+                   "writes off) or KVXFER_SCATTER_CHUNK=1M; repeatable")
+      ->allow_extra_args(false);
   bench_cmd->add_flag("--no-progress-thread", no_progress_thread,
                       "initiator: no UCX progress thread (it polls anyway)");
   bench_cmd->add_option("--num-threads", bench.num_threads, "Options::num_threads of the initiator")
@@ -252,6 +258,13 @@ int main(int argc, char** argv) {
   try {
     if (*bench_cmd) {
       bench.ucx = apply_ucx_knobs(ucx_knobs);
+      for (const auto& item : engine_knobs) {
+        const auto eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          throw CLI::ValidationError("--engine", "expected KEY=VALUE, got '" + item + "'");
+        }
+        bench.engine[item.substr(0, eq)] = item.substr(eq + 1);
+      }
       bench.progress_thread = !no_progress_thread;
       bench.perftest = !no_perftest;
       if (poll_wait.rfind("sleep:", 0) == 0) {

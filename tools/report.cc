@@ -182,6 +182,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"config_fingerprint", report.fingerprint},
         {"progress_thread", a.progress_thread},
         {"num_threads", a.num_threads},
+        {"engine_config", a.engine},
         {"poll_wait", a.poll_wait},
         {"poll_sleep_us", a.poll_sleep_us},
         {"seed", a.seed},

@@ -20,7 +20,10 @@
 // - kUcx, for everyone else: a UCP endpoint in UCP_ERR_HANDLING_MODE_PEER
 //   whose error handler marks the peer failed, one ucp_put_nbx per run of
 //   consecutive blocks, then one ucp_ep_flush_nbx whose completion means the
-//   bytes are in the peer's memory.
+//   bytes are in the peer's memory. Writes made of many short runs (random
+//   4 KiB blocks) go as scatter writes instead (ucx_scatter.h): a few active
+//   messages that each carry many runs, acked by the peer's handler once the
+//   bytes are in place. Over TCP that is one send() per message, not per run.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/epoll.h>
@@ -58,6 +61,7 @@
 #include "engine.h"
 #include "engines/ucx/ucx_blob.h"
 #include "engines/ucx/ucx_compat.h"
+#include "engines/ucx/ucx_scatter.h"
 
 namespace kvxfer::internal {
 namespace {
@@ -74,6 +78,12 @@ constexpr std::size_t kMaxIov = 1024;
 // bytes (longer runs are split at post time) and kMaxIov iovecs. Several
 // copiers, and a caller in progress(), can so share one large write.
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+// Scatter writes (kUcx lane): a write whose runs average at most this many
+// bytes goes as scatter messages of about kScatterChunkBytes each. Both can be
+// set per transport through engine_config (KVXFER_SCATTER_MAX_RUN,
+// KVXFER_SCATTER_CHUNK; a max run of 0 turns scatter writes off).
+constexpr std::uint64_t kScatterMaxRunBytes = 64 * 1024;
+constexpr std::uint64_t kScatterChunkBytes = 256 * 1024;
 
 const std::string& engine_name() {
   static const std::string name = "UCX";
@@ -123,6 +133,32 @@ bool is_disconnect(ucs_status_t status) {
 
 Status map_post_error(ucs_status_t status) {
   return is_disconnect(status) ? Status::kRemoteDisconnect : Status::kBackend;
+}
+
+// "262144", "256K", "1M": bytes. Throws on anything else.
+std::uint64_t parse_size(const std::string& key, const std::string& text) {
+  std::uint64_t value = 0;
+  std::size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (std::numeric_limits<std::uint64_t>::max() - 9) / 10) break;
+    value = value * 10 + static_cast<std::uint64_t>(text[i] - '0');
+  }
+  std::uint64_t unit = 1;
+  if (i < text.size() && i > 0) {
+    const char u = text[i];
+    unit = (u == 'k' || u == 'K')   ? 1024
+           : (u == 'm' || u == 'M') ? 1024 * 1024
+           : (u == 'g' || u == 'G') ? 1024 * 1024 * 1024
+                                    : 0;
+    ++i;
+  }
+  if (i == 0 || i != text.size() || unit == 0 ||
+      value > std::numeric_limits<std::uint64_t>::max() / unit) {
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: engine_config {}={} is not a size (e.g. 65536, 64K, 1M, 1G)", key,
+                    text));
+  }
+  return value * unit;
 }
 
 // Calls f(local_first, remote_first, count) once per run of blocks that are
@@ -219,6 +255,7 @@ class UcxEngine final : public Engine {
   enum class Lane { kCma, kUcx };
 
   struct Peer {
+    UcxEngine* engine = nullptr;
     Lane lane = Lane::kUcx;
     std::string agent_name;
     std::uint64_t remote_base = 0;
@@ -232,6 +269,7 @@ class UcxEngine final : public Engine {
     // kUcx
     ucp_ep_h ep = nullptr;
     ucp_rkey_h rkey = nullptr;
+    bool scatter = false;  // its worker takes scatter writes
     // UCS_OK until the endpoint failed or the peer was found gone; then the
     // status that said so. Written from UCX callbacks, read anywhere.
     std::atomic<int> failure{UCS_OK};
@@ -259,6 +297,30 @@ class UcxEngine final : public Engine {
     std::size_t next_iov = 0;
     int running = 0;
     int chunk_error = UCS_OK;
+    // Scatter writes. slot is fixed at creation; the rest is under am_mu_:
+    // am_seq is nonzero while acks are awaited (then the transfer holds a
+    // reference for them), am_left counts the messages not yet acked.
+    std::uint32_t slot = 0;
+    std::uint64_t am_seq = 0;
+    int am_left = 0;
+    int am_status = UCS_OK;
+    // The messages, built whole before the first is sent (UCX keeps pointers
+    // into these until each send completes); capacity is kept on reuse.
+    struct AmChunk {
+      std::size_t header_offset = 0;
+      std::size_t runs = 0;
+      std::size_t iov_offset = 0;
+    };
+    std::vector<std::uint8_t> am_headers;
+    std::vector<ucp_dt_iov_t> am_iov;
+    std::vector<AmChunk> am_chunks;
+  };
+
+  // An ack on its way back to an initiator: UCX may hold its header until
+  // the send completes, so it lives in a pool, not on the stack.
+  struct AckMsg {
+    UcxEngine* engine = nullptr;
+    std::array<std::uint8_t, ucx::kAckLen> bytes{};
   };
 
   void init_ucx(const EngineConfig& config);
@@ -282,6 +344,18 @@ class UcxEngine final : public Engine {
   Status post_ucx(const std::shared_ptr<Peer>& peer, std::span<const std::int64_t> local,
                   std::span<const std::int64_t> remote, Xfer* xfer);
   bool flush(Peer& peer, Xfer* xfer, ucs_status_t* immediate);
+  Status post_scatter(Peer& peer, std::span<const std::int64_t> local,
+                      std::span<const std::int64_t> remote, Xfer* xfer);
+  void fail_scatter(Xfer* xfer, ucs_status_t status);
+  void fail_peer_scatters(const Peer* peer, ucs_status_t status);
+  void send_ack(const ucp_am_recv_param_t* param, const ucx::ScatterAck& ack);
+  static ucs_status_t on_scatter_am(void* arg, const void* header, std::size_t header_length,
+                                    void* data, std::size_t length,
+                                    const ucp_am_recv_param_t* param);
+  static ucs_status_t on_ack_am(void* arg, const void* header, std::size_t header_length,
+                                void* data, std::size_t length, const ucp_am_recv_param_t* param);
+  static void on_am_sent(void* request, ucs_status_t status, void* user_data);
+  static void on_ack_sent(void* request, ucs_status_t status, void* user_data);
   void drain_requests(const char* why);
 
   Xfer* acquire_xfer();
@@ -330,6 +404,20 @@ class UcxEngine final : public Engine {
   std::deque<Xfer> xfers_;
   std::vector<Xfer*> free_xfers_;
 
+  // Scatter writes. As initiator: transfers by slot, for the acks (which
+  // name a slot and a sequence), under am_mu_ (taken after pool_mu_, never
+  // before it). As target: whether the handler may write the region.
+  std::uint64_t scatter_max_run_ = kScatterMaxRunBytes;
+  std::uint64_t scatter_chunk_bytes_ = kScatterChunkBytes;
+  std::size_t scatter_max_runs_ = ucx::kMaxScatterRuns;
+  std::mutex am_mu_;
+  std::vector<Xfer*> slots_;
+  std::uint64_t next_am_seq_ = 1;
+  std::atomic<bool> accepting_writes_{false};
+  std::mutex ack_mu_;
+  std::deque<AckMsg> acks_;
+  std::vector<AckMsg*> free_acks_;
+
   std::atomic<std::uint64_t> live_rkeys_{0};
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
@@ -371,6 +459,19 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
   // engine_config keys go to ucp_config_modify without the UCX_ prefix.
   std::map<std::string, std::string> overrides;
   for (const auto& [raw_key, value] : config.options->engine_config) {
+    // kvxfer's own knobs; everything else is UCX's.
+    if (raw_key == "KVXFER_SCATTER_MAX_RUN") {
+      scatter_max_run_ = parse_size(raw_key, value);
+      continue;
+    }
+    if (raw_key == "KVXFER_SCATTER_CHUNK") {
+      scatter_chunk_bytes_ = parse_size(raw_key, value);
+      if (scatter_chunk_bytes_ < 4096 || scatter_chunk_bytes_ > (std::uint64_t{64} << 20)) {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_SCATTER_CHUNK={} is outside 4K..64M", value));
+      }
+      continue;
+    }
     std::string_view key = raw_key;
     if (key.starts_with("UCX_")) key.remove_prefix(4);
     overrides[std::string(key)] = value;
@@ -427,7 +528,7 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.name = agent_name_.c_str();
   st = ucp_init(&params, ucp_config, &context_);
   ucp_config_release(ucp_config);
@@ -446,7 +547,8 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
         fmt::format("kvxfer UCX: ucp_worker_create failed: {}", ucs_status_string(st)));
   }
   ucp_worker_attr_t wattr{};
-  wattr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE | UCP_WORKER_ATTR_FIELD_ADDRESS;
+  wattr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE | UCP_WORKER_ATTR_FIELD_ADDRESS |
+                     UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
   st = ucp_worker_query(worker_, &wattr);
   if (st != UCS_OK) {
     throw std::runtime_error(
@@ -459,6 +561,29 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
   // The progress thread and the callers' threads share the worker.
   if (wattr.thread_mode != UCS_THREAD_MODE_MULTI) {
     throw std::runtime_error("kvxfer UCX: this UCX build has no UCS_THREAD_MODE_MULTI workers");
+  }
+  // A scatter message's header lists its runs, so UCX's header limit bounds
+  // the runs per message; a limit too small for a few runs turns them off.
+  if (wattr.max_am_header >= ucx::scatter_header_len(8)) {
+    scatter_max_runs_ = std::min(ucx::kMaxScatterRuns,
+                                 (wattr.max_am_header - ucx::kScatterFixedLen) / ucx::kScatterRunLen);
+  } else {
+    scatter_max_run_ = 0;
+  }
+  for (const auto& [id, cb] : {std::pair<unsigned, ucp_am_recv_callback_t>{ucx::kScatterAmId,
+                                                                           &UcxEngine::on_scatter_am},
+                               {ucx::kScatterAckAmId, &UcxEngine::on_ack_am}}) {
+    ucp_am_handler_param_t hparams{};
+    hparams.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hparams.id = id;
+    hparams.cb = cb;
+    hparams.arg = this;
+    st = ucp_worker_set_am_recv_handler(worker_, &hparams);
+    if (st != UCS_OK) {
+      throw std::runtime_error(fmt::format("kvxfer UCX: setting an active message handler failed: {}",
+                                           ucs_status_string(st)));
+    }
   }
 
   ucp_mem_map_params_t mparams{};
@@ -479,7 +604,8 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
         fmt::format("kvxfer UCX: packing the pool's rkey failed: {}", ucs_status_string(st)));
   }
   ucx::Blob blob;
-  blob.flags = accepts_cma_ ? ucx::kBlobAcceptsCma : 0;
+  blob.flags = static_cast<std::uint16_t>((accepts_cma_ ? ucx::kBlobAcceptsCma : 0) |
+                                          ucx::kBlobAcceptsScatter);
   blob.pidns_dev = pidns_.dev;
   blob.pidns_ino = pidns_.ino;
   blob.cookie_addr = cookie_.addr();
@@ -488,6 +614,7 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
   blob.rkey = {static_cast<const std::uint8_t*>(rkey_buffer), rkey_len};
   blob_ = ucx::encode_blob(blob);
   ucx_compat::release_packed_rkey(rkey_buffer);
+  accepting_writes_.store(true, std::memory_order_release);
 }
 
 // UCX 1.13 asserts (and aborts the process) in ucp_worker_destroy when a
@@ -516,6 +643,7 @@ void UcxEngine::flush_worker_before_destroy() {
 }
 
 void UcxEngine::teardown_ucx() {
+  accepting_writes_.store(false, std::memory_order_release);
   if (memh_ != nullptr) {
     if (const ucs_status_t st = ucp_mem_unmap(context_, memh_); st != UCS_OK) {
       log().error("kvxfer UCX {}: ucp_mem_unmap failed: {}", agent_name_, ucs_status_string(st));
@@ -632,6 +760,7 @@ Status UcxEngine::connect(std::span<const std::uint8_t> blob, const RemoteRegion
     return Status::kInvalidParam;
   }
   auto peer = std::make_shared<Peer>();
+  peer->engine = this;
   peer->agent_name = remote.agent_name;
   peer->remote_base = remote.base_addr;
   peer->remote_block_len = remote.block_len;
@@ -690,6 +819,7 @@ Status UcxEngine::connect_ucx(Peer& peer, const ucx::Blob& blob) {
     return Status::kInvalidParam;
   }
   peer.lane = Lane::kUcx;
+  peer.scatter = (blob.flags & ucx::kBlobAcceptsScatter) != 0 && scatter_max_run_ > 0;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -727,6 +857,8 @@ void UcxEngine::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   peer->failure.compare_exchange_strong(expected, status, std::memory_order_acq_rel);
   log().warn("kvxfer UCX: endpoint to peer {} failed: {}", peer->agent_name,
              ucs_status_string(status));
+  // Acks will not come through a failed endpoint.
+  peer->engine->fail_peer_scatters(peer, status);
 }
 
 Status UcxEngine::close_endpoint(Peer& peer) {
@@ -777,6 +909,7 @@ Status UcxEngine::disconnect(PeerHandle handle) {
   // The endpoint goes first: the forced close cancels every request still
   // using the rkey, after which the rkey can go. Both are attempted.
   const Status closed = close_endpoint(*peer);
+  fail_peer_scatters(peer.get(), UCS_ERR_CANCELED);
   // The forced close completes the peer's requests, but their callbacks may
   // still be finishing on the progress thread. Every in-flight transfer holds
   // the peer, so wait (bounded) until none does: a disconnect then leaves no
@@ -803,6 +936,9 @@ UcxEngine::Xfer* UcxEngine::acquire_xfer() {
   if (free_xfers_.empty()) {
     Xfer& x = xfers_.emplace_back();
     x.engine = this;
+    std::lock_guard am_lock(am_mu_);
+    x.slot = static_cast<std::uint32_t>(slots_.size());
+    slots_.push_back(&x);
     return &x;
   }
   Xfer* x = free_xfers_.back();
@@ -1038,6 +1174,16 @@ Status UcxEngine::post_ucx(const std::shared_ptr<Peer>& peer, std::span<const st
   Peer& p = *peer;
   xfer->peer = peer;
   xfer->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
+  if (p.scatter) {
+    std::size_t runs = 0;
+    for_each_run(local, remote, [&](std::int64_t, std::int64_t, std::uint64_t) {
+      ++runs;
+      return true;
+    });
+    if (runs > 1 && local.size() * region_.block_len <= runs * scatter_max_run_) {
+      return post_scatter(p, local, remote, xfer);
+    }
+  }
 
   // Puts carry no callback and their requests are freed at once: only the
   // flush is tracked, and its completion covers every put before it.
@@ -1093,6 +1239,291 @@ Status UcxEngine::post_ucx(const std::shared_ptr<Peer>& peer, std::span<const st
   xfer->refs.store(1, std::memory_order_relaxed);
   unref(xfer);
   return map_post_error(immediate);
+}
+
+// Sends a write as scatter messages (see ucx_scatter.h). The transfer holds
+// one reference for the acks (until every message is acked, one fails, or
+// the peer goes) and one per message UCX still holds.
+Status UcxEngine::post_scatter(Peer& p, std::span<const std::int64_t> local,
+                               std::span<const std::int64_t> remote, Xfer* xfer) {
+  using Chunk = Xfer::AmChunk;
+  auto* const base = static_cast<std::uint8_t*>(region_.base);
+  const std::uint64_t block_len = region_.block_len;
+  xfer->am_headers.clear();
+  xfer->am_iov.clear();
+  xfer->am_chunks.clear();
+  std::uint64_t chunk_bytes = 0;
+  const auto open_chunk = [&] {
+    xfer->am_chunks.push_back(Chunk{xfer->am_headers.size(), 0, xfer->am_iov.size()});
+    xfer->am_headers.resize(xfer->am_headers.size() + ucx::kScatterFixedLen);
+    chunk_bytes = 0;
+  };
+  open_chunk();
+  for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
+    std::uint8_t* src = base + static_cast<std::uint64_t>(l) * block_len;
+    std::uint64_t offset = static_cast<std::uint64_t>(r) * p.remote_block_len;
+    for (std::uint64_t left = count * block_len; left > 0;) {
+      if (xfer->am_chunks.back().runs == scatter_max_runs_ ||
+          chunk_bytes == scatter_chunk_bytes_) {
+        open_chunk();
+      }
+      const std::uint64_t len = std::min(left, scatter_chunk_bytes_ - chunk_bytes);
+      const std::size_t at = xfer->am_headers.size();
+      xfer->am_headers.resize(at + ucx::kScatterRunLen);
+      Chunk& chunk = xfer->am_chunks.back();
+      ucx::put_scatter_run(xfer->am_headers.data() + chunk.header_offset, chunk.runs, offset, len);
+      ++chunk.runs;
+      xfer->am_iov.push_back(ucp_dt_iov_t{src, len});
+      chunk_bytes += len;
+      src += len;
+      offset += len;
+      left -= len;
+    }
+    return true;
+  });
+
+  const std::size_t n = xfer->am_chunks.size();
+  std::uint64_t seq = 0;
+  xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the acks'
+  {
+    std::lock_guard lock(am_mu_);
+    seq = next_am_seq_++;
+    xfer->am_seq = seq;
+    xfer->am_left = static_cast<int>(n);
+    xfer->am_status = UCS_OK;
+  }
+  live_requests_.fetch_add(1, std::memory_order_relaxed);
+  for (const Chunk& chunk : xfer->am_chunks) {
+    ucx::put_scatter_fixed(xfer->am_headers.data() + chunk.header_offset,
+                           static_cast<std::uint16_t>(chunk.runs), p.cookie_epoch, seq, xfer->slot);
+  }
+
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &UcxEngine::on_am_sent;
+  param.user_data = xfer;
+  param.datatype = ucp_dt_make_iov();
+  // Eager only: the target's handler then always gets the bytes in the call.
+  param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_t send_status = UCS_OK;
+  std::size_t sent = 0;
+  for (; sent < n; ++sent) {
+    const Chunk& chunk = xfer->am_chunks[sent];
+    const std::size_t iov_end =
+        sent + 1 < n ? xfer->am_chunks[sent + 1].iov_offset : xfer->am_iov.size();
+    xfer->refs.fetch_add(1, std::memory_order_relaxed);
+    live_requests_.fetch_add(1, std::memory_order_relaxed);
+    ucs_status_ptr_t request = ucp_am_send_nbx(
+        p.ep, ucx::kScatterAmId, xfer->am_headers.data() + chunk.header_offset,
+        ucx::scatter_header_len(chunk.runs), xfer->am_iov.data() + chunk.iov_offset,
+        iov_end - chunk.iov_offset, &param);
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) continue;  // on_am_sent lets go
+    live_requests_.fetch_sub(1, std::memory_order_relaxed);
+    xfer->refs.fetch_sub(1, std::memory_order_relaxed);  // the core's keeps it above zero
+    if (UCS_PTR_IS_ERR(request)) {
+      send_status = UCS_PTR_STATUS(request);
+      break;
+    }
+  }
+  if (send_status == UCS_OK) return Status::kSuccess;
+
+  log().warn("kvxfer UCX {}: scatter write to peer {} failed: {}", agent_name_, p.agent_name,
+             ucs_status_string(send_status));
+  if (is_disconnect(send_status)) {
+    int expected = UCS_OK;
+    p.failure.compare_exchange_strong(expected, send_status);
+  }
+  // Messages already sent keep going and are still acked; the ones never
+  // sent will not be.
+  bool settle = false;
+  {
+    std::lock_guard lock(am_mu_);
+    if (xfer->am_seq == seq) {
+      xfer->am_left -= static_cast<int>(n - sent);
+      xfer->am_status = send_status;
+      if (xfer->am_left <= 0) {
+        xfer->am_seq = 0;
+        settle = true;
+      }
+    }
+  }
+  if (settle) {
+    xfer->result.store(send_status, std::memory_order_release);
+    live_requests_.fetch_sub(1, std::memory_order_relaxed);
+    unref(xfer);
+  }
+  unref(xfer);  // the core's: the write failed
+  return map_post_error(send_status);
+}
+
+// Ends a transfer's wait for acks with `status`, unless it already ended.
+void UcxEngine::fail_scatter(Xfer* xfer, ucs_status_t status) {
+  {
+    std::lock_guard lock(am_mu_);
+    if (xfer->am_seq == 0) return;
+    xfer->am_seq = 0;
+  }
+  xfer->result.store(status, std::memory_order_release);
+  live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  unref(xfer);
+}
+
+// Ends the wait for acks of every transfer to `peer` (its endpoint failed or
+// was closed: no more acks come through it).
+void UcxEngine::fail_peer_scatters(const Peer* peer, ucs_status_t status) {
+  std::vector<Xfer*> failed;
+  {
+    std::lock_guard lock(am_mu_);
+    for (Xfer* x : slots_) {
+      if (x->am_seq != 0 && x->peer.get() == peer) {
+        x->am_seq = 0;
+        failed.push_back(x);
+      }
+    }
+  }
+  for (Xfer* x : failed) {
+    x->result.store(status, std::memory_order_release);
+    live_requests_.fetch_sub(1, std::memory_order_relaxed);
+    unref(x);
+  }
+}
+
+void UcxEngine::on_am_sent(void* request, ucs_status_t status, void* user_data) {
+  auto* xfer = static_cast<Xfer*>(user_data);
+  UcxEngine* engine = xfer->engine;
+  // A message that never left will never be acked.
+  if (status != UCS_OK) engine->fail_scatter(xfer, status);
+  ucp_request_free(request);
+  engine->live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  engine->unref(xfer);
+}
+
+// Initiator: an ack from a target's scatter handler.
+ucs_status_t UcxEngine::on_ack_am(void* arg, const void* header, std::size_t header_length,
+                                  void* /*data*/, std::size_t /*length*/,
+                                  const ucp_am_recv_param_t* /*param*/) {
+  auto* engine = static_cast<UcxEngine*>(arg);
+  ucx::ScatterAck ack;
+  if (!ucx::decode_ack({static_cast<const std::uint8_t*>(header), header_length}, &ack)) {
+    log().warn("kvxfer UCX {}: dropped a malformed scatter ack ({} bytes)", engine->agent_name_,
+               header_length);
+    return UCS_OK;
+  }
+  // Only the statuses a handler sends; anything else is an I/O error.
+  ucs_status_t status = UCS_ERR_IO_ERROR;
+  for (const ucs_status_t known :
+       {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_REJECTED, UCS_ERR_UNSUPPORTED}) {
+    if (ack.status == static_cast<std::int32_t>(known)) status = known;
+  }
+  Xfer* done = nullptr;
+  ucs_status_t result = UCS_OK;
+  {
+    std::lock_guard lock(engine->am_mu_);
+    if (ack.slot >= engine->slots_.size()) return UCS_OK;
+    Xfer* xfer = engine->slots_[ack.slot];
+    if (xfer->am_seq == 0 || xfer->am_seq != ack.sequence) return UCS_OK;  // it already ended
+    if (status != UCS_OK && xfer->am_status == UCS_OK) xfer->am_status = status;
+    if (--xfer->am_left > 0) return UCS_OK;
+    xfer->am_seq = 0;
+    result = static_cast<ucs_status_t>(xfer->am_status);
+    done = xfer;
+  }
+  if (result != UCS_OK) {
+    log().warn("kvxfer UCX {}: peer {} refused a scatter write of transfer {}: {}",
+               engine->agent_name_, done->peer->agent_name, done->id, ucs_status_string(result));
+  }
+  done->result.store(result, std::memory_order_release);
+  engine->live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  engine->unref(done);
+  return UCS_OK;
+}
+
+// Target: a scatter write. Every run is checked against the region before a
+// byte is copied; the ack tells the initiator what happened.
+ucs_status_t UcxEngine::on_scatter_am(void* arg, const void* header, std::size_t header_length,
+                                      void* data, std::size_t length,
+                                      const ucp_am_recv_param_t* param) {
+  auto* engine = static_cast<UcxEngine*>(arg);
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  ucx::ScatterHeader h;
+  if (!ucx::decode_scatter_header({static_cast<const std::uint8_t*>(header), header_length},
+                                  &h)) {
+    if (rndv) ucp_am_data_release(engine->worker_, data);
+    log().warn("kvxfer UCX {}: dropped a malformed scatter write ({} header bytes)",
+               engine->agent_name_, header_length);
+    return UCS_OK;
+  }
+  ucs_status_t status = UCS_OK;
+  const std::uint64_t region_len = engine->region_.num_blocks * engine->region_.block_len;
+  if (rndv) {
+    // Our initiators send eagerly; a rendezvous one is not ours to take.
+    ucp_am_data_release(engine->worker_, data);
+    status = UCS_ERR_UNSUPPORTED;
+  } else if (!engine->accepting_writes_.load(std::memory_order_acquire) ||
+             h.token != engine->cookie_.epoch()) {
+    status = UCS_ERR_REJECTED;  // meant for another (earlier) engine, or closing
+  } else if (!ucx::scatter_runs_fit(h, region_len, length)) {
+    status = UCS_ERR_INVALID_PARAM;
+  } else {
+    auto* const region = static_cast<std::uint8_t*>(engine->region_.base);
+    const auto* src = static_cast<const std::uint8_t*>(data);
+    for (std::size_t i = 0; i < h.run_count(); ++i) {
+      const ucx::ScatterRun r = h.run(i);
+      std::memcpy(region + r.offset, src, r.length);
+      src += r.length;
+    }
+  }
+  if (status != UCS_OK) {
+    log().warn("kvxfer UCX {}: refused a scatter write: {}", engine->agent_name_,
+               ucs_status_string(status));
+  }
+  engine->send_ack(param, ucx::ScatterAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
+  return UCS_OK;
+}
+
+void UcxEngine::send_ack(const ucp_am_recv_param_t* param, const ucx::ScatterAck& ack) {
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 || param->reply_ep == nullptr) {
+    log().warn("kvxfer UCX {}: a scatter write came without a reply endpoint; not acked",
+               agent_name_);
+    return;
+  }
+  AckMsg* msg = nullptr;
+  {
+    std::lock_guard lock(ack_mu_);
+    if (free_acks_.empty()) {
+      msg = &acks_.emplace_back();
+      msg->engine = this;
+    } else {
+      msg = free_acks_.back();
+      free_acks_.pop_back();
+    }
+  }
+  ucx::encode_ack(msg->bytes.data(), ack);
+  ucp_request_param_t send{};
+  send.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  send.cb.send = &UcxEngine::on_ack_sent;
+  send.user_data = msg;
+  send.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_ptr_t request = ucp_am_send_nbx(param->reply_ep, ucx::kScatterAckAmId,
+                                             msg->bytes.data(), msg->bytes.size(), nullptr, 0,
+                                             &send);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) return;  // on_ack_sent returns msg
+  if (UCS_PTR_IS_ERR(request)) {
+    // The initiator is gone: its transfers fail on its side.
+    log().debug("kvxfer UCX {}: scatter ack not sent: {}", agent_name_,
+                ucs_status_string(UCS_PTR_STATUS(request)));
+  }
+  std::lock_guard lock(ack_mu_);
+  free_acks_.push_back(msg);
+}
+
+void UcxEngine::on_ack_sent(void* request, ucs_status_t /*status*/, void* user_data) {
+  auto* msg = static_cast<AckMsg*>(user_data);
+  ucp_request_free(request);
+  std::lock_guard lock(msg->engine->ack_mu_);
+  msg->engine->free_acks_.push_back(msg);
 }
 
 // Posts a flush whose completion calls on_flush(xfer). True when it is
@@ -1172,6 +1603,7 @@ void UcxEngine::drain_requests(const char* why) {
 void UcxEngine::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  accepting_writes_.store(false, std::memory_order_release);
   stop_progress_thread();
   std::vector<PeerHandle> leftover;
   {
