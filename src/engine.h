@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +75,9 @@ class Engine {
   [[nodiscard]] virtual Status release(XferHandle xfer) = 0;
 
   [[nodiscard]] virtual HandleCounts live() const = 0;
+
+  // Running totals the engine keeps for stats() (name -> count).
+  [[nodiscard]] virtual std::map<std::string, std::uint64_t> counters() const { return {}; }
 
   // Deregisters the local pool and stops engine threads. Called once, after
   // every peer was disconnected and every transfer released.

@@ -99,6 +99,10 @@ struct Stats {
   std::uint64_t inflight = 0;
   std::uint64_t registrations_pending = 0;
   std::vector<PeerStats> peers;  // sorted by peer_id
+  // The engine's own running totals since construction (UCX engine:
+  // cma_writes, put_writes, scatter_writes, scatter_messages,
+  // scatter_refused; as a target: scatter_received, scatter_rejected).
+  std::map<std::string, std::uint64_t> engine_counters;
 };
 
 // The future of an async registration fails with this when the peer was

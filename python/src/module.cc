@@ -100,6 +100,9 @@ py::dict stats_to_python(const Stats& s) {
   out["inflight"] = s.inflight;
   out["registrations_pending"] = s.registrations_pending;
   out["peers"] = peers;
+  py::dict counters;
+  for (const auto& [name, value] : s.engine_counters) counters[py::str(name)] = value;
+  out["engine_counters"] = counters;
   return out;
 }
 

@@ -783,6 +783,7 @@ Stats TransportState::stats() const {
   s.live = engine_->live();
   s.inflight = inflight_.size();
   s.registrations_pending = worker_.pending();
+  s.engine_counters = engine_->counters();
   for (const auto& [id, peer] : peers_) {
     PeerStats p = peer->counters;
     p.inflight = peer->inflight;

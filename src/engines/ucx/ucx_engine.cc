@@ -43,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
@@ -123,6 +124,13 @@ bool tls_allows(std::string_view tls, std::initializer_list<std::string_view> na
     tls = comma == std::string_view::npos ? std::string_view{} : tls.substr(comma + 1);
   }
   return exclude ? !named : named;
+}
+
+// Whether this host has any RDMA device (where zero-copy matters).
+bool has_rdma_device() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
 }
 
 // Statuses that say the peer's endpoint is gone: nothing more can land.
@@ -249,6 +257,7 @@ class UcxEngine final : public Engine {
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
   [[nodiscard]] Status release(XferHandle xfer) override;
   [[nodiscard]] HandleCounts live() const override;
+  [[nodiscard]] std::map<std::string, std::uint64_t> counters() const override;
   void shutdown() override;
 
  private:
@@ -421,6 +430,14 @@ class UcxEngine final : public Engine {
   std::atomic<std::uint64_t> live_rkeys_{0};
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
+  // Running totals for counters().
+  std::atomic<std::uint64_t> cma_writes_{0};
+  std::atomic<std::uint64_t> put_writes_{0};
+  std::atomic<std::uint64_t> scatter_writes_{0};
+  std::atomic<std::uint64_t> scatter_messages_{0};
+  std::atomic<std::uint64_t> scatter_refused_{0};
+  std::atomic<std::uint64_t> scatter_received_{0};
+  std::atomic<std::uint64_t> scatter_rejected_{0};
   bool shut_down_ = false;
 };
 
@@ -498,6 +515,19 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
                            overrides.contains("TCP_RX_SEG_SIZE");
   if (!user_set_rx && tls_allows(tls, {"tcp"})) {
     overrides["RX_SEG_SIZE"] = "256K";
+  }
+  // Zero-copy sends over TCP: UCX 1.13 can leave a freed TCP endpoint in its
+  // event set when an endpoint is force-closed while a multi-fragment
+  // zero-copy active message is still going out (our scatter writes); the
+  // next event on that socket then calls through freed memory (6 crashes in
+  // 20 runs of UcxScatterTest.DisconnectEndsEveryScatterWriteStillAwaitingAcks,
+  // 0 in 20 with copies). Over TCP the copy costs nothing measurable (bench,
+  // both ways within noise), so where TCP is the only network (no RDMA
+  // device), sends copy. A user's own ZCOPY_THRESH wins.
+  const bool user_set_zcopy =
+      std::getenv("UCX_ZCOPY_THRESH") != nullptr || overrides.contains("ZCOPY_THRESH");
+  if (!user_set_zcopy && tls_allows(tls, {"tcp"}) && !has_rdma_device()) {
+    overrides["ZCOPY_THRESH"] = "inf";
   }
   // TCP keepalive turns a silent idle peer (host gone, link cut) into an
   // endpoint error, hence REMOTE_DISCONNECT: UCX's defaults (idle 10 s, then
@@ -981,6 +1011,7 @@ Status UcxEngine::post_write(PeerHandle handle, TransferId id, std::span<const s
   xfer->held.store(true, std::memory_order_relaxed);
   if (peer->lane == Lane::kCma) {
     post_cma(peer, local, remote, xfer);
+    cma_writes_.fetch_add(1, std::memory_order_relaxed);
   } else {
     const Status st = post_ucx(peer, local, remote, xfer);
     if (st != Status::kSuccess) {
@@ -1185,6 +1216,7 @@ Status UcxEngine::post_ucx(const std::shared_ptr<Peer>& peer, std::span<const st
     }
   }
 
+  put_writes_.fetch_add(1, std::memory_order_relaxed);
   // Puts carry no callback and their requests are freed at once: only the
   // flush is tracked, and its completion covers every put before it.
   ucp_request_param_t put{};
@@ -1283,6 +1315,8 @@ Status UcxEngine::post_scatter(Peer& p, std::span<const std::int64_t> local,
   });
 
   const std::size_t n = xfer->am_chunks.size();
+  scatter_writes_.fetch_add(1, std::memory_order_relaxed);
+  scatter_messages_.fetch_add(n, std::memory_order_relaxed);
   std::uint64_t seq = 0;
   xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the acks'
   {
@@ -1430,6 +1464,7 @@ ucs_status_t UcxEngine::on_ack_am(void* arg, const void* header, std::size_t hea
     done = xfer;
   }
   if (result != UCS_OK) {
+    engine->scatter_refused_.fetch_add(1, std::memory_order_relaxed);
     log().warn("kvxfer UCX {}: peer {} refused a scatter write of transfer {}: {}",
                engine->agent_name_, done->peer->agent_name, done->id, ucs_status_string(result));
   }
@@ -1446,10 +1481,12 @@ ucs_status_t UcxEngine::on_scatter_am(void* arg, const void* header, std::size_t
                                       const ucp_am_recv_param_t* param) {
   auto* engine = static_cast<UcxEngine*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  engine->scatter_received_.fetch_add(1, std::memory_order_relaxed);
   ucx::ScatterHeader h;
   if (!ucx::decode_scatter_header({static_cast<const std::uint8_t*>(header), header_length},
                                   &h)) {
     if (rndv) ucp_am_data_release(engine->worker_, data);
+    engine->scatter_rejected_.fetch_add(1, std::memory_order_relaxed);
     log().warn("kvxfer UCX {}: dropped a malformed scatter write ({} header bytes)",
                engine->agent_name_, header_length);
     return UCS_OK;
@@ -1475,6 +1512,7 @@ ucs_status_t UcxEngine::on_scatter_am(void* arg, const void* header, std::size_t
     }
   }
   if (status != UCS_OK) {
+    engine->scatter_rejected_.fetch_add(1, std::memory_order_relaxed);
     log().warn("kvxfer UCX {}: refused a scatter write: {}", engine->agent_name_,
                ucs_status_string(status));
   }
@@ -1585,6 +1623,19 @@ HandleCounts UcxEngine::live() const {
   counts.transfers = live_transfers_.load(std::memory_order_relaxed);
   counts.requests = live_requests_.load(std::memory_order_relaxed);
   return counts;
+}
+
+std::map<std::string, std::uint64_t> UcxEngine::counters() const {
+  const auto get = [](const std::atomic<std::uint64_t>& c) {
+    return c.load(std::memory_order_relaxed);
+  };
+  return {{"cma_writes", get(cma_writes_)},
+          {"put_writes", get(put_writes_)},
+          {"scatter_writes", get(scatter_writes_)},
+          {"scatter_messages", get(scatter_messages_)},
+          {"scatter_refused", get(scatter_refused_)},
+          {"scatter_received", get(scatter_received_)},
+          {"scatter_rejected", get(scatter_rejected_)}};
 }
 
 void UcxEngine::drain_requests(const char* why) {

@@ -1,0 +1,359 @@
+// Scatter writes (engines/ucx/ucx_scatter.h) over TCP, two engines in this
+// process: writes of many short runs travel as a few acked active messages
+// and land byte for byte; the target's handler refuses whatever does not fit
+// its region or names another engine, and writes nothing then.
+#include <gtest/gtest.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine.h"
+#include "engines/ucx/ucx_blob.h"
+#include "engines/ucx/ucx_scatter.h"
+#include "it_support.h"
+
+namespace kvxfer::it {
+namespace {
+
+using namespace std::chrono_literals;
+using internal::Engine;
+using internal::EngineConfig;
+using internal::PeerHandle;
+using internal::RemoteRegion;
+using internal::XferHandle;
+namespace ucx = internal::ucx;
+
+constexpr std::uint64_t kBlocks = 64;
+constexpr std::uint64_t kBlockLen = 16 * 1024;
+
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+struct Agent {
+  Agent(std::string name_in, std::map<std::string, std::string> engine_config, std::uint64_t gen)
+      : name(std::move(name_in)), pool(kBlocks, kBlockLen) {
+    pool.fill_generation(gen);
+    options.backends = {"UCX"};
+    options.engine_config = std::move(engine_config);
+    options.engine_config["TLS"] = "tcp";
+    engine = internal::make_ucx_engine(
+        EngineConfig{name, Region{pool.base(), kBlocks, kBlockLen}, &options});
+  }
+  ~Agent() {
+    if (engine) engine->shutdown();
+  }
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  [[nodiscard]] RemoteRegion region() const {
+    return RemoteRegion{name,
+                        reinterpret_cast<std::uintptr_t>(pool.base()),
+                        kBlocks,
+                        kBlockLen,
+                        static_cast<std::uint32_t>(::getpid()),
+                        boot_id()};
+  }
+
+  std::uint64_t counter(const std::string& key) const { return engine->counters().at(key); }
+
+  std::string name;
+  MappedPool pool;
+  Options options;
+  std::unique_ptr<Engine> engine;
+};
+
+std::pair<Status, Status> wait_state(Engine& engine, XferHandle xfer) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    engine.progress();
+    Status state = Status::kInProgress;
+    const Status check = engine.check(xfer, &state);
+    if (check != Status::kSuccess || state != Status::kInProgress ||
+        std::chrono::steady_clock::now() > deadline) {
+      return {check, state};
+    }
+    std::this_thread::sleep_for(50us);
+  }
+}
+
+// Every block of `agent` still holds the pattern of `gen`.
+bool untouched(const Agent& agent, std::uint64_t gen) {
+  for (std::uint64_t i = 0; i < kBlocks; ++i) {
+    if (first_mismatch(agent.pool.block(i), kBlockLen, gen, i) >= 0) return false;
+  }
+  return true;
+}
+
+// Writes `local` -> `remote` from `src` to `dst` and expects it to land.
+void write_and_verify(Agent& src, Agent& dst, const std::vector<std::int64_t>& local,
+                      const std::vector<std::int64_t>& remote) {
+  PeerHandle peer = 0;
+  ASSERT_EQ(src.engine->connect(dst.engine->local_blob(), dst.region(), &peer), Status::kSuccess);
+  XferHandle xfer = 0;
+  ASSERT_EQ(src.engine->post_write(peer, 1, local, remote, &xfer), Status::kSuccess);
+  const auto [check, state] = wait_state(*src.engine, xfer);
+  EXPECT_EQ(check, Status::kSuccess);
+  EXPECT_EQ(state, Status::kSuccess);
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    EXPECT_TRUE(bytes_equal(src.pool.block(static_cast<std::uint64_t>(local[i])),
+                            dst.pool.block(static_cast<std::uint64_t>(remote[i])), kBlockLen))
+        << i;
+  }
+  EXPECT_EQ(src.engine->release(xfer), Status::kSuccess);
+  EXPECT_EQ(src.engine->disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(src.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
+}
+
+std::vector<std::int64_t> shuffled(std::uint64_t seed) {
+  std::vector<std::int64_t> v(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) v[i] = static_cast<std::int64_t>(i);
+  std::mt19937_64 rng(seed);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+TEST(UcxScatterTest, ShortRunsGoAsAFewAckedMessagesAndLand) {
+  Agent a("scatter-a", {}, 1);
+  Agent b("scatter-b", {}, 2);
+  // 64 random 16 KiB blocks (1 MiB): four 256 KiB messages, not 64 puts.
+  write_and_verify(a, b, shuffled(1), shuffled(2));
+  EXPECT_EQ(a.counter("scatter_writes"), 1u);
+  EXPECT_EQ(a.counter("scatter_messages"), 4u);
+  EXPECT_EQ(a.counter("put_writes"), 0u);
+  EXPECT_EQ(b.counter("scatter_received"), 4u);
+  EXPECT_EQ(b.counter("scatter_rejected"), 0u);
+}
+
+TEST(UcxScatterTest, RunsLongerThanAMessageAreSplitAcrossMessages) {
+  // 4 KiB messages: every 16 KiB block spans four of them, and the runs of
+  // consecutive blocks (0..9 -> 40..49) span forty.
+  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "4K"}, {"KVXFER_SCATTER_MAX_RUN", "1M"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  std::vector<std::int64_t> local = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 30, 12, 63};
+  std::vector<std::int64_t> remote = {40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 3, 17, 0};
+  write_and_verify(a, b, local, remote);
+  EXPECT_EQ(a.counter("scatter_messages"), local.size() * 4);
+  EXPECT_EQ(b.counter("scatter_received"), local.size() * 4);
+}
+
+TEST(UcxScatterTest, LongRunsAndScatterOffGoAsPuts) {
+  Agent off("scatter-off", {{"KVXFER_SCATTER_MAX_RUN", "0"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  write_and_verify(off, b, shuffled(3), shuffled(4));
+  EXPECT_EQ(off.counter("put_writes"), 1u);
+  EXPECT_EQ(off.counter("scatter_writes"), 0u);
+  // Runs averaging more than the threshold (64 KiB by default) are puts too.
+  Agent a("scatter-a", {}, 1);
+  write_and_verify(a, b, {0, 1, 2, 3, 4, 5, 6, 7, 20, 21, 22, 23, 24, 25, 26, 27},
+                   {8, 9, 10, 11, 12, 13, 14, 15, 50, 51, 52, 53, 54, 55, 56, 57});
+  EXPECT_EQ(a.counter("put_writes"), 1u);
+  EXPECT_EQ(a.counter("scatter_writes"), 0u);
+  EXPECT_EQ(b.counter("scatter_received"), 0u);
+}
+
+TEST(UcxScatterTest, DisconnectEndsEveryScatterWriteStillAwaitingAcks) {
+  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "4K"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  PeerHandle peer = 0;
+  ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);
+  std::vector<XferHandle> xfers;
+  for (int w = 0; w < 16; ++w) {
+    XferHandle xfer = 0;
+    ASSERT_EQ(a.engine->post_write(peer, static_cast<TransferId>(w + 1), shuffled(10 + w),
+                                   shuffled(100 + w), &xfer),
+              Status::kSuccess);
+    xfers.push_back(xfer);
+  }
+  EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);
+  for (const XferHandle xfer : xfers) {
+    Status state = Status::kInProgress;
+    EXPECT_EQ(a.engine->check(xfer, &state), Status::kSuccess);
+    EXPECT_TRUE(state == Status::kSuccess || state == Status::kCanceled) << status_name(state);
+    EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
+  }
+  EXPECT_EQ(a.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
+}
+
+TEST(UcxScatterTest, BadKnobsAreRefusedByName) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"KVXFER_SCATTER_MAX_RUN", "lots"},
+           {"KVXFER_SCATTER_MAX_RUN", "64Q"},
+           {"KVXFER_SCATTER_CHUNK", "1"},
+           {"KVXFER_SCATTER_CHUNK", "1G"}}) {
+    try {
+      Agent bad("scatter-bad", {{key, value}}, 1);
+      ADD_FAILURE() << key << "=" << value << " was taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A bare UCX worker that speaks the scatter protocol by hand, as a broken or
+// hostile initiator could.
+class RawClient {
+ public:
+  explicit RawClient(const std::vector<std::uint8_t>& target_blob) {
+    if (!ucx::decode_blob(target_blob, &blob_)) throw std::runtime_error("bad blob");
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "config_read");
+    check(ucp_config_modify(config, "TLS", "tcp"), "config_modify");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM;
+    const ucs_status_t st = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    check(st, "init");
+    ucp_worker_params_t wparams{};
+    wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    check(ucp_worker_create(context_, &wparams, &worker_), "worker_create");
+    ucp_am_handler_param_t h{};
+    h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    h.id = ucx::kScatterAckAmId;
+    h.cb = &RawClient::on_ack;
+    h.arg = this;
+    check(ucp_worker_set_am_recv_handler(worker_, &h), "set_am_recv_handler");
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = reinterpret_cast<const ucp_address_t*>(blob_.worker_address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    check(ucp_ep_create(worker_, &ep, &ep_), "ep_create");
+  }
+  ~RawClient() {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep_, &p);
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(req);
+    }
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+  }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  [[nodiscard]] std::uint64_t token() const { return blob_.cookie_epoch; }
+
+  // Sends one message: `header` as is, `payload` as its data. Returns the
+  // target's ack, or nothing within `wait`.
+  std::optional<ucx::ScatterAck> send(const std::vector<std::uint8_t>& header,
+                                      const std::vector<std::uint8_t>& payload,
+                                      std::uint64_t sequence,
+                                      std::chrono::milliseconds wait = 10s) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    void* req = ucp_am_send_nbx(ep_, ucx::kScatterAmId, header.data(), header.size(),
+                                payload.data(), payload.size(), &p);
+    if (UCS_PTR_IS_ERR(req)) throw std::runtime_error("am_send failed");
+    if (req != nullptr) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(req);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      ucp_worker_progress(worker_);
+      for (const ucx::ScatterAck& ack : acks_) {
+        if (ack.sequence == sequence) return ack;
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  static void check(ucs_status_t st, const char* what) {
+    if (st != UCS_OK) throw std::runtime_error(std::string("ucp ") + what + " failed");
+  }
+  static ucs_status_t on_ack(void* arg, const void* header, std::size_t header_length, void*,
+                             std::size_t, const ucp_am_recv_param_t*) {
+    ucx::ScatterAck ack;
+    if (ucx::decode_ack({static_cast<const std::uint8_t*>(header), header_length}, &ack)) {
+      static_cast<RawClient*>(arg)->acks_.push_back(ack);
+    }
+    return UCS_OK;
+  }
+
+  ucx::Blob blob_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+  std::vector<ucx::ScatterAck> acks_;
+};
+
+std::vector<std::uint8_t> header_of(std::uint64_t token, std::uint64_t sequence,
+                                    const std::vector<ucx::ScatterRun>& runs) {
+  std::vector<std::uint8_t> h(ucx::scatter_header_len(runs.size()));
+  ucx::put_scatter_fixed(h.data(), static_cast<std::uint16_t>(runs.size()), token, sequence, 7);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    ucx::put_scatter_run(h.data(), i, runs[i].offset, runs[i].length);
+  }
+  return h;
+}
+
+TEST(UcxScatterTest, TargetRefusesWhatDoesNotFitAndWritesNothing) {
+  Agent target("scatter-target", {}, 2);
+  RawClient client(target.engine->local_blob());
+  const std::uint64_t region = kBlocks * kBlockLen;
+  const std::vector<std::uint8_t> page(4096, 0xAB);
+  struct Case {
+    const char* what;
+    std::uint64_t token;
+    std::vector<ucx::ScatterRun> runs;
+    ucs_status_t expect;
+  };
+  const std::vector<Case> cases = {
+      {"run past the region's end", client.token(), {{region - 2048, 4096}}, UCS_ERR_INVALID_PARAM},
+      {"offset whose end wraps", client.token(), {{~std::uint64_t{0} - 100, 4096}},
+       UCS_ERR_INVALID_PARAM},
+      {"runs longer than the payload", client.token(), {{0, 4096}, {8192, 4096}},
+       UCS_ERR_INVALID_PARAM},
+      {"runs shorter than the payload", client.token(), {{0, 2048}}, UCS_ERR_INVALID_PARAM},
+      {"another engine's token", client.token() ^ 1, {{0, 4096}}, UCS_ERR_REJECTED},
+  };
+  std::uint64_t sequence = 100;
+  for (const Case& c : cases) {
+    ++sequence;
+    const auto ack = client.send(header_of(c.token, sequence, c.runs), page, sequence);
+    ASSERT_TRUE(ack.has_value()) << c.what;
+    EXPECT_EQ(ack->status, static_cast<std::int32_t>(c.expect)) << c.what;
+    EXPECT_EQ(ack->slot, 7u) << c.what;
+  }
+  // Malformed headers are dropped without an ack.
+  ++sequence;
+  std::vector<std::uint8_t> bad_magic = header_of(client.token(), sequence, {{0, 4096}});
+  bad_magic[0] ^= 0xff;
+  EXPECT_FALSE(client.send(bad_magic, page, sequence, 300ms).has_value());
+  EXPECT_TRUE(untouched(target, 2));
+  EXPECT_EQ(target.counter("scatter_rejected"), cases.size() + 1);
+
+  // The same client's well-formed message lands: the refusals above were
+  // the handler's checks, not a client that cannot write.
+  ++sequence;
+  const auto ok =
+      client.send(header_of(client.token(), sequence, {{kBlockLen, 4096}}), page, sequence);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_TRUE(bytes_equal(target.pool.block(1), page.data(), page.size()));
+  EXPECT_EQ(target.counter("scatter_received"), cases.size() + 2);
+}
+
+}  // namespace
+}  // namespace kvxfer::it
