@@ -153,3 +153,16 @@ def test_unknown_options_raise_type_error():
 def test_unsupported_backend_raises_value_error():
     with pytest.raises(ValueError, match="no supported backend"):
         kvxfer.Transport("x", np.zeros((1, 8), np.uint8), backends=["GDS"])
+
+
+def test_stats_carries_the_engines_own_counters(make_agent):
+    assert make_agent().stats()["engine_counters"] == {}
+    pool = np.zeros((4, 64), np.uint8)
+    try:
+        t = kvxfer.Transport("ucx-counters", pool, backends=["UCX"], engine_config={"TLS": "tcp"})
+    except RuntimeError as exc:
+        pytest.skip(f"the UCX engine is unavailable: {exc}")
+    with t:
+        counters = t.stats()["engine_counters"]
+    assert {"put_writes", "scatter_writes", "scatter_messages", "scatter_received"} <= set(counters)
+    assert all(isinstance(v, int) and v == 0 for v in counters.values())

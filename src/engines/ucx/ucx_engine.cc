@@ -126,6 +126,11 @@ bool tls_allows(std::string_view tls, std::initializer_list<std::string_view> na
   return exclude ? !named : named;
 }
 
+std::uint64_t random_u64() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ static_cast<std::uint64_t>(rd());
+}
+
 // Whether this host has any RDMA device (where zero-copy matters).
 bool has_rdma_device() {
   std::error_code ec;
@@ -195,10 +200,7 @@ class Cookie {
         ::mmap(nullptr, kPageLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED) throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
     word_ = static_cast<std::uint64_t*>(page);
-    std::random_device rd;
-    while (epoch_ == 0) {
-      epoch_ = (static_cast<std::uint64_t>(rd()) << 32) ^ static_cast<std::uint64_t>(rd());
-    }
+    while (epoch_ == 0) epoch_ = random_u64();
     *word_ = epoch_;
   }
   ~Cookie() { retire(); }
@@ -421,7 +423,9 @@ class UcxEngine final : public Engine {
   std::size_t scatter_max_runs_ = ucx::kMaxScatterRuns;
   std::mutex am_mu_;
   std::vector<Xfer*> slots_;
-  std::uint64_t next_am_seq_ = 1;
+  // Starts at random, so that no peer can guess another peer's sequences
+  // and ack its writes.
+  std::uint64_t next_am_seq_ = random_u64();
   std::atomic<bool> accepting_writes_{false};
   std::mutex ack_mu_;
   std::deque<AckMsg> acks_;
@@ -467,12 +471,6 @@ UcxEngine::UcxEngine(const EngineConfig& config)
 }
 
 void UcxEngine::init_ucx(const EngineConfig& config) {
-  ucp_config_t* ucp_config = nullptr;
-  ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config);
-  if (st != UCS_OK) {
-    throw std::runtime_error(
-        fmt::format("kvxfer UCX: ucp_config_read failed: {}", ucs_status_string(st)));
-  }
   // engine_config keys go to ucp_config_modify without the UCX_ prefix.
   std::map<std::string, std::string> overrides;
   for (const auto& [raw_key, value] : config.options->engine_config) {
@@ -545,6 +543,13 @@ void UcxEngine::init_ucx(const EngineConfig& config) {
         overrides[key] = value;
       }
     }
+  }
+  // Read only now: the checks above may throw.
+  ucp_config_t* ucp_config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config);
+  if (st != UCS_OK) {
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: ucp_config_read failed: {}", ucs_status_string(st)));
   }
   for (const auto& [key, value] : overrides) {
     st = ucp_config_modify(ucp_config, key.c_str(), value.c_str());
@@ -1322,6 +1327,7 @@ Status UcxEngine::post_scatter(Peer& p, std::span<const std::int64_t> local,
   {
     std::lock_guard lock(am_mu_);
     seq = next_am_seq_++;
+    if (seq == 0) seq = next_am_seq_++;  // 0 means "not awaiting acks"
     xfer->am_seq = seq;
     xfer->am_left = static_cast<int>(n);
     xfer->am_status = UCS_OK;
