@@ -188,6 +188,37 @@ TEST(UcxScatterTest, DisconnectEndsEveryScatterWriteStillAwaitingAcks) {
   EXPECT_EQ(a.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
 }
 
+// A caller that polls takes the worker over from the progress thread; once
+// it stops polling, the thread must take it back, or writes would hang.
+TEST(UcxScatterTest, ProgressThreadTakesOverWhenTheCallerStopsPolling) {
+  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "4K"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  PeerHandle peer = 0;
+  ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);
+  for (int round = 0; round < 5; ++round) {
+    XferHandle xfer = 0;
+    const auto local = shuffled(200 + round);
+    const auto remote = shuffled(300 + round);
+    ASSERT_EQ(a.engine->post_write(peer, static_cast<TransferId>(round + 1), local, remote, &xfer),
+              Status::kSuccess);
+    a.engine->progress();  // one poll, then the caller goes away
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    Status state = Status::kInProgress;
+    while (state == Status::kInProgress && std::chrono::steady_clock::now() < deadline) {
+      ASSERT_EQ(a.engine->check(xfer, &state), Status::kSuccess);  // check() does not progress
+      std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(state, Status::kSuccess) << "round " << round;
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      EXPECT_TRUE(bytes_equal(a.pool.block(static_cast<std::uint64_t>(local[i])),
+                              b.pool.block(static_cast<std::uint64_t>(remote[i])), kBlockLen))
+          << round << ' ' << i;
+    }
+    EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
+  }
+  EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);
+}
+
 TEST(UcxScatterTest, BadKnobsAreRefusedByName) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"KVXFER_SCATTER_MAX_RUN", "lots"},

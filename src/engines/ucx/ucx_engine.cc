@@ -26,6 +26,7 @@
 //   bytes are in place. Over TCP that is one send() per message, not per run.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -73,6 +74,13 @@ using Clock = std::chrono::steady_clock;
 // forced close or cancel outstanding requests before giving up on them.
 constexpr auto kDrainTimeout = std::chrono::seconds(10);
 constexpr auto kWorkerFlushTimeout = std::chrono::milliseconds(500);
+// The progress thread stays off the worker while a caller of progress()
+// (poll) drives it, and until the caller has been away this long: two
+// threads progressing one worker fight over its lock, which halved TCP
+// throughput on 2 cores (a caller's progress() can itself run for ms).
+constexpr std::int64_t kCallerGraceNs = 2'000'000;
+// How long one progress() call may drive the worker.
+constexpr std::int64_t kCallerProgressBudgetNs = 200'000;
 // process_vm_writev takes at most UIO_MAXIOV iovecs per call.
 constexpr std::size_t kMaxIov = 1024;
 // The unit of CMA copy work a thread claims at a time: at most this many
@@ -124,6 +132,11 @@ bool tls_allows(std::string_view tls, std::initializer_list<std::string_view> na
     tls = comma == std::string_view::npos ? std::string_view{} : tls.substr(comma + 1);
   }
   return exclude ? !named : named;
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 std::uint64_t random_u64() {
@@ -390,6 +403,10 @@ class UcxEngine final : public Engine {
   // Progress thread: sleeps in epoll on the worker's event fd and wake_fd_.
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
+  // Callers of progress() driving the worker now, and steady_clock ns of the
+  // last such call's end.
+  std::atomic<int> callers_progressing_{0};
+  std::atomic<std::int64_t> caller_progress_ns_{std::numeric_limits<std::int64_t>::min() / 2};
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
 
@@ -734,6 +751,21 @@ void UcxEngine::progress_loop() {
   // costs 2-3x throughput when cores are few.
   std::array<epoll_event, 4> events{};
   while (!stop_.load(std::memory_order_acquire)) {
+    const std::int64_t since_caller =
+        callers_progressing_.load(std::memory_order_relaxed) > 0
+            ? 0
+            : now_ns() - caller_progress_ns_.load(std::memory_order_relaxed);
+    if (since_caller < kCallerGraceNs) {
+      // A caller is driving the worker: wait (for stop, or until the caller
+      // has been away a grace period) without touching it.
+      pollfd wake{wake_fd_, POLLIN, 0};
+      const auto wait_ms = static_cast<int>((kCallerGraceNs - since_caller + 999'999) / 1'000'000);
+      if (::poll(&wake, 1, std::max(wait_ms, 1)) > 0) {
+        std::uint64_t count = 0;
+        [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &count, sizeof(count));
+      }
+      continue;
+    }
     while (ucp_worker_progress(worker_) != 0) {
     }
     const ucs_status_t st = ucp_worker_arm(worker_);
@@ -770,7 +802,23 @@ void UcxEngine::progress() {
     std::unique_lock lock(copy_mu_);
     if (copy_head_ != nullptr) run_chunk(lock);
   }
-  if (progress_thread_.joinable() || worker_ == nullptr) return;
+  if (worker_ == nullptr) return;
+  if (progress_thread_.joinable()) {
+    // Same-host (CMA) peers need no worker progress; UCX peers (one rkey
+    // each) do, and the polling caller then takes it over from the thread.
+    if (live_rkeys_.load(std::memory_order_relaxed) == 0) return;
+    callers_progressing_.fetch_add(1, std::memory_order_relaxed);
+    // Bounded: the core holds its lock around this, and a busy worker
+    // always has more to do; the next poll() goes on.
+    const std::int64_t start = now_ns();
+    std::int64_t end = start;
+    for (unsigned n = 1; ucp_worker_progress(worker_) != 0; ++n) {
+      if (n % 8 == 0 && (end = now_ns()) - start > kCallerProgressBudgetNs) break;
+    }
+    caller_progress_ns_.store(std::max(end, now_ns()), std::memory_order_relaxed);
+    callers_progressing_.fetch_sub(1, std::memory_order_relaxed);
+    return;
+  }
   while (ucp_worker_progress(worker_) != 0) {
   }
 }
