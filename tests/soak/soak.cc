@@ -175,6 +175,7 @@ class Soak {
     drain();
     const std::uint64_t rss_end = rss_bytes();
     for (const TransferId id : ids_of_all()) forget(id, /*poison=*/true);
+    const auto engine_counters = transport_->stats().engine_counters;
     transport_->close();
     const HandleCounts live = transport_->stats().live;
     for (Target& t : targets_) t.process.reset();
@@ -197,6 +198,9 @@ class Soak {
               << "  peer removals       " << c_.removals << " (async re-adds " << c_.async_adds
               << ")\n"
               << "  kills               " << c_.kills << ", restarts " << c_.restarts << "\n"
+              << "  engine              ";
+    for (const auto& [name, n] : engine_counters) std::cout << " " << name << "=" << n;
+    std::cout << "\n"
               << "  faults seen         " << c_.faults;
     for (const auto& [kind, n] : c_.fault_kinds) std::cout << " " << kind << "=" << n;
     std::cout << "\n"
