@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine.h"
+#include "engine_agent.h"
 #include "engines/ucx/ucx_blob.h"
 #include "it_support.h"
 
@@ -21,63 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using internal::Engine;
-using internal::EngineConfig;
 using internal::PeerHandle;
-using internal::RemoteRegion;
 using internal::XferHandle;
-
-std::string boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
-}
-
-// One engine and the pool it registered (generation 1 pattern).
-struct EngineAgent {
-  EngineAgent(std::string name_in, const std::string& tls, std::uint64_t num_blocks,
-              std::uint64_t block_len)
-      : name(std::move(name_in)), pool(num_blocks, block_len) {
-    pool.fill_generation(1);
-    options.backends = {"UCX"};
-    options.engine_config = {{"TLS", tls}};
-    engine = internal::make_ucx_engine(
-        EngineConfig{name, Region{pool.base(), num_blocks, block_len}, &options});
-  }
-  ~EngineAgent() {
-    if (engine) engine->shutdown();
-  }
-
-  [[nodiscard]] RemoteRegion region() const {
-    return RemoteRegion{name,
-                        reinterpret_cast<std::uintptr_t>(pool.base()),
-                        pool.num_blocks(),
-                        pool.block_len(),
-                        static_cast<std::uint32_t>(::getpid()),
-                        boot_id()};
-  }
-
-  std::string name;
-  MappedPool pool;
-  Options options;
-  std::unique_ptr<Engine> engine;
-};
-
-// Polls `xfer` until it leaves kInProgress; returns {check error, state}.
-std::pair<Status, Status> wait_state(Engine& engine, XferHandle xfer,
-                                     std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    engine.progress();
-    Status state = Status::kInProgress;
-    const Status check = engine.check(xfer, &state);
-    if (check != Status::kSuccess || state != Status::kInProgress ||
-        std::chrono::steady_clock::now() > deadline) {
-      return {check, state};
-    }
-    std::this_thread::sleep_for(50us);
-  }
-}
 
 class UcxEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -179,9 +124,9 @@ TEST_P(UcxEngineTest, MultiChunkWritesLandWithSeveralThreadsPolling) {
       {16, 17, 18, 19, 20, 21, 22, 23}, {0, 1}, {3, 30, 7, 11}};
   std::vector<XferHandle> xfers(locals.size());
   for (std::size_t w = 0; w < locals.size(); ++w) {
-    ASSERT_EQ(src.engine->post_write(peer, static_cast<TransferId>(w), locals[w], remotes[w],
-                                     &xfers[w]),
-              Status::kSuccess);
+    ASSERT_EQ(
+        src.engine->post_write(peer, static_cast<TransferId>(w), locals[w], remotes[w], &xfers[w]),
+        Status::kSuccess);
   }
   std::atomic<bool> stop{false};
   std::thread helper([&] {
@@ -197,8 +142,7 @@ TEST_P(UcxEngineTest, MultiChunkWritesLandWithSeveralThreadsPolling) {
   for (std::size_t w = 0; w < locals.size(); ++w) {
     for (std::size_t i = 0; i < locals[w].size(); ++i) {
       EXPECT_TRUE(bytes_equal(src.pool.block(static_cast<std::uint64_t>(locals[w][i])),
-                              dst.pool.block(static_cast<std::uint64_t>(remotes[w][i])),
-                              kBlockLen))
+                              dst.pool.block(static_cast<std::uint64_t>(remotes[w][i])), kBlockLen))
           << w << ' ' << i;
     }
     EXPECT_EQ(src.engine->release(xfers[w]), Status::kSuccess);

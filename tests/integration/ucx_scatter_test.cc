@@ -2,13 +2,14 @@
 // process: writes of many short runs travel as a few acked active messages
 // and land byte for byte; the target's handler refuses whatever does not fit
 // its region or names another engine, and writes nothing then.
+#include "engines/ucx/ucx_scatter.h"
+
 #include <gtest/gtest.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -18,8 +19,8 @@
 #include <vector>
 
 #include "engine.h"
+#include "engine_agent.h"
 #include "engines/ucx/ucx_blob.h"
-#include "engines/ucx/ucx_scatter.h"
 #include "it_support.h"
 
 namespace kvxfer::it {
@@ -27,68 +28,24 @@ namespace {
 
 using namespace std::chrono_literals;
 using internal::Engine;
-using internal::EngineConfig;
 using internal::PeerHandle;
-using internal::RemoteRegion;
 using internal::XferHandle;
 namespace ucx = internal::ucx;
 
 constexpr std::uint64_t kBlocks = 64;
 constexpr std::uint64_t kBlockLen = 16 * 1024;
 
-std::string boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
-}
+// An engine over TCP with this file's geometry.
+struct Agent : EngineAgent {
+  Agent(std::string agent_name, std::map<std::string, std::string> engine_config, std::uint64_t gen)
+      : EngineAgent(std::move(agent_name), with_tcp(std::move(engine_config)), kBlocks, kBlockLen,
+                    gen) {}
 
-struct Agent {
-  Agent(std::string name_in, std::map<std::string, std::string> engine_config, std::uint64_t gen)
-      : name(std::move(name_in)), pool(kBlocks, kBlockLen) {
-    pool.fill_generation(gen);
-    options.backends = {"UCX"};
-    options.engine_config = std::move(engine_config);
-    options.engine_config["TLS"] = "tcp";
-    engine = internal::make_ucx_engine(
-        EngineConfig{name, Region{pool.base(), kBlocks, kBlockLen}, &options});
+  static std::map<std::string, std::string> with_tcp(std::map<std::string, std::string> config) {
+    config["TLS"] = "tcp";
+    return config;
   }
-  ~Agent() {
-    if (engine) engine->shutdown();
-  }
-  Agent(const Agent&) = delete;
-  Agent& operator=(const Agent&) = delete;
-
-  [[nodiscard]] RemoteRegion region() const {
-    return RemoteRegion{name,
-                        reinterpret_cast<std::uintptr_t>(pool.base()),
-                        kBlocks,
-                        kBlockLen,
-                        static_cast<std::uint32_t>(::getpid()),
-                        boot_id()};
-  }
-
-  std::uint64_t counter(const std::string& key) const { return engine->counters().at(key); }
-
-  std::string name;
-  MappedPool pool;
-  Options options;
-  std::unique_ptr<Engine> engine;
 };
-
-std::pair<Status, Status> wait_state(Engine& engine, XferHandle xfer) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  for (;;) {
-    engine.progress();
-    Status state = Status::kInProgress;
-    const Status check = engine.check(xfer, &state);
-    if (check != Status::kSuccess || state != Status::kInProgress ||
-        std::chrono::steady_clock::now() > deadline) {
-      return {check, state};
-    }
-    std::this_thread::sleep_for(50us);
-  }
-}
 
 // Every block of `agent` still holds the pattern of `gen`.
 bool untouched(const Agent& agent, std::uint64_t gen) {
@@ -220,11 +177,11 @@ TEST(UcxScatterTest, ProgressThreadTakesOverWhenTheCallerStopsPolling) {
 }
 
 TEST(UcxScatterTest, BadKnobsAreRefusedByName) {
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"KVXFER_SCATTER_MAX_RUN", "lots"},
-           {"KVXFER_SCATTER_MAX_RUN", "64Q"},
-           {"KVXFER_SCATTER_CHUNK", "1"},
-           {"KVXFER_SCATTER_CHUNK", "1G"}}) {
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"KVXFER_SCATTER_MAX_RUN", "lots"},
+                                                        {"KVXFER_SCATTER_MAX_RUN", "64Q"},
+                                                        {"KVXFER_SCATTER_CHUNK", "1"},
+                                                        {"KVXFER_SCATTER_CHUNK", "1G"}}) {
     try {
       Agent bad("scatter-bad", {{key, value}}, 1);
       ADD_FAILURE() << key << "=" << value << " was taken";
@@ -352,9 +309,13 @@ TEST(UcxScatterTest, TargetRefusesWhatDoesNotFitAndWritesNothing) {
   };
   const std::vector<Case> cases = {
       {"run past the region's end", client.token(), {{region - 2048, 4096}}, UCS_ERR_INVALID_PARAM},
-      {"offset whose end wraps", client.token(), {{~std::uint64_t{0} - 100, 4096}},
+      {"offset whose end wraps",
+       client.token(),
+       {{~std::uint64_t{0} - 100, 4096}},
        UCS_ERR_INVALID_PARAM},
-      {"runs longer than the payload", client.token(), {{0, 4096}, {8192, 4096}},
+      {"runs longer than the payload",
+       client.token(),
+       {{0, 4096}, {8192, 4096}},
        UCS_ERR_INVALID_PARAM},
       {"runs shorter than the payload", client.token(), {{0, 2048}}, UCS_ERR_INVALID_PARAM},
       {"another engine's token", client.token() ^ 1, {{0, 4096}}, UCS_ERR_REJECTED},
