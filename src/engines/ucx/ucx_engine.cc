@@ -371,6 +371,7 @@ class UcxEngine final : public Engine {
   Status post_scatter(Peer& peer, std::span<const std::int64_t> local,
                       std::span<const std::int64_t> remote, Xfer* xfer);
   void fail_scatter(Xfer* xfer, ucs_status_t status);
+  void end_scatter(Xfer* xfer, ucs_status_t status);
   void fail_peer_scatters(const Peer* peer, ucs_status_t status);
   void send_ack(const ucp_am_recv_param_t* param, const ucx::ScatterAck& ack);
   static ucs_status_t on_scatter_am(void* arg, const void* header, std::size_t header_length,
@@ -1436,11 +1437,7 @@ Status UcxEngine::post_scatter(Peer& p, std::span<const std::int64_t> local,
       }
     }
   }
-  if (settle) {
-    xfer->result.store(send_status, std::memory_order_release);
-    live_requests_.fetch_sub(1, std::memory_order_relaxed);
-    unref(xfer);
-  }
+  if (settle) end_scatter(xfer, send_status);
   unref(xfer);  // the core's: the write failed
   return map_post_error(send_status);
 }
@@ -1452,6 +1449,12 @@ void UcxEngine::fail_scatter(Xfer* xfer, ucs_status_t status) {
     if (xfer->am_seq == 0) return;
     xfer->am_seq = 0;
   }
+  end_scatter(xfer, status);
+}
+
+// The wait for acks is over (am_seq was cleared under am_mu_): publish the
+// result and let go of the acks' reference.
+void UcxEngine::end_scatter(Xfer* xfer, ucs_status_t status) {
   xfer->result.store(status, std::memory_order_release);
   live_requests_.fetch_sub(1, std::memory_order_relaxed);
   unref(xfer);
@@ -1470,11 +1473,7 @@ void UcxEngine::fail_peer_scatters(const Peer* peer, ucs_status_t status) {
       }
     }
   }
-  for (Xfer* x : failed) {
-    x->result.store(status, std::memory_order_release);
-    live_requests_.fetch_sub(1, std::memory_order_relaxed);
-    unref(x);
-  }
+  for (Xfer* x : failed) end_scatter(x, status);
 }
 
 void UcxEngine::on_am_sent(void* request, ucs_status_t status, void* user_data) {
@@ -1522,9 +1521,7 @@ ucs_status_t UcxEngine::on_ack_am(void* arg, const void* header, std::size_t hea
     log().warn("kvxfer UCX {}: peer {} refused a scatter write of transfer {}: {}",
                engine->agent_name_, done->peer->agent_name, done->id, ucs_status_string(result));
   }
-  done->result.store(result, std::memory_order_release);
-  engine->live_requests_.fetch_sub(1, std::memory_order_relaxed);
-  engine->unref(done);
+  engine->end_scatter(done, result);
   return UCS_OK;
 }
 
