@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "bench_config.h"
+#include "common/ucx_tls.h"
 #include "kvxfer/transport.h"
 #include "machine.h"
 #include "pattern.h"
@@ -558,21 +559,14 @@ bool BenchReport::all_verified() const {
          std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) { return c.verified; });
 }
 
-bool tcp_only(const std::string& ucx_tls) {
-  if (ucx_tls.find("tcp") == std::string::npos) return false;
-  for (const char* shm : {"sm", "posix", "sysv", "cma", "shm", "all"}) {
-    if (ucx_tls.find(shm) != std::string::npos) return false;
-  }
-  return true;
-}
-
 int run_bench(const BenchArgs& args) {
   BenchReport report;
   report.args = args;
   if (report.args.seed == 0) report.args.seed = std::random_device{}() | 1;
   report.ucx_tls = ucx_tls_for(args.tls);
   report.fingerprint = config_fingerprint(bench_config_fields(args.tls));
-  const bool quarter = tcp_only(report.ucx_tls) && !args.total;
+  // TCP-only runs move a quarter of the reference total by default.
+  const bool quarter = kvxfer::internal::tls_is_tcp_only(report.ucx_tls) && !args.total;
   std::vector<CaseSpec> specs;
   for (const auto& name : args.cases) specs.push_back(resolve(args, name, quarter));
   if (specs.empty()) throw std::invalid_argument("--cases selects no case");

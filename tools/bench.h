@@ -113,8 +113,4 @@ struct BenchReport {
 // Runs the bench and prints the table; 0 when every case verified.
 int run_bench(const BenchArgs& args);
 
-// Whether a UCX_TLS string reaches the peer over TCP only (no shared memory):
-// such runs move a quarter of the reference total by default.
-bool tcp_only(const std::string& ucx_tls);
-
 }  // namespace kvxfer::tools

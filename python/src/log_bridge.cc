@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "core/log.h"
+#include "common/log.h"
 
 namespace kvxfer::python {
 namespace {

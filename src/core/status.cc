@@ -1,12 +1,5 @@
 #include "kvxfer/status.h"
 
-#include <memory>
-#include <mutex>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
-
-#include "core/log.h"
-
 namespace kvxfer {
 
 std::string_view status_name(Status status) noexcept {
@@ -42,20 +35,4 @@ bool is_terminal_check_error(Status status) noexcept {
   return status == Status::kRemoteDisconnect;
 }
 
-namespace internal {
-
-spdlog::logger& log() {
-  static std::shared_ptr<spdlog::logger> logger = [] {
-    if (auto existing = spdlog::get("kvxfer")) return existing;
-    auto created = spdlog::stderr_color_mt("kvxfer");
-    created->set_level(spdlog::level::warn);
-    if (const char* level = std::getenv("KVXFER_LOG_LEVEL")) {
-      created->set_level(spdlog::level::from_str(level));
-    }
-    return created;
-  }();
-  return *logger;
-}
-
-}  // namespace internal
 }  // namespace kvxfer

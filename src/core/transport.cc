@@ -16,7 +16,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/log.h"
+#include "common/host.h"
+#include "common/log.h"
 #include "core/registration_worker.h"
 #include "engine.h"
 #include "wire/metadata.h"
@@ -31,13 +32,6 @@ struct StringHash {
     return std::hash<std::string_view>{}(s);
   }
 };
-
-std::string read_boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
-}
 
 template <typename Int>
 void check_range(std::span<const Int> idxs, std::uint64_t num_blocks, const char* what) {
@@ -238,7 +232,7 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
       region_(region),
       options_(std::move(options)),
       fingerprint_(config_fingerprint(options_.config_fields)),
-      boot_id_(read_boot_id()) {
+      boot_id_(boot_id()) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
   if (region_.base == nullptr) throw std::invalid_argument("region base must not be null");
   if (region_.num_blocks == 0) throw std::invalid_argument("region num_blocks must be > 0");

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "engines/ucx/ucx_scatter.h"
+#include "wire/scatter.h"
 
 namespace {
 

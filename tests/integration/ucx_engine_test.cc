@@ -13,7 +13,7 @@
 
 #include "engine.h"
 #include "engine_agent.h"
-#include "engines/ucx/ucx_blob.h"
+#include "wire/ucx_blob.h"
 #include "it_support.h"
 
 namespace kvxfer::it {

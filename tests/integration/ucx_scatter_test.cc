@@ -1,8 +1,8 @@
-// Scatter writes (engines/ucx/ucx_scatter.h) over TCP, two engines in this
+// Scatter writes (wire/scatter.h) over TCP, two engines in this
 // process: writes of many short runs travel as a few acked active messages
 // and land byte for byte; the target's handler refuses whatever does not fit
 // its region or names another engine, and writes nothing then.
-#include "engines/ucx/ucx_scatter.h"
+#include "wire/scatter.h"
 
 #include <gtest/gtest.h>
 #include <ucp/api/ucp.h>
@@ -20,7 +20,7 @@
 
 #include "engine.h"
 #include "engine_agent.h"
-#include "engines/ucx/ucx_blob.h"
+#include "wire/ucx_blob.h"
 #include "it_support.h"
 
 namespace kvxfer::it {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "engines/ucx/ucx_scatter.h"
+#include "wire/scatter.h"
 
 namespace kvxfer::internal::ucx {
 namespace {

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/log.h"
+#include "common/log.h"
 #include "engine.h"
 #include "kvxfer/loopback.h"
 

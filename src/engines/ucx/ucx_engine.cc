@@ -21,7 +21,7 @@
 //   whose error handler marks the peer failed, one ucp_put_nbx per run of
 //   consecutive blocks, then one ucp_ep_flush_nbx whose completion means the
 //   bytes are in the peer's memory. Writes made of many short runs (random
-//   4 KiB blocks) go as scatter writes instead (ucx_scatter.h): a few active
+//   4 KiB blocks) go as scatter writes instead (wire/scatter.h): a few active
 //   messages that each carry many runs, acked by the peer's handler once the
 //   bytes are in place. Over TCP that is one send() per message, not per run.
 #include <fcntl.h>
@@ -59,11 +59,13 @@
 #include <utility>
 #include <vector>
 
-#include "core/log.h"
+#include "common/host.h"
+#include "common/log.h"
+#include "common/ucx_tls.h"
 #include "engine.h"
-#include "engines/ucx/ucx_blob.h"
+#include "wire/ucx_blob.h"
 #include "engines/ucx/ucx_compat.h"
-#include "engines/ucx/ucx_scatter.h"
+#include "wire/scatter.h"
 
 namespace kvxfer::internal {
 namespace {
@@ -99,13 +101,6 @@ const std::string& engine_name() {
   return name;
 }
 
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 struct PidNamespace {
   std::uint64_t dev = 0;
   std::uint64_t ino = 0;
@@ -115,23 +110,6 @@ PidNamespace own_pid_namespace() {
   struct stat st {};
   if (::stat("/proc/self/ns/pid", &st) != 0) return {};
   return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
-}
-
-// Whether a UCX_TLS value allows any of `names`: "all", a list naming one of
-// them, or a "^" exclusion list naming none.
-bool tls_allows(std::string_view tls, std::initializer_list<std::string_view> names) {
-  while (!tls.empty() && tls.front() == '\\') tls.remove_prefix(1);
-  const bool exclude = !tls.empty() && tls.front() == '^';
-  if (exclude) tls.remove_prefix(1);
-  bool named = false;
-  while (!tls.empty()) {
-    const std::size_t comma = tls.find(',');
-    const std::string_view item = tls.substr(0, comma);
-    if (std::find(names.begin(), names.end(), item) != names.end()) named = true;
-    if (!exclude && item == "all") named = true;
-    tls = comma == std::string_view::npos ? std::string_view{} : tls.substr(comma + 1);
-  }
-  return exclude ? !named : named;
 }
 
 std::int64_t now_ns() {
@@ -466,7 +444,7 @@ class UcxEngine final : public Engine {
 UcxEngine::UcxEngine(const EngineConfig& config)
     : agent_name_(config.agent_name),
       region_(config.region),
-      boot_id_(read_first_line("/proc/sys/kernel/random/boot_id")),
+      boot_id_(boot_id()),
       pidns_(own_pid_namespace()) {
   if (config.options == nullptr) throw std::runtime_error("kvxfer UCX: no options");
   if (region_.base == nullptr || region_.num_blocks == 0 || region_.block_len == 0 ||
@@ -1327,7 +1305,7 @@ Status UcxEngine::post_ucx(const std::shared_ptr<Peer>& peer, std::span<const st
   return map_post_error(immediate);
 }
 
-// Sends a write as scatter messages (see ucx_scatter.h). The transfer holds
+// Sends a write as scatter messages (see wire/scatter.h). The transfer holds
 // one reference for the acks (until every message is acked, one fails, or
 // the peer goes) and one per message UCX still holds.
 Status UcxEngine::post_scatter(Peer& p, std::span<const std::int64_t> local,

@@ -27,7 +27,7 @@ enum BlobFlags : std::uint16_t {
   // The agent takes same-host writes through process_vm_writev (its UCX_TLS
   // allows shared memory).
   kBlobAcceptsCma = 1u << 0,
-  // The agent's worker takes scatter-write active messages (ucx_scatter.h).
+  // The agent's worker takes scatter-write active messages (wire/scatter.h).
   kBlobAcceptsScatter = 1u << 1,
 };
 
