@@ -23,7 +23,7 @@ build: configure
 demo: build
 	$(BUILD)/tools/kvxfer bench
 
-# The scoreboard: the reference workloads (../shared/bench/workloads.md) over
+# The scoreboard: the reference workloads (docs/workloads.md) over
 # shared memory, against memcpy and ucx_perftest, every case verified.
 # BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--tls tcp --json out.json".
 BENCH_ARGS ?=

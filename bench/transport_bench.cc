@@ -1,10 +1,11 @@
 // Per-call overhead of the transport, on the loopback engine (two transports
 // in one process, a WRITE is a memcpy), so the figures are the core's and
-// the engine interface's own cost, not a wire's:
+// the engine interface's own cost, not a wire's. It uses the public API only
+// and measures:
 //
 //   - write_blocks + poll of one write, for 1..4096 blocks, with indices in
-//     random order (the core checks them for duplicates by sorting a copy)
-//     and in increasing order (it skips the sort);
+//     random order (the core checks them for duplicates in a reused hash set)
+//     and in increasing order (it skips that check);
 //   - allocations per write and per block, counted by the global operator
 //     new of this binary (the library's allocations land here too);
 //   - heap bytes held per write in flight, and per registered peer as its

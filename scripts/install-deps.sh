@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages kvxfer needs to build, test and benchmark.
 # Idempotent: packages already present are skipped, and apt is not touched
-# at all when nothing is missing.
+# at all when nothing is missing. It touches apt and nothing else (no pip, no
+# downloads).
 set -euo pipefail
 
 packages=(

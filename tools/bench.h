@@ -1,4 +1,4 @@
-// `kvxfer bench`: the reference workloads (../shared/bench/workloads.md)
+// `kvxfer bench`: the reference workloads (docs/workloads.md)
 // against a target process, beside the memcpy limit and ucx_perftest,
 // measured in one run.
 #pragma once

@@ -1,5 +1,6 @@
 // The kvxfer command: bench, demo, info, and the target side of
-// multi-process runs.
+// multi-process runs. A user of the library: it touches the public API
+// (include/kvxfer/) and, header-only, src/common/ucx_tls.h; nothing else in src/.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// The reference workloads of ../shared/bench/workloads.md: which blocks each
+// The reference workloads of docs/workloads.md: which blocks each
 // write moves, and, after a run, which remote blocks hold a known block.
 #pragma once
 

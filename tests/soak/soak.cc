@@ -1,7 +1,8 @@
 // kvxfer_soak: random writes, cancels (both modes), polls, peer removals and
 // re-additions against three kvxfer_it_target processes, one of which is
 // killed (or restarted) at random, for a given time. Every block of every
-// transfer reported done is checked on its target.
+// transfer reported done is checked on its target. It touches only the public
+// API and the integration tests' target (tests/integration/it_support.h).
 //
 //   kvxfer_soak [--seconds S] [--seed N] [--rss-bound-mib M]
 //

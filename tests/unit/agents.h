@@ -1,5 +1,6 @@
 // What the unit tests stand on: agents (a LOOPBACK transport over a pool the
-// test owns) and a fixture with one initiator and two targets.
+// test owns) and a fixture with one initiator and two targets. The tests touch
+// the public API, the "kvxfer" logger, and src/wire/ only to forge metadata.
 #pragma once
 
 #include <gtest/gtest.h>
