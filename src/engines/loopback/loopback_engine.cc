@@ -24,6 +24,7 @@
 
 #include "common/log.h"
 #include "engine.h"
+#include "engines/loopback/fault_script.h"
 #include "kvxfer/loopback.h"
 
 namespace kvxfer::internal {
@@ -217,7 +218,7 @@ class LoopbackEngine final : public Engine {
     // copies and keeps a core bug from becoming a stray write.
     if (!indices_fit(local, remote, target.pool->num_blocks)) return Status::kInvalidParam;
 
-    const FaultPlan::PostDecision decision = plan_.on_post(target.agent_name);
+    const FaultScript::PostDecision decision = plan_.on_post(target.agent_name);
     if (decision.status != Status::kSuccess) {
       log().debug("loopback {}: post of transfer {} to {} fails as scripted: {}", agent_name_, id,
                   target.agent_name, status_name(decision.status));
@@ -322,11 +323,9 @@ class LoopbackEngine final : public Engine {
     log().debug("loopback {}: shut down", agent_name_);
   }
 
-  [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_; }
+  [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_.plan(); }
 
  private:
-  using FaultPlan = loopback::FaultPlan;
-
   struct Peer {
     std::shared_ptr<Pool> pool;
     std::string agent_name;
@@ -460,7 +459,7 @@ class LoopbackEngine final : public Engine {
   const Region region_;
   std::shared_ptr<Pool> local_;
   std::uint64_t key_ = 0;
-  FaultPlan plan_;
+  FaultScript plan_;  // what the user scripted through plan_.plan()
 
   mutable std::mutex mu_;
   bool shut_down_ = false;
