@@ -1,5 +1,5 @@
 // The library's logger and the public kvxfer/log.h on top of it. Belongs to
-// no layer: the core, the engines and the bindings all write to it. May touch
+// no layer: every layer writes to it, users set its level and sink. Uses
 // spdlog and nothing else of kvxfer's.
 #include "common/log.h"
 

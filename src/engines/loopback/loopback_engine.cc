@@ -1,7 +1,8 @@
-// The loopback engine: peers are other LOOPBACK transports of this process,
-// a WRITE is a memcpy into the peer's pool, and a FaultPlan scripts every
-// failure a real engine can produce. Users test their tier code against it;
-// so do our unit tests.
+// The loopback engine: peers are other LOOPBACK transports of this process, a
+// WRITE is a memcpy, and the user's FaultPlan (fault_script.h) scripts every
+// failure a real engine can produce. May use engine.h and common/; never core/.
+//
+// Users test their tier code against it; so do our unit tests.
 #include <sys/types.h>
 #include <unistd.h>
 
