@@ -151,9 +151,8 @@ void install_log_bridge() {
   bridge() = std::make_shared<PythonLoggingSink>(logger.release().ptr());
   // The library keeps this std::function, and so the sink, past the
   // interpreter's end; records then go to stderr (see detach()).
-  set_log_sink([sink = bridge()](LogLevel level, std::string_view message) {
-    sink->log(level, message);
-  });
+  set_log_sink(
+      [sink = bridge()](LogLevel level, std::string_view message) { sink->log(level, message); });
   py::module_::import("atexit").attr("register")(py::cpp_function([] { bridge()->detach(); }));
   sync_log_level();
 }

@@ -110,8 +110,8 @@ Logger make_logger() {
     existing->sinks().assign(1, sink);
     return {std::move(existing), std::move(sink)};
   }
-  auto sink = std::make_shared<ForwardingSink>(std::vector<spdlog::sink_ptr>{
-      std::make_shared<spdlog::sinks::stderr_color_sink_mt>()});
+  auto sink = std::make_shared<ForwardingSink>(
+      std::vector<spdlog::sink_ptr>{std::make_shared<spdlog::sinks::stderr_color_sink_mt>()});
   auto created = std::make_shared<spdlog::logger>("kvxfer", sink);
   // Registers it, with spdlog's global pattern, as stderr_color_mt would.
   spdlog::initialize_logger(created);

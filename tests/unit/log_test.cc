@@ -54,9 +54,8 @@ class LogTest : public ::testing::Test {
 };
 
 TEST_F(LogTest, LogLevelReportsTheLevelSet) {
-  for (const LogLevel level : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo,
-                               LogLevel::kWarn, LogLevel::kError, LogLevel::kCritical,
-                               LogLevel::kOff}) {
+  for (const LogLevel level : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn,
+                               LogLevel::kError, LogLevel::kCritical, LogLevel::kOff}) {
     set_log_level(level);
     EXPECT_EQ(log_level(), level);
   }

@@ -15,7 +15,8 @@ int main() {
   kvxfer::set_log_sink([&warnings](kvxfer::LogLevel level, std::string_view message) {
     if (level >= kvxfer::LogLevel::kWarn) {
       ++warnings;
-      std::printf("consumer: kvxfer says: %.*s\n", static_cast<int>(message.size()), message.data());
+      std::printf("consumer: kvxfer says: %.*s\n", static_cast<int>(message.size()),
+                  message.data());
     }
   });
   std::vector<unsigned char> a(16 * 64), b(16 * 64, 0);
