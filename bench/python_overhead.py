@@ -6,7 +6,8 @@ a peer in this process, so the figure is call cost plus the copy):
 
   python  for each pair: t.write_blocks(peer, local, remote); t.poll(peer)
           with `local`/`remote` numpy int64 arrays of --indices entries
-  c++     the same Transport calls in a C++ loop (kvxfer._kvxfer._time_write_poll),
+  c++     the same Transport calls in a C++ loop (_kvxfer_bench.time_write_poll,
+          an extension built beside the package when KVXFER_BUILD_BENCH is on),
           on the same transports and indices
 
 Each figure is the median, over --repeats batches, of the mean time per pair
@@ -63,7 +64,11 @@ def main():
 
     kvxfer = import_kvxfer(args.build_dir)
     import numpy as np
-    from kvxfer import _kvxfer
+    # After kvxfer: it registers the Transport type the C++ loop takes.
+    try:
+        from _kvxfer_bench import time_write_poll
+    except ImportError:
+        sys.exit("_kvxfer_bench not found beside the kvxfer package: build with KVXFER_BUILD_BENCH=ON")
 
     print(f"kvxfer {kvxfer.__version__}, Python {sys.version.split()[0]}, numpy {np.__version__}")
     print(
@@ -84,13 +89,13 @@ def main():
             remote = rng.choice(args.num_blocks, args.indices, replace=False).astype(np.int64)
             # Warm up both paths (pages, caches, allocator).
             time_python(src, "dst", local, remote, args.pairs, 2)
-            _kvxfer._time_write_poll(src, "dst", local, remote, args.pairs, 2)
+            time_write_poll(src, "dst", local, remote, args.pairs, 2)
             # Batches alternate between the two, so drift on a shared machine
             # hits both alike.
             py_batches, cpp_batches = [], []
             for _ in range(args.repeats):
                 py_batches += time_python(src, "dst", local, remote, args.pairs, 1)
-                cpp_batches += _kvxfer._time_write_poll(src, "dst", local, remote, args.pairs, 1)
+                cpp_batches += time_write_poll(src, "dst", local, remote, args.pairs, 1)
             py, cpp = statistics.median(py_batches), statistics.median(cpp_batches)
         results.append((block_len, py, cpp))
         print(f"{block_len:>9}  {py:>14.0f}  {cpp:>11.0f}  {py - cpp:>11.0f}  {py / cpp:>5.2f}")

@@ -4,19 +4,19 @@
 //
 // A Transport built with backends {"LOOPBACK"} reaches peers that are other
 // LOOPBACK transports in the same process; a WRITE is a memcpy into the
-// peer's pool. Get the plan with Transport::fault_plan().
+// peer's pool. Get the plan with Transport::fault_plan(); it lives as long
+// as its Transport, and any thread may script it at any time.
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <map>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
+
+namespace kvxfer::internal {
+class FaultScript;
+}
 
 namespace kvxfer::loopback {
 
@@ -57,41 +57,16 @@ class FaultPlan {
   // see what a poll cost).
   [[nodiscard]] std::uint64_t check_count() const;
 
-  // --- read by the engine -------------------------------------------------
-  struct PostDecision {
-    Status status = Status::kSuccess;
-    bool hold = false;
-  };
-  PostDecision on_post(const std::string& peer_agent);
-  // The check error scripted for `id`, else REMOTE_DISCONNECT when
-  // `peer_agent` is disconnected, else kSuccess. Counts one state check.
-  Status check_error(TransferId id, const std::string& peer_agent);
-  // Scripted final state of `id`, or kSuccess.
-  Status final_state(TransferId id);
-  bool landing_requested(TransferId id);
-  void forget(TransferId id);
-  Status on_release();
-  Status on_connect(const std::string& peer_agent);
-  Status on_disconnect();
-  int connect_delay_ms();
-  // The engine's hook for land(): called (outside the plan's lock) with the
-  // id, so bytes land when the test says so, without waiting for a check.
-  void set_lander(std::function<void(TransferId)> lander);
+  FaultPlan(const FaultPlan&) = delete;
+  FaultPlan& operator=(const FaultPlan&) = delete;
 
  private:
-  mutable std::mutex mu_;
-  std::deque<Status> post_failures_;
-  std::deque<Status> release_failures_;
-  std::deque<Status> connect_failures_;
-  std::deque<Status> disconnect_failures_;
-  int holds_pending_ = 0;
-  std::map<TransferId, Status> check_errors_;
-  std::map<TransferId, Status> final_states_;
-  std::set<TransferId> landed_;
-  std::set<std::string> disconnected_;
-  int connect_delay_ms_ = 0;
-  std::uint64_t checks_ = 0;
-  std::function<void(TransferId)> lander_;
+  // Only the loopback engine makes a plan: the script it reads and the hooks
+  // it reads it through live beside the engine, in src/.
+  friend class internal::FaultScript;
+  explicit FaultPlan(internal::FaultScript& script) : script_(script) {}
+
+  internal::FaultScript& script_;
 };
 
 }  // namespace kvxfer::loopback

@@ -1,49 +1,66 @@
 #include "log_bridge.h"
 
-#include <fmt/format.h>
-#include <spdlog/sinks/sink.h>
-#include <spdlog/spdlog.h>
-
 #include <atomic>
 #include <cstdio>
 #include <memory>
-#include <string>
+#include <string_view>
 #include <thread>
 
-#include "common/log.h"
+#include "kvxfer/log.h"
 
 namespace kvxfer::python {
 namespace {
 
 namespace py = pybind11;
 
-int python_level(spdlog::level::level_enum level) {
+int python_level(LogLevel level) {
   switch (level) {
-    case spdlog::level::trace:
+    case LogLevel::kTrace:
       return 5;
-    case spdlog::level::debug:
+    case LogLevel::kDebug:
       return 10;
-    case spdlog::level::info:
+    case LogLevel::kInfo:
       return 20;
-    case spdlog::level::warn:
+    case LogLevel::kWarn:
       return 30;
-    case spdlog::level::err:
+    case LogLevel::kError:
       return 40;
     default:
       return 50;
   }
 }
 
-// The least verbose spdlog level that still emits every record a Python
+// The names stderr records carry once the bridge is detached.
+const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace:
+      return "trace";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kCritical:
+      return "critical";
+    case LogLevel::kOff:
+      break;
+  }
+  return "off";
+}
+
+// The least verbose library level that still emits every record a Python
 // logger at `level` would accept.
-spdlog::level::level_enum spdlog_level(int level) {
-  if (level <= 5) return spdlog::level::trace;
-  if (level <= 10) return spdlog::level::debug;
-  if (level <= 20) return spdlog::level::info;
-  if (level <= 30) return spdlog::level::warn;
-  if (level <= 40) return spdlog::level::err;
-  if (level <= 50) return spdlog::level::critical;
-  return spdlog::level::off;
+LogLevel library_level(int level) {
+  if (level <= 5) return LogLevel::kTrace;
+  if (level <= 10) return LogLevel::kDebug;
+  if (level <= 20) return LogLevel::kInfo;
+  if (level <= 30) return LogLevel::kWarn;
+  if (level <= 40) return LogLevel::kError;
+  if (level <= 50) return LogLevel::kCritical;
+  return LogLevel::kOff;
 }
 
 // Hands each record to logging.getLogger("kvxfer").log(level, message).
@@ -52,12 +69,13 @@ spdlog::level::level_enum spdlog_level(int level) {
 // every call that can log while holding the transport's lock), the
 // registration worker, an engine thread. The GIL serializes them, so the
 // sink has no lock of its own: a sink lock held while waiting for the GIL
-// would deadlock against a thread that holds the GIL and logs.
+// would deadlock against a thread that holds the GIL and logs. The logger
+// holds none around the call either (kvxfer/log.h promises that).
 //
 // Once the interpreter starts finalizing, a thread that asks for the GIL is
 // stopped for good, even one holding a transport's lock. So the atexit hook
 // detaches the sink first, and after that records go to stderr.
-class PythonLoggingSink final : public spdlog::sinks::sink {
+class PythonLoggingSink {
  public:
   // Takes a reference to `logger` that is never dropped: the sink may be
   // destroyed after the interpreter is gone.
@@ -65,25 +83,21 @@ class PythonLoggingSink final : public spdlog::sinks::sink {
 
   [[nodiscard]] PyObject* logger() const { return logger_; }
 
-  void log(const spdlog::details::log_msg& msg) override {
+  void log(LogLevel level, std::string_view message) {
     in_flight_.fetch_add(1);
     if (!attached_.load()) {
       in_flight_.fetch_sub(1);
-      if (msg.level >= spdlog::level::warn) {
-        std::fprintf(stderr, "kvxfer [%s] %.*s\n", spdlog::level::to_string_view(msg.level).data(),
-                     static_cast<int>(msg.payload.size()), msg.payload.data());
+      if (level >= LogLevel::kWarn) {
+        std::fprintf(stderr, "kvxfer [%s] %.*s\n", level_name(level),
+                     static_cast<int>(message.size()), message.data());
       }
       return;
     }
     const PyGILState_STATE gil = PyGILState_Ensure();
-    forward(msg);
+    forward(level, message);
     PyGILState_Release(gil);
     in_flight_.fetch_sub(1);
   }
-
-  void flush() override {}
-  void set_pattern(const std::string&) override {}
-  void set_formatter(std::unique_ptr<spdlog::formatter>) override {}
 
   // Called with the GIL held. Waits (GIL released) for records already on
   // their way into Python.
@@ -94,7 +108,7 @@ class PythonLoggingSink final : public spdlog::sinks::sink {
   }
 
  private:
-  void forward(const spdlog::details::log_msg& msg) {
+  void forward(LogLevel level, std::string_view message) {
     // A record can be emitted while the calling thread has an exception
     // pending (a failed call being unwound); keep it intact.
 #if PY_VERSION_HEX >= 0x030C0000
@@ -103,11 +117,11 @@ class PythonLoggingSink final : public spdlog::sinks::sink {
     PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
     PyErr_Fetch(&type, &value, &traceback);
 #endif
-    PyObject* text = PyUnicode_DecodeUTF8(msg.payload.data(),
-                                          static_cast<Py_ssize_t>(msg.payload.size()), "replace");
+    PyObject* text =
+        PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "replace");
     PyObject* result = nullptr;
     if (text != nullptr) {
-      result = PyObject_CallMethod(logger_, "log", "iO", python_level(msg.level), text);
+      result = PyObject_CallMethod(logger_, "log", "iO", python_level(level), text);
       Py_DECREF(text);
     }
     if (result == nullptr) PyErr_WriteUnraisable(logger_);
@@ -135,8 +149,10 @@ void install_log_bridge() {
   if (bridge()) return;
   py::object logger = py::module_::import("logging").attr("getLogger")("kvxfer");
   bridge() = std::make_shared<PythonLoggingSink>(logger.release().ptr());
-  // Imported before any transport exists, so nothing logs concurrently.
-  internal::log().sinks().assign(1, bridge());
+  // The library keeps this std::function, and so the sink, past the
+  // interpreter's end; records then go to stderr (see detach()).
+  set_log_sink(
+      [sink = bridge()](LogLevel level, std::string_view message) { sink->log(level, message); });
   py::module_::import("atexit").attr("register")(py::cpp_function([] { bridge()->detach(); }));
   sync_log_level();
 }
@@ -144,7 +160,7 @@ void install_log_bridge() {
 void sync_log_level() {
   if (!bridge()) return;
   const int level = py::handle(bridge()->logger()).attr("getEffectiveLevel")().cast<int>();
-  internal::log().set_level(spdlog_level(level));
+  set_log_level(library_level(level));
 }
 
 }  // namespace kvxfer::python

@@ -1,4 +1,4 @@
-// Routes the library's spdlog logger "kvxfer" to Python's
+// Routes the library's log (kvxfer/log.h) to Python's
 // logging.getLogger("kvxfer").
 #pragma once
 
@@ -6,9 +6,9 @@
 
 namespace kvxfer::python {
 
-// Replaces the sinks of the "kvxfer" logger with one that hands each record
-// to the Python logger, and registers an atexit hook that detaches it before
-// the interpreter shuts down. Call once, at import, with the GIL held.
+// Sets the library's log sink to one that hands each record to the Python
+// logger, and registers an atexit hook that detaches it before the
+// interpreter shuts down. Call once, at import, with the GIL held.
 void install_log_bridge();
 
 // Sets the library's level from the Python logger's effective level, so

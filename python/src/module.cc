@@ -1,5 +1,6 @@
-// _kvxfer: the C++ half of the Python package `kvxfer`. The public names
-// (Transport, PollResult, loopback) are put together in python/kvxfer/.
+// _kvxfer: the C++ half of the Python package `kvxfer` (the public names are
+// put together in python/kvxfer/). Uses only the public API, include/kvxfer/:
+// never src/, never spdlog.
 //
 // The GIL is released around every call into the transport that takes its
 // lock: the registration worker and engine threads log while holding that
@@ -104,36 +105,6 @@ py::dict stats_to_python(const Stats& s) {
   for (const auto& [name, value] : s.engine_counters) counters[py::str(name)] = value;
   out["engine_counters"] = counters;
   return out;
-}
-
-// The same write_blocks + poll pairs the Python benchmark makes, timed in a
-// C++ loop: the figure the Python call overhead is compared against.
-// Returns the mean ns per pair of each of `repeats` batches of `pairs`.
-std::vector<double> time_write_poll(PyTransport& self, const std::string& peer_id,
-                                    py::handle local_idxs, py::handle remote_idxs, int pairs,
-                                    int repeats) {
-  std::vector<std::int64_t> local;
-  std::vector<std::int64_t> remote;
-  copy_ints(local_idxs, "local_idxs", local);
-  copy_ints(remote_idxs, "remote_idxs", remote);
-  std::vector<double> per_pair_ns;
-  py::gil_scoped_release nogil;
-  Transport& t = self.get();
-  const std::optional<std::string_view> scope = peer_id;
-  for (int r = 0; r < repeats; ++r) {
-    std::size_t completed = 0;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < pairs; ++i) {
-      if (!t.write_blocks(peer_id, local, remote)) throw std::runtime_error("write_blocks failed");
-      completed += t.poll(scope).done.size();
-    }
-    const auto elapsed = std::chrono::steady_clock::now() - start;
-    if (completed != static_cast<std::size_t>(pairs)) {
-      throw std::runtime_error("time_write_poll: a write did not complete at its poll");
-    }
-    per_pair_ns.push_back(std::chrono::duration<double, std::nano>(elapsed).count() / pairs);
-  }
-  return per_pair_ns;
 }
 
 constexpr std::array kStatuses{
@@ -295,8 +266,6 @@ PYBIND11_MODULE(_kvxfer, m) {
         "First 16 hex chars of sha256 of the fields as compact sorted-key JSON.");
   m.def("sync_log_level", &sync_log_level,
         "Sets the library's log level from logging.getLogger('kvxfer').");
-  m.def("_time_write_poll", &time_write_poll, py::arg("transport"), py::arg("peer_id"),
-        py::arg("local_idxs"), py::arg("remote_idxs"), py::arg("pairs"), py::arg("repeats"));
 
   install_log_bridge();
 }

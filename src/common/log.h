@@ -5,9 +5,19 @@
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
+#include <string_view>
+
+#include "kvxfer/log.h"
+
 namespace kvxfer::internal {
 
 // Never null; thread-safe.
 spdlog::logger& log();
+
+// The level a KVXFER_LOG_LEVEL value names ("trace", "debug", "info", "warn"
+// or "warning", "error" or "err", "critical", "off"), or nothing when it names
+// none of them.
+[[nodiscard]] std::optional<LogLevel> parse_log_level(std::string_view text);
 
 }  // namespace kvxfer::internal

@@ -1,11 +1,12 @@
-// kvxfer::loopback::FaultPlan: the script the loopback engine consults at
-// every post, check, release and connect.
+// kvxfer::loopback::FaultPlan, the user's side: writes the FaultScript; and
+// the FaultScript's hooks, the engine's side: read it at every post, check,
+// release and connect.
 #include <utility>
 
+#include "engines/loopback/fault_script.h"
 #include "kvxfer/loopback.h"
 
-namespace kvxfer::loopback {
-
+namespace kvxfer {
 namespace {
 
 void push_n(std::deque<Status>& queue, Status status, int count) {
@@ -21,80 +22,87 @@ Status pop_or_success(std::deque<Status>& queue) {
 }
 
 }  // namespace
+}  // namespace kvxfer
+
+namespace kvxfer::loopback {
 
 void FaultPlan::fail_next_posts(Status status, int count) {
-  std::lock_guard lock(mu_);
-  push_n(post_failures_, status, count);
+  std::lock_guard lock(script_.mu_);
+  push_n(script_.post_failures_, status, count);
 }
 
 void FaultPlan::fail_checks(TransferId id, Status status) {
-  std::lock_guard lock(mu_);
-  check_errors_[id] = status;
+  std::lock_guard lock(script_.mu_);
+  script_.check_errors_[id] = status;
 }
 
 void FaultPlan::clear_check_error(TransferId id) {
-  std::lock_guard lock(mu_);
-  check_errors_.erase(id);
+  std::lock_guard lock(script_.mu_);
+  script_.check_errors_.erase(id);
 }
 
 void FaultPlan::finish_with(TransferId id, Status status) {
-  std::lock_guard lock(mu_);
-  final_states_[id] = status;
+  std::lock_guard lock(script_.mu_);
+  script_.final_states_[id] = status;
 }
 
 void FaultPlan::hold_next(int count) {
-  std::lock_guard lock(mu_);
-  if (count > 0) holds_pending_ += count;
+  std::lock_guard lock(script_.mu_);
+  if (count > 0) script_.holds_pending_ += count;
 }
 
 void FaultPlan::land(TransferId id) {
   std::function<void(TransferId)> lander;
   {
-    std::lock_guard lock(mu_);
-    landed_.insert(id);
-    lander = lander_;
+    std::lock_guard lock(script_.mu_);
+    script_.landed_.insert(id);
+    lander = script_.lander_;
   }
-  // Outside our lock: the engine takes its own lock and then calls back into
-  // the plan (forget), the same order it uses everywhere else.
+  // Outside the script's lock: the engine takes its own lock and then calls
+  // back into the script (forget), the same order it uses everywhere else.
   if (lander) lander(id);
 }
 
 void FaultPlan::fail_next_releases(Status status, int count) {
-  std::lock_guard lock(mu_);
-  push_n(release_failures_, status, count);
+  std::lock_guard lock(script_.mu_);
+  push_n(script_.release_failures_, status, count);
 }
 
 void FaultPlan::fail_next_connects(Status status, int count) {
-  std::lock_guard lock(mu_);
-  push_n(connect_failures_, status, count);
+  std::lock_guard lock(script_.mu_);
+  push_n(script_.connect_failures_, status, count);
 }
 
 void FaultPlan::fail_next_disconnects(Status status, int count) {
-  std::lock_guard lock(mu_);
-  push_n(disconnect_failures_, status, count);
+  std::lock_guard lock(script_.mu_);
+  push_n(script_.disconnect_failures_, status, count);
 }
 
 void FaultPlan::disconnect(const std::string& agent_name) {
-  std::lock_guard lock(mu_);
-  disconnected_.insert(agent_name);
+  std::lock_guard lock(script_.mu_);
+  script_.disconnected_.insert(agent_name);
 }
 
 void FaultPlan::reconnect(const std::string& agent_name) {
-  std::lock_guard lock(mu_);
-  disconnected_.erase(agent_name);
+  std::lock_guard lock(script_.mu_);
+  script_.disconnected_.erase(agent_name);
 }
 
 void FaultPlan::set_connect_delay_ms(int delay_ms) {
-  std::lock_guard lock(mu_);
-  connect_delay_ms_ = delay_ms > 0 ? delay_ms : 0;
+  std::lock_guard lock(script_.mu_);
+  script_.connect_delay_ms_ = delay_ms > 0 ? delay_ms : 0;
 }
 
 std::uint64_t FaultPlan::check_count() const {
-  std::lock_guard lock(mu_);
-  return checks_;
+  std::lock_guard lock(script_.mu_);
+  return script_.checks_;
 }
 
-FaultPlan::PostDecision FaultPlan::on_post(const std::string& peer_agent) {
+}  // namespace kvxfer::loopback
+
+namespace kvxfer::internal {
+
+FaultScript::PostDecision FaultScript::on_post(const std::string& peer_agent) {
   std::lock_guard lock(mu_);
   // A gone peer fails every post without using up the scripted failures or
   // holds meant for later posts.
@@ -109,7 +117,7 @@ FaultPlan::PostDecision FaultPlan::on_post(const std::string& peer_agent) {
   return {};
 }
 
-Status FaultPlan::check_error(TransferId id, const std::string& peer_agent) {
+Status FaultScript::check_error(TransferId id, const std::string& peer_agent) {
   std::lock_guard lock(mu_);
   ++checks_;
   if (const auto it = check_errors_.find(id); it != check_errors_.end()) return it->second;
@@ -117,48 +125,48 @@ Status FaultPlan::check_error(TransferId id, const std::string& peer_agent) {
   return Status::kSuccess;
 }
 
-Status FaultPlan::final_state(TransferId id) {
+Status FaultScript::final_state(TransferId id) {
   std::lock_guard lock(mu_);
   const auto it = final_states_.find(id);
   return it == final_states_.end() ? Status::kSuccess : it->second;
 }
 
-bool FaultPlan::landing_requested(TransferId id) {
+bool FaultScript::landing_requested(TransferId id) {
   std::lock_guard lock(mu_);
   return landed_.contains(id);
 }
 
-void FaultPlan::forget(TransferId id) {
+void FaultScript::forget(TransferId id) {
   std::lock_guard lock(mu_);
   check_errors_.erase(id);
   final_states_.erase(id);
   landed_.erase(id);
 }
 
-Status FaultPlan::on_release() {
+Status FaultScript::on_release() {
   std::lock_guard lock(mu_);
   return pop_or_success(release_failures_);
 }
 
-Status FaultPlan::on_connect(const std::string& peer_agent) {
+Status FaultScript::on_connect(const std::string& peer_agent) {
   std::lock_guard lock(mu_);
   if (disconnected_.contains(peer_agent)) return Status::kRemoteDisconnect;
   return pop_or_success(connect_failures_);
 }
 
-Status FaultPlan::on_disconnect() {
+Status FaultScript::on_disconnect() {
   std::lock_guard lock(mu_);
   return pop_or_success(disconnect_failures_);
 }
 
-int FaultPlan::connect_delay_ms() {
+int FaultScript::connect_delay_ms() {
   std::lock_guard lock(mu_);
   return connect_delay_ms_;
 }
 
-void FaultPlan::set_lander(std::function<void(TransferId)> lander) {
+void FaultScript::set_lander(std::function<void(TransferId)> lander) {
   std::lock_guard lock(mu_);
   lander_ = std::move(lander);
 }
 
-}  // namespace kvxfer::loopback
+}  // namespace kvxfer::internal

@@ -1,7 +1,8 @@
-// The loopback engine: peers are other LOOPBACK transports of this process,
-// a WRITE is a memcpy into the peer's pool, and a FaultPlan scripts every
-// failure a real engine can produce. Users test their tier code against it;
-// so do our unit tests.
+// The loopback engine: peers are other LOOPBACK transports of this process, a
+// WRITE is a memcpy, and the user's FaultPlan (fault_script.h) scripts every
+// failure a real engine can produce. May use engine.h and common/; never core/.
+//
+// Users test their tier code against it; so do our unit tests.
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 
 #include "common/log.h"
 #include "engine.h"
+#include "engines/loopback/fault_script.h"
 #include "kvxfer/loopback.h"
 
 namespace kvxfer::internal {
@@ -217,7 +219,7 @@ class LoopbackEngine final : public Engine {
     // copies and keeps a core bug from becoming a stray write.
     if (!indices_fit(local, remote, target.pool->num_blocks)) return Status::kInvalidParam;
 
-    const FaultPlan::PostDecision decision = plan_.on_post(target.agent_name);
+    const FaultScript::PostDecision decision = plan_.on_post(target.agent_name);
     if (decision.status != Status::kSuccess) {
       log().debug("loopback {}: post of transfer {} to {} fails as scripted: {}", agent_name_, id,
                   target.agent_name, status_name(decision.status));
@@ -322,11 +324,9 @@ class LoopbackEngine final : public Engine {
     log().debug("loopback {}: shut down", agent_name_);
   }
 
-  [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_; }
+  [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_.plan(); }
 
  private:
-  using FaultPlan = loopback::FaultPlan;
-
   struct Peer {
     std::shared_ptr<Pool> pool;
     std::string agent_name;
@@ -460,7 +460,7 @@ class LoopbackEngine final : public Engine {
   const Region region_;
   std::shared_ptr<Pool> local_;
   std::uint64_t key_ = 0;
-  FaultPlan plan_;
+  FaultScript plan_;  // what the user scripted through plan_.plan()
 
   mutable std::mutex mu_;
   bool shut_down_ = false;

@@ -1,0 +1,69 @@
+// What a test scripted through the public loopback::FaultPlan, and the hooks
+// the loopback engine reads it through at every post, check, release and
+// connect. Private to the loopback engine: users see only the FaultPlan.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "kvxfer/loopback.h"
+#include "kvxfer/status.h"
+#include "kvxfer/transport.h"
+
+namespace kvxfer::internal {
+
+// Thread-safe. Not movable: the FaultPlan it hands out refers to it.
+class FaultScript {
+ public:
+  FaultScript() = default;
+  FaultScript(const FaultScript&) = delete;
+  FaultScript& operator=(const FaultScript&) = delete;
+
+  // The user's side of this script.
+  [[nodiscard]] loopback::FaultPlan& plan() noexcept { return plan_; }
+
+  struct PostDecision {
+    Status status = Status::kSuccess;
+    bool hold = false;
+  };
+  PostDecision on_post(const std::string& peer_agent);
+  // The check error scripted for `id`, else REMOTE_DISCONNECT when
+  // `peer_agent` is disconnected, else kSuccess. Counts one state check.
+  Status check_error(TransferId id, const std::string& peer_agent);
+  // Scripted final state of `id`, or kSuccess.
+  Status final_state(TransferId id);
+  bool landing_requested(TransferId id);
+  void forget(TransferId id);
+  Status on_release();
+  Status on_connect(const std::string& peer_agent);
+  Status on_disconnect();
+  int connect_delay_ms();
+  // The engine's hook for land(): called (outside the script's lock) with the
+  // id, so bytes land when the test says so, without waiting for a check.
+  void set_lander(std::function<void(TransferId)> lander);
+
+ private:
+  friend class loopback::FaultPlan;  // writes the script
+
+  mutable std::mutex mu_;
+  std::deque<Status> post_failures_;
+  std::deque<Status> release_failures_;
+  std::deque<Status> connect_failures_;
+  std::deque<Status> disconnect_failures_;
+  int holds_pending_ = 0;
+  std::map<TransferId, Status> check_errors_;
+  std::map<TransferId, Status> final_states_;
+  std::set<TransferId> landed_;
+  std::set<std::string> disconnected_;
+  int connect_delay_ms_ = 0;
+  std::uint64_t checks_ = 0;
+  std::function<void(TransferId)> lander_;
+  loopback::FaultPlan plan_{*this};
+};
+
+}  // namespace kvxfer::internal
