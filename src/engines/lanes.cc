@@ -64,8 +64,7 @@ class Lanes final : public Engine {
       return Status::kInvalidParam;
     }
     if (!region_is_valid(remote.base_addr, remote.num_blocks, remote.block_len)) {
-      log().warn("kvxfer UCX {}: peer {} has an impossible region", agent_name_,
-                 remote.agent_name);
+      log().warn("kvxfer UCX {}: peer {} has an impossible region", agent_name_, remote.agent_name);
       return Status::kInvalidParam;
     }
     PeerHandle handle = 0;
@@ -101,8 +100,7 @@ class Lanes final : public Engine {
 
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote,
-                                  XferHandle* out) override {
+                                  std::span<const std::int64_t> remote, XferHandle* out) override {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
     Lane lane = Lane::kUcx;
     {

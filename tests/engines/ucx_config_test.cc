@@ -34,16 +34,15 @@ std::optional<std::string> key(const UcxSettings& s, const std::string& name) {
 }
 
 TEST(UcxConfigTest, UcxPrefixIsStrippedFromEngineConfigKeys) {
-  const UcxSettings s = settings({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}, {"RNDV_THRESH", "8K"}});
+  const UcxSettings s =
+      settings({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}, {"RNDV_THRESH", "8K"}});
   EXPECT_EQ(key(s, "TLS"), "tcp");
   EXPECT_EQ(key(s, "NET_DEVICES"), "lo");
   EXPECT_EQ(key(s, "RNDV_THRESH"), "8K");
   EXPECT_FALSE(key(s, "UCX_TLS").has_value());
 }
 
-TEST(UcxConfigTest, TlsIsAllWhenNobodySetsIt) {
-  EXPECT_EQ(settings({}).tls, "all");
-}
+TEST(UcxConfigTest, TlsIsAllWhenNobodySetsIt) { EXPECT_EQ(settings({}).tls, "all"); }
 
 TEST(UcxConfigTest, TlsComesFromTheEnvironmentUnlessEngineConfigSetsIt) {
   EXPECT_EQ(settings({}, {{"UCX_TLS", "sm,self"}}).tls, "sm,self");
@@ -139,8 +138,9 @@ TEST(UcxConfigTest, BadScatterValuesThrowNamingTheKey) {
     EXPECT_NE(msg.find("KVXFER_SCATTER_MAX_RUN"), std::string::npos) << "'" << bad << "': " << msg;
   }
   for (const std::string out_of_range : {"4095", "65M", "0"}) {
-    const std::string msg =
-        error_of([&] { (void)settings({{"KVXFER_SCATTER_CHUNK", out_of_range}}); });
+    const std::string msg = error_of([&] {
+      (void)settings({{"KVXFER_SCATTER_CHUNK", out_of_range}});
+    });
     EXPECT_NE(msg.find("KVXFER_SCATTER_CHUNK"), std::string::npos) << out_of_range << ": " << msg;
   }
 }

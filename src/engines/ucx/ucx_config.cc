@@ -32,9 +32,8 @@ std::uint64_t parse_size(const std::string& key, const std::string& text) {
   }
   if (i == 0 || i != text.size() || unit == 0 ||
       value > std::numeric_limits<std::uint64_t>::max() / unit) {
-    throw std::runtime_error(
-        fmt::format("kvxfer UCX: engine_config {}={} is not a size (e.g. 65536, 64K, 1M, 1G)", key,
-                    text));
+    throw std::runtime_error(fmt::format(
+        "kvxfer UCX: engine_config {}={} is not a size (e.g. 65536, 64K, 1M, 1G)", key, text));
   }
   return value * unit;
 }

@@ -31,8 +31,8 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   }
   register_scatter_handlers();
 
-  ucs_status_t st = memh_.map(worker_.context(), region_.base,
-                              region_.num_blocks * region_.block_len);
+  ucs_status_t st =
+      memh_.map(worker_.context(), region_.base, region_.num_blocks * region_.block_len);
   if (st != UCS_OK) {
     throw std::runtime_error(
         fmt::format("kvxfer UCX: ucp_mem_map failed: {}", ucs_status_string(st)));

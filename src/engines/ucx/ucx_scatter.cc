@@ -90,10 +90,10 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
         sent + 1 < n ? xfer->am_chunks[sent + 1].iov_offset : xfer->am_iov.size();
     xfer->refs.fetch_add(1, std::memory_order_relaxed);
     live_requests_.fetch_add(1, std::memory_order_relaxed);
-    ucs_status_ptr_t request = ucp_am_send_nbx(
-        p.ep.get(), kScatterAmId, xfer->am_headers.data() + chunk.header_offset,
-        scatter_header_len(chunk.runs), xfer->am_iov.data() + chunk.iov_offset,
-        iov_end - chunk.iov_offset, &param);
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(p.ep.get(), kScatterAmId, xfer->am_headers.data() + chunk.header_offset,
+                        scatter_header_len(chunk.runs), xfer->am_iov.data() + chunk.iov_offset,
+                        iov_end - chunk.iov_offset, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) continue;  // on_am_sent lets go
     live_requests_.fetch_sub(1, std::memory_order_relaxed);
     xfer->refs.fetch_sub(1, std::memory_order_relaxed);  // the core's keeps it above zero
@@ -231,8 +231,7 @@ ucs_status_t UcxLane::on_scatter_am(void* arg, const void* header, std::size_t h
     // Our initiators send eagerly; a rendezvous one is not ours to take.
     ucp_am_data_release(lane->worker_.worker(), data);
     status = UCS_ERR_UNSUPPORTED;
-  } else if (!lane->accepting_writes_.load(std::memory_order_acquire) ||
-             h.token != lane->token_) {
+  } else if (!lane->accepting_writes_.load(std::memory_order_acquire) || h.token != lane->token_) {
     status = UCS_ERR_REJECTED;  // meant for another (earlier) engine, or closing
   } else if (!scatter_runs_fit(h, region_len, length)) {
     status = UCS_ERR_INVALID_PARAM;

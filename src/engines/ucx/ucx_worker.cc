@@ -95,8 +95,8 @@ UcxWorker::UcxWorker(std::string agent_name, const std::map<std::string, std::st
 
 void UcxWorker::set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
   ucp_am_handler_param_t hparams{};
-  hparams.field_mask =
-      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hparams.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
   hparams.id = id;
   hparams.cb = cb;
   hparams.arg = arg;
