@@ -1,0 +1,356 @@
+#include "engines/cma/cma_lane.h"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace kvxfer::internal::cma {
+namespace {
+
+// process_vm_writev takes at most UIO_MAXIOV iovecs per call.
+constexpr std::size_t kMaxIov = 1024;
+// The unit of copy work a thread claims at a time: at most this many bytes
+// (longer runs are split at post time) and kMaxIov iovecs. Several copiers,
+// and a caller in progress(), can so share one large write.
+constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+
+}  // namespace
+
+CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
+    : agent_name_(std::move(agent_name)), region_(region), pidns_(own_pid_namespace()) {
+  // More copiers than cores would only make them take turns.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  num_copiers_ = std::clamp(num_threads, 1, cores);
+}
+
+// ---------------------------------------------------------------------------
+// Peers
+// ---------------------------------------------------------------------------
+
+Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
+                        std::uint64_t cookie_epoch, PeerHandle* out) {
+  auto peer = std::make_shared<Peer>();
+  peer->agent_name = remote.agent_name;
+  peer->remote_base = remote.base_addr;
+  peer->remote_block_len = remote.block_len;
+  peer->pid = static_cast<pid_t>(remote.pid);
+  peer->cookie_addr = cookie_addr;
+  peer->cookie_epoch = cookie_epoch;
+  int err = 0;
+  const Status st = read_cookie(peer->pid, peer->cookie_addr, peer->cookie_epoch, &err);
+  if (st == Status::kRemoteDisconnect) {
+    log().warn("kvxfer UCX {}: peer {} (pid {}) is gone: {}", agent_name_, peer->agent_name,
+               peer->pid, err != 0 ? std::strerror(err) : "its engine's cookie does not match");
+    return st;
+  }
+  if (st != Status::kSuccess) {
+    log().info(
+        "kvxfer UCX {}: peer {} (pid {}) is on this host but process_vm_readv fails ({}); "
+        "using a UCX endpoint",
+        agent_name_, peer->agent_name, peer->pid, std::strerror(err));
+    return st;
+  }
+  log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing with process_vm_writev",
+             agent_name_, peer->agent_name, peer->pid);
+  start_copiers();
+  const auto handle = reinterpret_cast<PeerHandle>(peer.get());
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_.emplace(handle, std::move(peer));
+  }
+  *out = handle;
+  return Status::kSuccess;
+}
+
+Status CmaLane::disconnect(PeerHandle handle) {
+  std::shared_ptr<Peer> peer;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(handle);
+    if (it == peers_.end()) return Status::kNotFound;
+    peer = std::move(it->second);
+    peers_.erase(it);
+  }
+  // Queued copies are cancelled when a copier picks them up; a running one
+  // finishes. Either way none is left once this returns.
+  std::unique_lock lock(copy_mu_);
+  peer->disconnected = true;
+  copy_done_cv_.wait(lock, [&] { return peer->copies == 0; });
+  return Status::kSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// Transfers
+// ---------------------------------------------------------------------------
+
+CmaLane::Xfer* CmaLane::acquire_xfer() {
+  std::lock_guard lock(pool_mu_);
+  if (free_xfers_.empty()) return &xfers_.emplace_back();
+  Xfer* x = free_xfers_.back();
+  free_xfers_.pop_back();
+  return x;
+}
+
+void CmaLane::unref(Xfer* xfer) {
+  if (xfer->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  xfer->peer.reset();
+  std::lock_guard lock(pool_mu_);
+  free_xfers_.push_back(xfer);
+}
+
+Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
+                           std::span<const std::int64_t> remote, XferHandle* out) {
+  std::shared_ptr<Peer> peer;
+  {
+    // The core only posts to peers it connected and has not disconnected, so
+    // this lookup exists to hand transfers a reference, not to validate.
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(handle);
+    if (it == peers_.end()) return Status::kNotFound;
+    peer = it->second;
+  }
+  if (peer->gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
+
+  Xfer* xfer = acquire_xfer();
+  xfer->id = id;
+  xfer->held.store(true, std::memory_order_relaxed);
+  xfer->peer = peer;
+  xfer->result.store(Status::kInProgress, std::memory_order_relaxed);
+  xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the copier's
+  xfer->local_iov.clear();
+  xfer->remote_iov.clear();
+  auto* const base = static_cast<std::uint8_t*>(region_.base);
+  const std::uint64_t block_len = region_.block_len;
+  for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
+    // A run longer than a chunk becomes several iovecs, so that no claim
+    // exceeds kChunkBytes.
+    auto* src = base + static_cast<std::uint64_t>(l) * block_len;
+    auto dst = peer->remote_base + static_cast<std::uint64_t>(r) * peer->remote_block_len;
+    for (std::size_t left = count * block_len; left > 0;) {
+      const std::size_t len = std::min(left, kChunkBytes);
+      xfer->local_iov.push_back({src, len});
+      xfer->remote_iov.push_back({reinterpret_cast<void*>(dst), len});
+      src += len;
+      dst += len;
+      left -= len;
+    }
+    return true;
+  });
+  live_requests_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(copy_mu_);
+    ++peer->copies;
+    xfer->next_iov = 0;
+    xfer->running = 0;
+    xfer->chunk_error = Status::kSuccess;
+    xfer->next_copy = nullptr;
+    (copy_tail_ != nullptr ? copy_tail_->next_copy : copy_head_) = xfer;
+    copy_tail_ = xfer;
+    copies_queued_.store(true, std::memory_order_relaxed);
+  }
+  copy_cv_.notify_one();
+  cma_writes_.fetch_add(1, std::memory_order_relaxed);
+  live_transfers_.fetch_add(1, std::memory_order_relaxed);
+  *out = reinterpret_cast<XferHandle>(static_cast<LaneXfer*>(xfer));
+  return Status::kSuccess;
+}
+
+void CmaLane::progress() {
+  // A caller that polls while copies wait lends its thread to one chunk of
+  // them, instead of spinning on a core the copier threads need.
+  if (copies_queued_.load(std::memory_order_relaxed)) {
+    std::unique_lock lock(copy_mu_);
+    if (copy_head_ != nullptr) run_chunk(lock);
+  }
+}
+
+Status CmaLane::check(XferHandle handle, Status* state) {
+  Xfer* xfer = from_handle(handle);
+  if (!xfer->held.load(std::memory_order_relaxed)) return Status::kInvalidParam;
+  const Status result = xfer->result.load(std::memory_order_acquire);
+  if (result == Status::kSuccess) {
+    *state = Status::kSuccess;
+    return Status::kSuccess;
+  }
+  // A peer that is gone can no longer take the bytes: report that as the
+  // check error, which is terminal for the core.
+  const bool peer_gone = xfer->peer != nullptr && xfer->peer->gone.load(std::memory_order_acquire);
+  if (result == Status::kInProgress) {
+    if (peer_gone) return Status::kRemoteDisconnect;
+    *state = Status::kInProgress;
+    return Status::kSuccess;
+  }
+  if (peer_gone || result == Status::kRemoteDisconnect) return Status::kRemoteDisconnect;
+  *state = result == Status::kCanceled ? Status::kCanceled : Status::kBackend;
+  return Status::kSuccess;
+}
+
+Status CmaLane::release(XferHandle handle) {
+  Xfer* xfer = from_handle(handle);
+  if (!xfer->held.exchange(false, std::memory_order_relaxed)) return Status::kInvalidParam;
+  live_transfers_.fetch_sub(1, std::memory_order_relaxed);
+  // A copy still running keeps its reference: it returns the handle.
+  unref(xfer);
+  return Status::kSuccess;
+}
+
+void CmaLane::add_live(HandleCounts& counts) const {
+  {
+    std::lock_guard lock(peers_mu_);
+    counts.peers += peers_.size();
+  }
+  counts.transfers += live_transfers_.load(std::memory_order_relaxed);
+  counts.requests += live_requests_.load(std::memory_order_relaxed);
+}
+
+void CmaLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
+  counters["cma_writes"] = cma_writes_.load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Copiers
+// ---------------------------------------------------------------------------
+
+void CmaLane::start_copiers() {
+  std::lock_guard lock(copy_mu_);
+  if (!copiers_.empty() || copiers_stop_) return;
+  for (int i = 0; i < num_copiers_; ++i) copiers_.emplace_back([this] { copier_loop(); });
+}
+
+void CmaLane::stop_copiers() {
+  {
+    std::lock_guard lock(copy_mu_);
+    copiers_stop_ = true;
+  }
+  copy_cv_.notify_all();
+  for (auto& t : copiers_) t.join();
+  copiers_.clear();
+}
+
+void CmaLane::copier_loop() {
+  std::unique_lock lock(copy_mu_);
+  for (;;) {
+    copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });
+    if (copy_head_ == nullptr) return;  // stopping, and nothing left to finish
+    run_chunk(lock);
+  }
+}
+
+// Claims the next chunk of the transfer at the head of the queue and copies
+// it; whoever finishes a transfer's last chunk completes the transfer.
+// Called, and returns, with copy_mu_ held through `lock`; copy_head_ is set.
+void CmaLane::run_chunk(std::unique_lock<std::mutex>& lock) {
+  Xfer* xfer = copy_head_;
+  Peer& peer = *xfer->peer;
+  const std::size_t n = xfer->local_iov.size();
+  const std::size_t begin = xfer->next_iov;
+  std::size_t end = begin;
+  for (std::size_t bytes = 0; end < n && end - begin < kMaxIov; ++end) {
+    bytes += xfer->local_iov[end].iov_len;
+    if (end > begin && bytes > kChunkBytes) break;
+  }
+  xfer->next_iov = end;
+  if (end == n) {  // fully claimed: the next transfer is up
+    copy_head_ = xfer->next_copy;
+    if (copy_head_ == nullptr) {
+      copy_tail_ = nullptr;
+      copies_queued_.store(false, std::memory_order_relaxed);
+    }
+  }
+  ++xfer->running;
+  const bool cancelled =
+      peer.disconnected || copiers_stop_ || xfer->chunk_error != Status::kSuccess;
+  if (copy_head_ != nullptr) copy_cv_.notify_one();  // more to claim: another copier may help
+  lock.unlock();
+  const Status result = cancelled ? Status::kCanceled : run_copy(peer, *xfer, begin, end);
+  lock.lock();
+  if (result != Status::kSuccess && xfer->chunk_error == Status::kSuccess) {
+    xfer->chunk_error = result;
+  }
+  if (--xfer->running > 0 || xfer->next_iov < n) return;  // its other chunks finish it
+  Status final_result = xfer->chunk_error;
+  lock.unlock();
+  // Every chunk landed: the cookie must still read back (run_copy of none).
+  if (final_result == Status::kSuccess) final_result = run_copy(peer, *xfer, n, n);
+  xfer->result.store(final_result, std::memory_order_release);
+  live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  lock.lock();
+  if (--peer.copies == 0) copy_done_cv_.notify_all();
+  lock.unlock();
+  unref(xfer);
+  lock.lock();
+}
+
+// Copies iovecs [begin, end) of a transfer after reading the peer's cookie;
+// with begin == end, only reads the cookie. A transfer's cookie is read
+// before each chunk, so a reused pid is never written, and once after its
+// last chunk, so a peer that died or shut its engine down during the copy
+// does not count it as landed. Returns kSuccess, kRemoteDisconnect (the peer
+// is gone), kBackend (an I/O error) or kCanceled.
+Status CmaLane::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end) {
+  if (peer.gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
+  int err = 0;
+  const Status st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+  Status result = Status::kSuccess;
+  if (st == Status::kSuccess) {
+    for (std::size_t i = begin; i < end && result == Status::kSuccess; i += kMaxIov) {
+      const std::size_t k = std::min(kMaxIov, end - i);
+      result = cma_write(peer, {xfer.local_iov.data() + i, k}, {xfer.remote_iov.data() + i, k});
+    }
+  }
+  if (st == Status::kRemoteDisconnect) result = Status::kRemoteDisconnect;
+  if (st == Status::kNotAllowed || st == Status::kBackend) {
+    log().warn("kvxfer UCX {}: process_vm_readv from peer {} (pid {}) failed: {}", agent_name_,
+               peer.agent_name, peer.pid, std::strerror(err));
+    result = Status::kBackend;
+  }
+  if (result == Status::kRemoteDisconnect && !peer.gone.exchange(true)) {
+    log().warn("kvxfer UCX {}: peer {} (pid {}) is gone", agent_name_, peer.agent_name, peer.pid);
+  }
+  return result;
+}
+
+Status CmaLane::cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote) {
+  // Runs have equal lengths on both sides, so a short write advances both
+  // lists by the same bytes.
+  std::size_t i = 0;
+  while (i < local.size()) {
+    const ssize_t n = ::process_vm_writev(peer.pid, &local[i], local.size() - i, &remote[i],
+                                          remote.size() - i, 0);
+    if (n < 0) {
+      const int err = errno;
+      if (err == ESRCH) return Status::kRemoteDisconnect;
+      if (err == EFAULT) {
+        // Our pool is mapped, so the fault is on the peer's side: gone or
+        // shut down unless its cookie still reads back.
+        int cookie_err = 0;
+        if (read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &cookie_err) !=
+            Status::kSuccess) {
+          return Status::kRemoteDisconnect;
+        }
+      }
+      log().warn("kvxfer UCX {}: process_vm_writev to peer {} failed: {}", agent_name_,
+                 peer.agent_name, std::strerror(err));
+      return Status::kBackend;
+    }
+    if (n == 0) return Status::kBackend;
+    auto left = static_cast<std::size_t>(n);
+    while (i < local.size() && left >= local[i].iov_len) {
+      left -= local[i].iov_len;
+      ++i;
+    }
+    if (left > 0) {
+      local[i].iov_base = static_cast<std::uint8_t*>(local[i].iov_base) + left;
+      local[i].iov_len -= left;
+      remote[i].iov_base = static_cast<std::uint8_t*>(remote[i].iov_base) + left;
+      remote[i].iov_len -= left;
+    }
+  }
+  return Status::kSuccess;
+}
+
+}  // namespace kvxfer::internal::cma

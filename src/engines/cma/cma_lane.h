@@ -1,0 +1,153 @@
+// The same-host lane: writes into a peer on this host (same boot id and pid
+// namespace) with process_vm_writev, one iovec per run of consecutive blocks,
+// in chunks run by a copier pool (so that posting does not wait for the copy)
+// and by callers of progress() (so that a spinning poller helps them). It may
+// use the cookie (cma_cookie.h), the engine interface's types and the logger;
+// it knows nothing of UCX. Which peers come here is decided in lanes.cc.
+//
+// Why not UCX for these peers (measured with UCX 1.13, see
+// docs/ucx-engine.md): a ucp_put_nbx to user-registered memory over sm is
+// "software emulation" (an active message the target's worker copies out),
+// never CMA; an sm endpoint refuses UCP_ERR_HANDLING_MODE_PEER ("Destination
+// is unreachable"); and in UCP_ERR_HANDLING_MODE_NONE a SIGKILLed peer leaves
+// the flush pending forever while UCP_EP_CLOSE_FLAG_FORCE is refused
+// (INVALID_PARAM), so nothing can be reclaimed before the worker dies.
+// process_vm_writev is as fast for large blocks, needs no progress on the
+// target, and fails with ESRCH once the peer is gone.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine.h"
+#include "engines/cma/cma_cookie.h"
+#include "engines/lanes.h"
+
+namespace kvxfer::internal::cma {
+
+class CmaLane {
+ public:
+  // `num_threads` (Options::num_threads) bounds the copier threads.
+  CmaLane(std::string agent_name, const Region& region, int num_threads);
+  ~CmaLane() { stop_copiers(); }
+  CmaLane(const CmaLane&) = delete;
+  CmaLane& operator=(const CmaLane&) = delete;
+
+  [[nodiscard]] PidNamespace pid_namespace() const { return pidns_; }
+  [[nodiscard]] std::uint64_t cookie_addr() const { return cookie_.addr(); }
+  [[nodiscard]] std::uint64_t cookie_epoch() const { return cookie_.epoch(); }
+
+  // Reads the peer's cookie and, when it matches, adds the peer (and starts
+  // the copiers). kRemoteDisconnect: the peer is gone. Anything else: this
+  // lane cannot reach it (no ptrace permission, seccomp).
+  [[nodiscard]] Status connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
+                               std::uint64_t cookie_epoch, PeerHandle* out);
+  [[nodiscard]] Status disconnect(PeerHandle peer);
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out);
+  // Copies one queued chunk on the calling thread, if any is queued.
+  void progress();
+  [[nodiscard]] Status check(XferHandle xfer, Status* state);
+  [[nodiscard]] Status release(XferHandle xfer);
+
+  // Adds this lane's peers, transfers and requests (queued or running copies).
+  void add_live(HandleCounts& counts) const;
+  void add_counters(std::map<std::string, std::uint64_t>& counters) const;
+
+  // Lets the copiers finish (or cancel) what is queued and joins them.
+  void stop_copiers();
+  // Peers reading the cookie from now on find this engine gone.
+  void retire_cookie() { cookie_.retire(); }
+
+ private:
+  struct Peer {
+    std::string agent_name;
+    std::uint64_t remote_base = 0;
+    std::uint64_t remote_block_len = 0;
+    pid_t pid = 0;
+    std::uint64_t cookie_addr = 0;
+    std::uint64_t cookie_epoch = 0;
+    int copies = 0;             // queued or running copies; under copy_mu_
+    bool disconnected = false;  // under copy_mu_
+    // Set once a copy found the peer gone; read anywhere.
+    std::atomic<bool> gone{false};
+  };
+
+  // A transfer handle. Owned by the core until release(), and by the copier
+  // that finishes it; whichever lets go last returns it to the pool.
+  struct Xfer : LaneXfer {
+    Xfer() : LaneXfer(Lane::kCma) {}
+    std::shared_ptr<Peer> peer;
+    TransferId id = 0;
+    std::atomic<Status> result{Status::kInProgress};
+    std::atomic<int> refs{0};
+    std::atomic<bool> held{false};  // between post_write() and release()
+    // The copy, built by post_write and run by copier threads. The vectors
+    // keep their capacity when the handle is reused.
+    std::vector<iovec> local_iov;
+    std::vector<iovec> remote_iov;
+    Xfer* next_copy = nullptr;
+    // Under copy_mu_: the first iovec no thread has claimed yet, the chunks
+    // claimed and still copying, and the first chunk's failure.
+    std::size_t next_iov = 0;
+    int running = 0;
+    Status chunk_error = Status::kSuccess;
+  };
+
+  void start_copiers();
+  void copier_loop();
+  void run_chunk(std::unique_lock<std::mutex>& lock);
+  Status run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end);
+  Status cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote);
+  Xfer* acquire_xfer();
+  void unref(Xfer* xfer);
+  static Xfer* from_handle(XferHandle handle) {
+    return static_cast<Xfer*>(reinterpret_cast<LaneXfer*>(handle));
+  }
+
+  std::string agent_name_;
+  Region region_;
+  PidNamespace pidns_;
+  Cookie cookie_;
+  int num_copiers_ = 1;
+
+  // Peers by handle. Connect runs on the core's registration worker while
+  // transfers run on callers' threads, so the map has its own lock.
+  mutable std::mutex peers_mu_;
+  std::unordered_map<PeerHandle, std::shared_ptr<Peer>> peers_;
+
+  // Copier threads, started with the first peer.
+  std::mutex copy_mu_;
+  std::condition_variable copy_cv_;       // a copy was queued, or stop
+  std::condition_variable copy_done_cv_;  // a peer's copies dropped to zero
+  Xfer* copy_head_ = nullptr;
+  Xfer* copy_tail_ = nullptr;
+  std::atomic<bool> copies_queued_{false};  // copy_head_ != nullptr, read without copy_mu_
+  bool copiers_stop_ = false;
+  std::vector<std::thread> copiers_;
+
+  // Transfer handles: a pool that only grows to the peak number in flight.
+  std::mutex pool_mu_;
+  std::deque<Xfer> xfers_;
+  std::vector<Xfer*> free_xfers_;
+
+  std::atomic<std::uint64_t> live_transfers_{0};
+  std::atomic<std::uint64_t> live_requests_{0};
+  std::atomic<std::uint64_t> cma_writes_{0};  // running total for counters()
+};
+
+}  // namespace kvxfer::internal::cma

@@ -1,0 +1,217 @@
+// The engine behind backend "UCX": it owns the same-host lane (cma/) and the
+// UCX lane (ucx/), publishes the one blob peers see, and decides, in
+// lane_for() below, which lane each peer gets. Everything else it hands to the
+// lane that owns the peer or the transfer.
+#include "engines/lanes.h"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+#include "common/host.h"
+#include "common/log.h"
+#include "common/region.h"
+#include "common/ucx_tls.h"
+#include "engine.h"
+#include "engines/cma/cma_lane.h"
+#include "engines/ucx/ucx_engine.h"
+#include "wire/ucx_blob.h"
+
+namespace kvxfer::internal {
+namespace {
+
+const std::string& engine_name() {
+  static const std::string name = "UCX";
+  return name;
+}
+
+// Throws unless the config can start an engine; returns it.
+const EngineConfig& checked(const EngineConfig& config) {
+  if (config.options == nullptr) throw std::runtime_error("kvxfer UCX: no options");
+  const Region& r = config.region;
+  if (r.base == nullptr ||
+      !region_is_valid(reinterpret_cast<std::uintptr_t>(r.base), r.num_blocks, r.block_len)) {
+    throw std::runtime_error("kvxfer UCX: bad local region");
+  }
+  return config;
+}
+
+class Lanes final : public Engine {
+ public:
+  explicit Lanes(const EngineConfig& config)
+      : agent_name_(checked(config).agent_name),
+        cma_(agent_name_, config.region, config.options->num_threads),
+        ucx_(agent_name_, config.region, *config.options, cma_.cookie_epoch()),
+        // Same-host writes need shared memory allowed on both sides; ours is
+        // our UCX_TLS, the peer's is its blob's flag.
+        accepts_cma_(tls_allows(ucx_.tls(), {"sm", "shm", "cma"})),
+        blob_(make_blob()) {}
+  ~Lanes() override { shutdown(); }
+  Lanes(const Lanes&) = delete;
+  Lanes& operator=(const Lanes&) = delete;
+
+  [[nodiscard]] const std::string& name() const noexcept override { return engine_name(); }
+  [[nodiscard]] std::vector<std::uint8_t> local_blob() const override { return blob_; }
+
+  [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
+                               PeerHandle* out) override {
+    ucx::Blob b;
+    if (!ucx::decode_blob(blob, &b)) {
+      log().warn("kvxfer UCX {}: peer {} sent a malformed engine blob ({} bytes)", agent_name_,
+                 remote.agent_name, blob.size());
+      return Status::kInvalidParam;
+    }
+    if (!region_is_valid(remote.base_addr, remote.num_blocks, remote.block_len)) {
+      log().warn("kvxfer UCX {}: peer {} has an impossible region", agent_name_, remote.agent_name);
+      return Status::kInvalidParam;
+    }
+    PeerHandle handle = 0;
+    Lane lane = lane_for(remote, b);
+    if (lane == Lane::kCma) {
+      const Status st = cma_.connect(remote, b.cookie_addr, b.cookie_epoch, &handle);
+      if (st == Status::kRemoteDisconnect) return st;
+      // Anything else (no ptrace permission, seccomp): UCX may still reach it.
+      if (st != Status::kSuccess) lane = Lane::kUcx;
+    }
+    if (lane == Lane::kUcx) {
+      if (const Status st = ucx_.connect(b, remote, &handle); st != Status::kSuccess) return st;
+    }
+    {
+      std::lock_guard lock(lanes_mu_);
+      peer_lanes_.emplace(handle, lane);
+    }
+    *out = handle;
+    return Status::kSuccess;
+  }
+
+  [[nodiscard]] Status disconnect(PeerHandle peer) override {
+    Lane lane = Lane::kUcx;
+    {
+      std::lock_guard lock(lanes_mu_);
+      auto it = peer_lanes_.find(peer);
+      if (it == peer_lanes_.end()) return Status::kNotFound;
+      lane = it->second;
+      peer_lanes_.erase(it);
+    }
+    return lane == Lane::kCma ? cma_.disconnect(peer) : ucx_.disconnect(peer);
+  }
+
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out) override {
+    if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
+    Lane lane = Lane::kUcx;
+    {
+      std::lock_guard lock(lanes_mu_);
+      auto it = peer_lanes_.find(peer);
+      if (it == peer_lanes_.end()) return Status::kNotFound;
+      lane = it->second;
+    }
+    return lane == Lane::kCma ? cma_.post_write(peer, id, local, remote, out)
+                              : ucx_.post_write(peer, id, local, remote, out);
+  }
+
+  void progress() override {
+    // A polling caller first helps one queued same-host chunk, then drives
+    // the UCX worker.
+    cma_.progress();
+    ucx_.progress();
+  }
+
+  [[nodiscard]] Status check(XferHandle xfer, Status* state) override {
+    if (xfer == 0) return Status::kInvalidParam;
+    return lane_of(xfer) == Lane::kCma ? cma_.check(xfer, state) : ucx_.check(xfer, state);
+  }
+
+  [[nodiscard]] Status release(XferHandle xfer) override {
+    if (xfer == 0) return Status::kInvalidParam;
+    return lane_of(xfer) == Lane::kCma ? cma_.release(xfer) : ucx_.release(xfer);
+  }
+
+  [[nodiscard]] HandleCounts live() const override {
+    HandleCounts counts;
+    ucx_.add_live(counts);
+    cma_.add_live(counts);
+    return counts;
+  }
+
+  [[nodiscard]] std::map<std::string, std::uint64_t> counters() const override {
+    std::map<std::string, std::uint64_t> counters;
+    cma_.add_counters(counters);
+    ucx_.add_counters(counters);
+    return counters;
+  }
+
+  void shutdown() override {
+    if (shut_down_) return;
+    shut_down_ = true;
+    ucx_.stop();
+    std::vector<PeerHandle> leftover;
+    {
+      std::lock_guard lock(lanes_mu_);
+      for (const auto& [handle, lane] : peer_lanes_) leftover.push_back(handle);
+    }
+    if (!leftover.empty()) {
+      log().warn("kvxfer UCX {}: shutdown with {} peer(s) still connected", agent_name_,
+                 leftover.size());
+    }
+    for (const PeerHandle handle : leftover) {
+      [[maybe_unused]] const Status st = disconnect(handle);
+    }
+    cma_.stop_copiers();
+    ucx_.release_pool();
+    cma_.retire_cookie();
+    ucx_.destroy_worker();
+  }
+
+ private:
+  // THE rule for which lane a peer gets: the same-host lane when the peer
+  // shares our kernel (boot id) and pid namespace, has a pid, and both sides
+  // allow shared memory; UCX for everyone else. (connect() still falls back
+  // to UCX when the same-host lane cannot read the peer's cookie.)
+  [[nodiscard]] Lane lane_for(const RemoteRegion& remote, const ucx::Blob& blob) const {
+    const cma::PidNamespace pidns = cma_.pid_namespace();
+    const bool same_host = !boot_id().empty() && remote.boot_id == boot_id() && remote.pid != 0 &&
+                           pidns.ino != 0 && blob.pidns_dev == pidns.dev &&
+                           blob.pidns_ino == pidns.ino;
+    const bool peer_accepts_cma = (blob.flags & ucx::kBlobAcceptsCma) != 0;
+    return same_host && accepts_cma_ && peer_accepts_cma ? Lane::kCma : Lane::kUcx;
+  }
+
+  static Lane lane_of(XferHandle xfer) { return reinterpret_cast<const LaneXfer*>(xfer)->lane; }
+
+  [[nodiscard]] std::vector<std::uint8_t> make_blob() const {
+    ucx::Blob blob;
+    blob.flags = static_cast<std::uint16_t>((accepts_cma_ ? ucx::kBlobAcceptsCma : 0) |
+                                            ucx::kBlobAcceptsScatter);
+    blob.pidns_dev = cma_.pid_namespace().dev;
+    blob.pidns_ino = cma_.pid_namespace().ino;
+    blob.cookie_addr = cma_.cookie_addr();
+    blob.cookie_epoch = cma_.cookie_epoch();
+    blob.worker_address = ucx_.worker_address();
+    blob.rkey = ucx_.packed_rkey();
+    return ucx::encode_blob(blob);
+  }
+
+  std::string agent_name_;
+  cma::CmaLane cma_;
+  ucx::UcxLane ucx_;
+  bool accepts_cma_ = false;
+  std::vector<std::uint8_t> blob_;
+
+  // Which lane owns each peer. Connect runs on the core's registration
+  // worker while transfers run on callers' threads, so it has its own lock.
+  mutable std::mutex lanes_mu_;
+  std::unordered_map<PeerHandle, Lane> peer_lanes_;
+  bool shut_down_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_ucx_engine(const EngineConfig& config) {
+  return std::make_unique<Lanes>(config);
+}
+
+}  // namespace kvxfer::internal

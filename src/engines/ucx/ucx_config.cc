@@ -1,0 +1,123 @@
+#include "engines/ucx/ucx_config.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+#include <string_view>
+
+#include "common/ucx_tls.h"
+
+namespace kvxfer::internal::ucx {
+namespace {
+
+// "262144", "256K", "1M": bytes. Throws on anything else.
+std::uint64_t parse_size(const std::string& key, const std::string& text) {
+  std::uint64_t value = 0;
+  std::size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (std::numeric_limits<std::uint64_t>::max() - 9) / 10) break;
+    value = value * 10 + static_cast<std::uint64_t>(text[i] - '0');
+  }
+  std::uint64_t unit = 1;
+  if (i < text.size() && i > 0) {
+    const char u = text[i];
+    unit = (u == 'k' || u == 'K')   ? 1024
+           : (u == 'm' || u == 'M') ? 1024 * 1024
+           : (u == 'g' || u == 'G') ? 1024 * 1024 * 1024
+                                    : 0;
+    ++i;
+  }
+  if (i == 0 || i != text.size() || unit == 0 ||
+      value > std::numeric_limits<std::uint64_t>::max() / unit) {
+    throw std::runtime_error(fmt::format(
+        "kvxfer UCX: engine_config {}={} is not a size (e.g. 65536, 64K, 1M, 1G)", key, text));
+  }
+  return value * unit;
+}
+
+}  // namespace
+
+UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engine_config,
+                                 const EnvLookup& env, bool has_rdma_device) {
+  UcxSettings out;
+  // engine_config keys go to ucp_config_modify without the UCX_ prefix.
+  for (const auto& [raw_key, value] : engine_config) {
+    // kvxfer's own knobs; everything else is UCX's.
+    if (raw_key == "KVXFER_SCATTER_MAX_RUN") {
+      out.scatter_max_run = parse_size(raw_key, value);
+      continue;
+    }
+    if (raw_key == "KVXFER_SCATTER_CHUNK") {
+      out.scatter_chunk_bytes = parse_size(raw_key, value);
+      if (out.scatter_chunk_bytes < 4096 || out.scatter_chunk_bytes > (std::uint64_t{64} << 20)) {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_SCATTER_CHUNK={} is outside 4K..64M", value));
+      }
+      continue;
+    }
+    std::string_view key = raw_key;
+    if (key.starts_with("UCX_")) key.remove_prefix(4);
+    out.overrides[std::string(key)] = value;
+  }
+  if (auto tls = env("UCX_TLS")) out.tls = *tls;
+  if (auto it = out.overrides.find("TLS"); it != out.overrides.end()) out.tls = it->second;
+
+  // The one rule for every default below: the environment (UCX_<prefix><key>)
+  // or the user's engine_config (<key> or <prefix><key>) wins over ours.
+  // (1.13 applies transport keys without their TCP_ prefix, and warns when
+  // no transport in use takes them, hence the TCP ones only when tcp may be
+  // used.)
+  const auto set_default = [&](const std::string& prefix, const std::string& key,
+                               const std::string& value) {
+    if (env("UCX_" + prefix + key) || out.overrides.contains(key) ||
+        out.overrides.contains(prefix + key)) {
+      return;
+    }
+    out.overrides[key] = value;
+  };
+  if (!tls_allows(out.tls, {"tcp"})) return out;
+
+  // UCX 1.13 emulates puts over TCP with active messages of TX_SEG_SIZE
+  // bytes (8K by default): 64K moved 2 MiB blocks 2.3x faster here, and does
+  // not exceed the default RX_SEG_SIZE (64K) of a peer left at defaults.
+  set_default("TCP_", "TX_SEG_SIZE", "64K");
+  // A larger receive segment lets one recv() take several 64K active
+  // messages (the perftest-measured lever of docs/performance.md).
+  set_default("TCP_", "RX_SEG_SIZE", "256K");
+  // Zero-copy sends over TCP: UCX 1.13 can leave a freed TCP endpoint in its
+  // event set when an endpoint is force-closed while a multi-fragment
+  // zero-copy active message is still going out (our scatter writes); the
+  // next event on that socket then calls through freed memory (6 crashes in
+  // 20 runs of UcxScatterTest.DisconnectEndsEveryScatterWriteStillAwaitingAcks,
+  // 0 in 20 with copies). Over TCP the copy costs nothing measurable (bench,
+  // both ways within noise), so where TCP is the only network (no RDMA
+  // device), sends copy. A user's own ZCOPY_THRESH wins.
+  if (!has_rdma_device) set_default("", "ZCOPY_THRESH", "inf");
+  // TCP keepalive turns a silent idle peer (host gone, link cut) into an
+  // endpoint error, hence REMOTE_DISCONNECT: UCX's defaults (idle 10 s, then
+  // the system's 9 probes 2 s apart) take about 28 s; these take 10 s (5 s
+  // idle + 5 probes 1 s apart). A peer with data in flight is never probed
+  // (Linux holds keepalive while data is unacknowledged): stall_timeout bounds
+  // that case. See docs/reliability.md.
+  set_default("TCP_", "KEEPIDLE", "5s");
+  set_default("TCP_", "KEEPINTVL", "1s");
+  set_default("TCP_", "KEEPCNT", "5");
+  return out;
+}
+
+std::optional<std::string> process_env(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+bool host_has_rdma_device() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+}  // namespace kvxfer::internal::ucx

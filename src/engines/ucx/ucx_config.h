@@ -1,0 +1,47 @@
+// What the UCX lane asks of UCX, computed from the user's engine_config and
+// the environment: the keys for ucp_config_modify (the user's, and our
+// defaults where neither the user nor the environment set them), the
+// effective UCX_TLS, and kvxfer's own KVXFER_SCATTER_* knobs. A pure function,
+// so that every rule can be tested without a UCX context.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace kvxfer::internal::ucx {
+
+// Scatter writes: a write whose runs average at most this many bytes goes as
+// scatter messages of about kScatterChunkBytes each. Both can be set per
+// transport through engine_config (KVXFER_SCATTER_MAX_RUN,
+// KVXFER_SCATTER_CHUNK; a max run of 0 turns scatter writes off).
+inline constexpr std::uint64_t kScatterMaxRunBytes = 64 * 1024;
+inline constexpr std::uint64_t kScatterChunkBytes = 256 * 1024;
+
+struct UcxSettings {
+  // Keys (without the UCX_ prefix) and values for ucp_config_modify.
+  std::map<std::string, std::string> overrides;
+  // UCX_TLS as the context will see it ("all" when nobody set it).
+  std::string tls = "all";
+  std::uint64_t scatter_max_run = kScatterMaxRunBytes;
+  std::uint64_t scatter_chunk_bytes = kScatterChunkBytes;
+};
+
+// The value of an environment variable, or nullopt when it is not set.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// Throws std::runtime_error, naming the key, for a KVXFER_SCATTER_* value
+// that is not a size or is out of range.
+[[nodiscard]] UcxSettings compute_ucx_settings(
+    const std::map<std::string, std::string>& engine_config, const EnvLookup& env,
+    bool has_rdma_device);
+
+// The process environment, for compute_ucx_settings.
+[[nodiscard]] std::optional<std::string> process_env(const std::string& name);
+
+// Whether this host has any RDMA device (where zero-copy matters).
+[[nodiscard]] bool host_has_rdma_device();
+
+}  // namespace kvxfer::internal::ucx

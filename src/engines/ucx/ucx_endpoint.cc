@@ -1,0 +1,122 @@
+// Peers of the UCX lane: connect (endpoint + rkey), the endpoint's error
+// callback, and disconnect (forced close, then the rkey).
+#include <chrono>
+#include <thread>
+
+#include "common/log.h"
+#include "engines/ucx/ucx_engine.h"
+
+namespace kvxfer::internal::ucx {
+namespace {
+
+constexpr auto kPeerReleaseTimeout = std::chrono::milliseconds(500);
+
+}  // namespace
+
+Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out) {
+  if (blob.worker_address.empty() || blob.rkey.empty()) {
+    log().warn("kvxfer UCX {}: peer {} sent no worker address or rkey", agent_name_,
+               remote.agent_name);
+    return Status::kInvalidParam;
+  }
+  auto peer = std::make_shared<UcxPeer>();
+  peer->lane = this;
+  peer->agent_name = remote.agent_name;
+  peer->remote_base = remote.base_addr;
+  peer->remote_block_len = remote.block_len;
+  peer->token = blob.cookie_epoch;
+  peer->scatter = (blob.flags & kBlobAcceptsScatter) != 0 && settings_.scatter_max_run > 0;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(blob.worker_address.data());
+  // PEER mode: a failed peer completes our requests with an error and calls
+  // on_ep_error, instead of leaving them pending forever.
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &UcxLane::on_ep_error;
+  params.err_handler.arg = peer.get();
+  ucs_status_t st = peer->ep.create(worker_.worker(), params);
+  if (st != UCS_OK) {
+    log().warn(
+        "kvxfer UCX {}: cannot create an endpoint to peer {}: {} (a transport with peer-failure "
+        "support, e.g. tcp, must reach it; shared memory serves same-host peers only through "
+        "process_vm_writev)",
+        agent_name_, peer->agent_name, ucs_status_string(st));
+    return st == UCS_ERR_UNREACHABLE ? Status::kNotSupported : Status::kBackend;
+  }
+  st = ucp_ep_rkey_unpack(peer->ep.get(), blob.rkey.data(), peer->rkey.out());
+  if (st != UCS_OK) {
+    *peer->rkey.out() = nullptr;
+    log().warn("kvxfer UCX {}: cannot unpack the rkey of peer {}: {}", agent_name_,
+               peer->agent_name, ucs_status_string(st));
+    [[maybe_unused]] const Status closed = close_endpoint(*peer);
+    return Status::kInvalidParam;
+  }
+  live_rkeys_.fetch_add(1, std::memory_order_relaxed);
+  EndpointState connecting = EndpointState::kConnecting;
+  peer->state.compare_exchange_strong(connecting, EndpointState::kConnected,
+                                      std::memory_order_acq_rel);
+  const auto handle = reinterpret_cast<PeerHandle>(peer.get());
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_.emplace(handle, std::move(peer));
+  }
+  *out = handle;
+  return Status::kSuccess;
+}
+
+void UcxLane::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* peer = static_cast<UcxPeer*>(arg);
+  peer->mark_failed();
+  log().warn("kvxfer UCX: endpoint to peer {} failed: {}", peer->agent_name,
+             ucs_status_string(status));
+  // Acks will not come through a failed endpoint.
+  peer->lane->fail_peer_scatters(peer, status);
+}
+
+Status UcxLane::close_endpoint(UcxPeer& peer) {
+  if (!peer.ep) return Status::kSuccess;
+  const ucs_status_t st = peer.ep.close(&live_requests_);
+  // A failed endpoint stays failed: its transfers still report the peer gone.
+  EndpointState s = peer.state.load(std::memory_order_acquire);
+  while (s != EndpointState::kFailed && s != EndpointState::kClosed &&
+         !peer.state.compare_exchange_weak(s, EndpointState::kClosed, std::memory_order_acq_rel)) {
+  }
+  if (st != UCS_OK) {
+    log().error("kvxfer UCX {}: closing the endpoint to peer {} failed: {}", agent_name_,
+                peer.agent_name, ucs_status_string(st));
+    return Status::kBackend;
+  }
+  return Status::kSuccess;
+}
+
+Status UcxLane::disconnect(PeerHandle handle) {
+  std::shared_ptr<UcxPeer> peer;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(handle);
+    if (it == peers_.end()) return Status::kNotFound;
+    peer = std::move(it->second);
+    peers_.erase(it);
+  }
+  // The endpoint goes first: the forced close cancels every request still
+  // using the rkey, after which the rkey can go. Both are attempted.
+  const Status closed = close_endpoint(*peer);
+  fail_peer_scatters(peer.get(), UCS_ERR_CANCELED);
+  // The forced close completes the peer's requests, but their callbacks may
+  // still be finishing on the progress thread. Every in-flight transfer holds
+  // the peer, so wait (bounded) until none does: a disconnect then leaves no
+  // live request behind.
+  const auto deadline = std::chrono::steady_clock::now() + kPeerReleaseTimeout;
+  while (peer.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+    worker_.progress_once();
+    std::this_thread::yield();
+  }
+  if (peer->rkey) {
+    peer->rkey.reset();
+    live_rkeys_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return closed;
+}
+
+}  // namespace kvxfer::internal::ucx

@@ -1,0 +1,213 @@
+// The UCX lane: one-sided WRITEs into a peer's registered pool through a UCP
+// endpoint in UCP_ERR_HANDLING_MODE_PEER, whose error handler marks the peer
+// failed. A write is one ucp_put_nbx per run of consecutive blocks, then one
+// ucp_ep_flush_nbx whose completion means the bytes are in the peer's memory
+// (ucx_put.cc); a write made of many short runs (random 4 KiB blocks) goes as
+// scatter writes instead (ucx_scatter.cc, wire/scatter.h): a few active
+// messages that each carry many runs, acked by the peer's handler once the
+// bytes are in place. Over TCP that is one send() per message, not per run.
+//
+// This room may use UCX, src/wire/ and src/common/; it knows nothing of the
+// same-host lane (lanes.cc decides which peers come here) or of src/core/.
+// Files: ucx_config (what we ask of UCX), ucx_worker (context, worker,
+// progress), ucx_endpoint (connect, errors, close), ucx_put, ucx_scatter, and
+// this one: transfer pool, check, release, live counts, counters, shutdown.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine.h"
+#include "engines/lanes.h"
+#include "engines/ucx/ucx_config.h"
+#include "engines/ucx/ucx_endpoint.h"
+#include "engines/ucx/ucx_handles.h"
+#include "engines/ucx/ucx_worker.h"
+#include "wire/scatter.h"
+#include "wire/ucx_blob.h"
+
+namespace kvxfer::internal::ucx {
+
+// Statuses that say the peer's endpoint is gone: nothing more can land.
+inline bool is_disconnect(ucs_status_t status) {
+  return status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+         status == UCS_ERR_UNREACHABLE || status == UCS_ERR_REJECTED;
+}
+
+inline Status map_post_error(ucs_status_t status) {
+  return is_disconnect(status) ? Status::kRemoteDisconnect : Status::kBackend;
+}
+
+class UcxLane {
+ public:
+  // `token` is what peers' scatter writes must carry to be taken (our
+  // cookie epoch, published in the blob). Throws std::runtime_error when UCX
+  // cannot start or engine_config holds a bad value.
+  UcxLane(std::string agent_name, const Region& region, const Options& options,
+          std::uint64_t token);
+  ~UcxLane();
+  UcxLane(const UcxLane&) = delete;
+  UcxLane& operator=(const UcxLane&) = delete;
+
+  // UCX_TLS as our context sees it.
+  [[nodiscard]] const std::string& tls() const { return settings_.tls; }
+  [[nodiscard]] const std::vector<std::uint8_t>& worker_address() const {
+    return worker_.address();
+  }
+  [[nodiscard]] const std::vector<std::uint8_t>& packed_rkey() const { return packed_rkey_; }
+
+  [[nodiscard]] Status connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out);
+  [[nodiscard]] Status disconnect(PeerHandle peer);
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out);
+  void progress();
+  [[nodiscard]] Status check(XferHandle xfer, Status* state);
+  [[nodiscard]] Status release(XferHandle xfer);
+
+  // Adds the pool registration, peers, rkeys, transfers and requests.
+  void add_live(HandleCounts& counts) const;
+  void add_counters(std::map<std::string, std::uint64_t>& counters) const;
+
+  // Shutdown, in three steps (lanes.cc interleaves the other lane's):
+  // refuse scatter writes and stop the progress thread; then, once every
+  // peer is disconnected, drain requests (bounded) and unmap the pool; then
+  // destroy the worker and the context. Each is idempotent.
+  void stop();
+  void release_pool();
+  void destroy_worker();
+
+ private:
+  // A transfer handle. Owned by the core until release(), and by UCX until
+  // the flush completes or the acks are in; whichever lets go last returns
+  // it to the pool.
+  struct Xfer : LaneXfer {
+    Xfer() : LaneXfer(Lane::kUcx) {}
+    UcxLane* lane = nullptr;
+    std::shared_ptr<UcxPeer> peer;
+    TransferId id = 0;
+    std::atomic<int> result{UCS_INPROGRESS};  // ucs_status_t of the flush or the acks
+    std::atomic<int> refs{0};
+    std::atomic<bool> held{false};  // between post_write() and release()
+    // Scatter writes. slot is fixed at creation; the rest is under am_mu_:
+    // am_seq is nonzero while acks are awaited (then the transfer holds a
+    // reference for them), am_left counts the messages not yet acked.
+    std::uint32_t slot = 0;
+    std::uint64_t am_seq = 0;
+    int am_left = 0;
+    int am_status = UCS_OK;
+    // The messages, built whole before the first is sent (UCX keeps pointers
+    // into these until each send completes); capacity is kept on reuse.
+    struct AmChunk {
+      std::size_t header_offset = 0;
+      std::size_t runs = 0;
+      std::size_t iov_offset = 0;
+    };
+    std::vector<std::uint8_t> am_headers;
+    std::vector<ucp_dt_iov_t> am_iov;
+    std::vector<AmChunk> am_chunks;
+  };
+
+  // An ack on its way back to an initiator: UCX may hold its header until
+  // the send completes, so it lives in a pool, not on the stack.
+  struct AckMsg {
+    UcxLane* lane = nullptr;
+    std::array<std::uint8_t, kAckLen> bytes{};
+  };
+
+  // ucx_endpoint.cc
+  Status close_endpoint(UcxPeer& peer);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  // ucx_put.cc
+  Status post_puts(UcxPeer& peer, std::span<const std::int64_t> local,
+                   std::span<const std::int64_t> remote, Xfer* xfer);
+  bool flush(UcxPeer& peer, Xfer* xfer, ucs_status_t* immediate);
+  static void on_flush(void* request, ucs_status_t status, void* user_data);
+
+  // ucx_scatter.cc
+  void register_scatter_handlers();
+  Status post_scatter(UcxPeer& peer, std::span<const std::int64_t> local,
+                      std::span<const std::int64_t> remote, Xfer* xfer);
+  void fail_scatter(Xfer* xfer, ucs_status_t status);
+  void end_scatter(Xfer* xfer, ucs_status_t status);
+  void fail_peer_scatters(const UcxPeer* peer, ucs_status_t status);
+  void send_ack(const ucp_am_recv_param_t* param, const ScatterAck& ack);
+  static ucs_status_t on_scatter_am(void* arg, const void* header, std::size_t header_length,
+                                    void* data, std::size_t length,
+                                    const ucp_am_recv_param_t* param);
+  static ucs_status_t on_ack_am(void* arg, const void* header, std::size_t header_length,
+                                void* data, std::size_t length, const ucp_am_recv_param_t* param);
+  static void on_am_sent(void* request, ucs_status_t status, void* user_data);
+  static void on_ack_sent(void* request, ucs_status_t status, void* user_data);
+
+  // ucx_engine.cc
+  Xfer* acquire_xfer();
+  void unref(Xfer* xfer);
+  void drain_requests(const char* why);
+  static Xfer* from_handle(XferHandle handle) {
+    return static_cast<Xfer*>(reinterpret_cast<LaneXfer*>(handle));
+  }
+
+  std::string agent_name_;
+  Region region_;
+  std::uint64_t token_ = 0;
+  UcxSettings settings_;
+  bool want_progress_thread_ = true;
+  std::size_t scatter_max_runs_ = kMaxScatterRuns;
+
+  // Peers by handle. Connect runs on the core's registration worker while
+  // transfers run on callers' threads, so the map has its own lock. Never
+  // taken inside a UCX callback.
+  mutable std::mutex peers_mu_;
+  std::unordered_map<PeerHandle, std::shared_ptr<UcxPeer>> peers_;
+
+  // Transfer handles: a pool that only grows to the peak number in flight.
+  std::mutex pool_mu_;
+  std::deque<Xfer> xfers_;
+  std::vector<Xfer*> free_xfers_;
+
+  // Scatter writes. As initiator: transfers by slot, for the acks (which
+  // name a slot and a sequence), under am_mu_ (taken after pool_mu_, never
+  // before it). As target: whether the handler may write the region.
+  std::mutex am_mu_;
+  std::vector<Xfer*> slots_;
+  // Starts at random, so that no peer can guess another peer's sequences
+  // and ack its writes.
+  std::uint64_t next_am_seq_ = random_u64();
+  std::atomic<bool> accepting_writes_{false};
+  std::mutex ack_mu_;
+  std::deque<AckMsg> acks_;
+  std::vector<AckMsg*> free_acks_;
+
+  std::atomic<std::uint64_t> live_rkeys_{0};
+  std::atomic<std::uint64_t> live_transfers_{0};
+  std::atomic<std::uint64_t> live_requests_{0};
+  // Running totals for counters().
+  std::atomic<std::uint64_t> put_writes_{0};
+  std::atomic<std::uint64_t> scatter_writes_{0};
+  std::atomic<std::uint64_t> scatter_messages_{0};
+  std::atomic<std::uint64_t> scatter_refused_{0};
+  std::atomic<std::uint64_t> scatter_received_{0};
+  std::atomic<std::uint64_t> scatter_rejected_{0};
+
+  // Declared last, destroyed first: the pool registration goes before the
+  // worker, and the worker (whose destruction completes what UCX still holds
+  // through the callbacks above) before the pools and maps it calls into.
+  UcxWorker worker_;
+  MemHandle memh_;
+  std::vector<std::uint8_t> packed_rkey_;
+};
+
+}  // namespace kvxfer::internal::ucx

@@ -1,0 +1,88 @@
+// The UCX context and the one worker the lane drives, and who drives it: the
+// progress thread (sleeping on the worker's event fd) or a polling caller,
+// never both at once.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engines/ucx/ucx_handles.h"
+
+namespace kvxfer::internal::ucx {
+
+// A file descriptor closed on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  ~Fd() { reset(); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  void reset(int fd = -1);
+  [[nodiscard]] int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+class UcxWorker {
+ public:
+  // Reads UCX's configuration, applies `overrides` (ucp_config_modify keys),
+  // creates the context (RMA, AM, wakeup) and a multi-threaded worker. Throws
+  // std::runtime_error when any step fails.
+  UcxWorker(std::string agent_name, const std::map<std::string, std::string>& overrides);
+  ~UcxWorker() { destroy(); }
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+
+  [[nodiscard]] ucp_context_h context() const { return context_.get(); }
+  [[nodiscard]] ucp_worker_h worker() const { return worker_.get(); }
+  // The worker's address, for peers to connect to.
+  [[nodiscard]] const std::vector<std::uint8_t>& address() const { return address_; }
+  [[nodiscard]] std::size_t max_am_header() const { return max_am_header_; }
+
+  void set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg);
+
+  void start_progress_thread();
+  void stop_progress_thread();
+  [[nodiscard]] bool progress_thread_running() const { return thread_.joinable(); }
+
+  // A polling caller's turn: with the progress thread on, drives the worker
+  // for at most kCallerProgressBudgetNs and keeps the thread off it for a
+  // grace period; with it off, progresses until the worker is idle.
+  void progress_from_caller();
+  // One ucp_worker_progress, for loops that wait on UCX.
+  unsigned progress_once() { return ucp_worker_progress(worker_.get()); }
+
+  // Stops the thread, flushes the worker (bounded), destroys the worker and
+  // the context. Idempotent.
+  void destroy();
+
+ private:
+  void progress_loop();
+  void flush_before_destroy();
+
+  std::string agent_name_;
+  ContextHandle context_;
+  WorkerHandle worker_;
+  std::vector<std::uint8_t> address_;
+  std::size_t max_am_header_ = 0;
+
+  // Progress thread: sleeps in epoll on the worker's event fd and wake_fd_.
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  // Callers of progress_from_caller() driving the worker now, and
+  // steady_clock ns of the last such call's end.
+  std::atomic<int> callers_progressing_{0};
+  std::atomic<std::int64_t> caller_progress_ns_{std::numeric_limits<std::int64_t>::min() / 2};
+  Fd epoll_fd_;
+  Fd wake_fd_;
+};
+
+}  // namespace kvxfer::internal::ucx

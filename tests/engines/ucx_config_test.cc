@@ -1,0 +1,149 @@
+// What the UCX lane asks of UCX (engines/ucx/ucx_config.h): the user's keys,
+// our defaults, and who wins. No UCX context: the function is pure.
+#include "engines/ucx/ucx_config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace kvxfer::internal::ucx {
+namespace {
+
+using Config = std::map<std::string, std::string>;
+
+// An environment holding exactly `vars`.
+EnvLookup env_of(Config vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+UcxSettings settings(const Config& config, const Config& env = {}, bool rdma = false) {
+  return compute_ucx_settings(config, env_of(env), rdma);
+}
+
+std::optional<std::string> key(const UcxSettings& s, const std::string& name) {
+  auto it = s.overrides.find(name);
+  if (it == s.overrides.end()) return std::nullopt;
+  return it->second;
+}
+
+TEST(UcxConfigTest, UcxPrefixIsStrippedFromEngineConfigKeys) {
+  const UcxSettings s =
+      settings({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}, {"RNDV_THRESH", "8K"}});
+  EXPECT_EQ(key(s, "TLS"), "tcp");
+  EXPECT_EQ(key(s, "NET_DEVICES"), "lo");
+  EXPECT_EQ(key(s, "RNDV_THRESH"), "8K");
+  EXPECT_FALSE(key(s, "UCX_TLS").has_value());
+}
+
+TEST(UcxConfigTest, TlsIsAllWhenNobodySetsIt) { EXPECT_EQ(settings({}).tls, "all"); }
+
+TEST(UcxConfigTest, TlsComesFromTheEnvironmentUnlessEngineConfigSetsIt) {
+  EXPECT_EQ(settings({}, {{"UCX_TLS", "sm,self"}}).tls, "sm,self");
+  EXPECT_EQ(settings({{"TLS", "tcp"}}, {{"UCX_TLS", "sm,self"}}).tls, "tcp");
+  EXPECT_EQ(settings({{"UCX_TLS", "tcp"}}, {{"UCX_TLS", "sm,self"}}).tls, "tcp");
+}
+
+TEST(UcxConfigTest, TcpDefaultsApplyWhereTcpMayBeUsed) {
+  for (const std::string tls : {"tcp", "all", "sm,tcp,self"}) {
+    const UcxSettings s = settings({{"TLS", tls}});
+    EXPECT_EQ(key(s, "TX_SEG_SIZE"), "64K") << tls;
+    EXPECT_EQ(key(s, "RX_SEG_SIZE"), "256K") << tls;
+    EXPECT_EQ(key(s, "ZCOPY_THRESH"), "inf") << tls;
+    EXPECT_EQ(key(s, "KEEPIDLE"), "5s") << tls;
+    EXPECT_EQ(key(s, "KEEPINTVL"), "1s") << tls;
+    EXPECT_EQ(key(s, "KEEPCNT"), "5") << tls;
+  }
+}
+
+TEST(UcxConfigTest, NoTcpDefaultsWhereTcpIsNotAllowed) {
+  for (const std::string tls : {"sm,self", "^tcp", "posix,cma,self"}) {
+    const UcxSettings s = settings({{"TLS", tls}});
+    EXPECT_EQ(s.overrides, (Config{{"TLS", tls}})) << tls;
+  }
+}
+
+TEST(UcxConfigTest, EnvironmentWinsOverOurDefaults) {
+  const UcxSettings s = settings({{"TLS", "tcp"}}, {{"UCX_TCP_TX_SEG_SIZE", "16K"},
+                                                    {"UCX_TCP_RX_SEG_SIZE", "32K"},
+                                                    {"UCX_ZCOPY_THRESH", "1M"},
+                                                    {"UCX_TCP_KEEPIDLE", "30s"},
+                                                    {"UCX_TCP_KEEPINTVL", "3s"},
+                                                    {"UCX_TCP_KEEPCNT", "9"}});
+  EXPECT_EQ(s.overrides, (Config{{"TLS", "tcp"}}));
+}
+
+TEST(UcxConfigTest, UserKeyWinsOverOurDefaultsWithOrWithoutTheTransportPrefix) {
+  const UcxSettings s = settings({{"TLS", "tcp"},
+                                  {"TX_SEG_SIZE", "16K"},
+                                  {"UCX_TCP_RX_SEG_SIZE", "32K"},
+                                  {"ZCOPY_THRESH", "1M"},
+                                  {"TCP_KEEPIDLE", "30s"},
+                                  {"KEEPCNT", "9"}});
+  EXPECT_EQ(key(s, "TX_SEG_SIZE"), "16K");
+  EXPECT_EQ(key(s, "TCP_RX_SEG_SIZE"), "32K");
+  EXPECT_FALSE(key(s, "RX_SEG_SIZE").has_value());
+  EXPECT_EQ(key(s, "ZCOPY_THRESH"), "1M");
+  EXPECT_EQ(key(s, "TCP_KEEPIDLE"), "30s");
+  EXPECT_FALSE(key(s, "KEEPIDLE").has_value());
+  EXPECT_EQ(key(s, "KEEPCNT"), "9");
+  EXPECT_EQ(key(s, "KEEPINTVL"), "1s");  // the one the user left alone
+}
+
+TEST(UcxConfigTest, RdmaDeviceLeavesZeroCopyAlone) {
+  const UcxSettings s = settings({{"TLS", "tcp"}}, {}, /*rdma=*/true);
+  EXPECT_FALSE(key(s, "ZCOPY_THRESH").has_value());
+  EXPECT_EQ(key(s, "TX_SEG_SIZE"), "64K");
+}
+
+TEST(UcxConfigTest, ScatterKnobsDefaultAndAreNotPassedToUcx) {
+  const UcxSettings defaults = settings({{"TLS", "sm,self"}});
+  EXPECT_EQ(defaults.scatter_max_run, kScatterMaxRunBytes);
+  EXPECT_EQ(defaults.scatter_chunk_bytes, kScatterChunkBytes);
+
+  const UcxSettings s = settings(
+      {{"TLS", "sm,self"}, {"KVXFER_SCATTER_MAX_RUN", "0"}, {"KVXFER_SCATTER_CHUNK", "1M"}});
+  EXPECT_EQ(s.scatter_max_run, 0u);
+  EXPECT_EQ(s.scatter_chunk_bytes, 1024u * 1024u);
+  EXPECT_EQ(s.overrides, (Config{{"TLS", "sm,self"}}));
+}
+
+TEST(UcxConfigTest, ScatterSizesTakeUnitSuffixes) {
+  EXPECT_EQ(settings({{"KVXFER_SCATTER_MAX_RUN", "65536"}}).scatter_max_run, 65536u);
+  EXPECT_EQ(settings({{"KVXFER_SCATTER_MAX_RUN", "64k"}}).scatter_max_run, 65536u);
+  EXPECT_EQ(settings({{"KVXFER_SCATTER_CHUNK", "4K"}}).scatter_chunk_bytes, 4096u);
+  EXPECT_EQ(settings({{"KVXFER_SCATTER_CHUNK", "64M"}}).scatter_chunk_bytes, 64u << 20);
+}
+
+// The message of a runtime_error `f` throws, or "" when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(UcxConfigTest, BadScatterValuesThrowNamingTheKey) {
+  for (const std::string bad : {"", "x", "12Q", "1KB", "K", "-1", "99999999999999999999"}) {
+    const std::string msg = error_of([&] { (void)settings({{"KVXFER_SCATTER_MAX_RUN", bad}}); });
+    EXPECT_NE(msg.find("KVXFER_SCATTER_MAX_RUN"), std::string::npos) << "'" << bad << "': " << msg;
+  }
+  for (const std::string out_of_range : {"4095", "65M", "0"}) {
+    const std::string msg = error_of([&] {
+      (void)settings({{"KVXFER_SCATTER_CHUNK", out_of_range}});
+    });
+    EXPECT_NE(msg.find("KVXFER_SCATTER_CHUNK"), std::string::npos) << out_of_range << ": " << msg;
+  }
+}
+
+}  // namespace
+}  // namespace kvxfer::internal::ucx
