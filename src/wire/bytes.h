@@ -77,7 +77,8 @@ class ByteWriter {
 
   template <WireInt T>
   void put(T value) {
-    if (std::uint8_t* at = claim(sizeof(T))) store_le(at, value);
+    std::uint8_t* at = nullptr;
+    if (claim(sizeof(T), &at)) store_le(at, value);
   }
   void u8(std::uint8_t value) { put(value); }
   void u16(std::uint16_t value) { put(value); }
@@ -88,8 +89,8 @@ class ByteWriter {
   void raw(std::span<const std::uint8_t> bytes) {
     // claim (resize) + memcpy rather than vector::insert: GCC 12 reports a
     // false -Wstringop-overflow for insert of a possibly empty range.
-    if (bytes.empty()) return;
-    if (std::uint8_t* at = claim(bytes.size())) std::memcpy(at, bytes.data(), bytes.size());
+    std::uint8_t* at = nullptr;
+    if (!bytes.empty() && claim(bytes.size(), &at)) std::memcpy(at, bytes.data(), bytes.size());
   }
 
   // A u32 length, then the bytes. The caller keeps them under 4 GiB (every
@@ -105,20 +106,22 @@ class ByteWriter {
   [[nodiscard]] bool ok() const { return ok_; }
 
  private:
-  std::uint8_t* claim(std::size_t n) {
+  // Makes room for `n` bytes at *at. Says whether it could by a bool, not a
+  // null pointer: with a fixed buffer of constant size the answer is a
+  // constant, and the scatter header's stores then carry no check at all.
+  bool claim(std::size_t n, std::uint8_t** at) {
     if (grow_ != nullptr) {
-      const std::size_t at = grow_->size();
-      grow_->resize(at + n);
-      written_ += n;
-      return grow_->data() + at;
-    }
-    if (!ok_ || fixed_.size() - written_ < n) {
+      const std::size_t end = grow_->size();
+      grow_->resize(end + n);
+      *at = grow_->data() + end;
+    } else if (ok_ && fixed_.size() - written_ >= n) {
+      *at = fixed_.data() + written_;
+    } else {
       ok_ = false;
-      return nullptr;
+      return false;
     }
-    std::uint8_t* at = fixed_.data() + written_;
     written_ += n;
-    return at;
+    return true;
   }
 
   std::vector<std::uint8_t>* grow_ = nullptr;
