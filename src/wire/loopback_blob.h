@@ -1,16 +1,18 @@
 // The loopback engine's part of an agent's metadata: which pool in this
 // process the agent registered, and the cookie that proves it is still that
 // pool. Sent inside the checked metadata framing (wire/metadata.h), and
-// still parsed as if hostile: it must be exactly kLoopbackBlobLen bytes.
+// still parsed as if hostile, with wire/bytes.h's bounds-checked reader: it
+// must be exactly kLoopbackBlobLen bytes.
 //
 // Layout (little-endian): 4 bytes magic "KVLB" | u64 pool key | u64 cookie
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <span>
 #include <vector>
+
+#include "wire/bytes.h"
 
 namespace kvxfer::wire {
 
@@ -23,25 +25,13 @@ struct LoopbackBlob {
   std::uint64_t cookie = 0;  // random per pool: a reused key is not the same pool
 };
 
-namespace loopback_blob_detail {
-
-inline void put_u64(std::vector<std::uint8_t>& out, std::uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
-}
-
-inline std::uint64_t get_u64(const std::uint8_t* in) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value |= std::uint64_t{in[i]} << (8 * i);
-  return value;
-}
-
-}  // namespace loopback_blob_detail
-
 inline std::vector<std::uint8_t> encode_loopback_blob(const LoopbackBlob& blob) {
-  std::vector<std::uint8_t> out(std::begin(kLoopbackBlobMagic), std::end(kLoopbackBlobMagic));
+  std::vector<std::uint8_t> out;
   out.reserve(kLoopbackBlobLen);
-  loopback_blob_detail::put_u64(out, blob.key);
-  loopback_blob_detail::put_u64(out, blob.cookie);
+  ByteWriter w(out);
+  w.raw(kLoopbackBlobMagic);
+  w.u64(blob.key);
+  w.u64(blob.cookie);
   return out;
 }
 
@@ -49,12 +39,13 @@ inline std::vector<std::uint8_t> encode_loopback_blob(const LoopbackBlob& blob) 
 // success.
 [[nodiscard]] inline bool decode_loopback_blob(std::span<const std::uint8_t> bytes,
                                                LoopbackBlob* out) {
-  if (bytes.size() != kLoopbackBlobLen ||
-      !std::equal(std::begin(kLoopbackBlobMagic), std::end(kLoopbackBlobMagic), bytes.begin())) {
-    return false;
-  }
-  out->key = loopback_blob_detail::get_u64(bytes.data() + sizeof(kLoopbackBlobMagic));
-  out->cookie = loopback_blob_detail::get_u64(bytes.data() + sizeof(kLoopbackBlobMagic) + 8);
+  ByteReader in(bytes);
+  const auto magic = in.take(sizeof(kLoopbackBlobMagic));
+  const auto key = in.u64();
+  const auto cookie = in.u64();
+  if (!in.ok() || !in.at_end() || !std::ranges::equal(*magic, kLoopbackBlobMagic)) return false;
+  out->key = *key;
+  out->cookie = *cookie;
   return true;
 }
 
