@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <stdexcept>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
