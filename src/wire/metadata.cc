@@ -1,10 +1,12 @@
 #include "wire/metadata.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
 
-#include <fmt/format.h>
+#include "wire/bytes.h"
 
 namespace kvxfer::wire {
 namespace {
@@ -22,70 +24,34 @@ std::uint32_t fnv1a(std::span<const std::uint8_t> bytes) {
   return h;
 }
 
-template <typename T>
-void put_int(std::vector<std::uint8_t>& out, T value) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) {
-    out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
-  }
+std::invalid_argument truncated(const ByteReader& in, std::size_t needed, const char* what) {
+  return std::invalid_argument(
+      fmt::format("kvxfer metadata is truncated: {} needs {} bytes at offset {}, {} left", what,
+                  needed, in.position(), in.remaining()));
 }
 
-void put_bytes(std::vector<std::uint8_t>& out, const void* data, std::size_t len) {
-  put_int<std::uint32_t>(out, static_cast<std::uint32_t>(len));
-  // resize + memcpy rather than insert(): GCC 12 reports a false
-  // -Wstringop-overflow for vector::insert of a possibly empty range.
-  const std::size_t at = out.size();
-  out.resize(at + len);
-  if (len != 0) std::memcpy(out.data() + at, data, len);
+// decode() reads through these: they turn the reader's soft failures into
+// the one exception it promises, saying which field was cut off and where.
+template <WireInt T>
+T get_int(ByteReader& in, const char* what) {
+  if (const auto value = in.get<T>()) return *value;
+  throw truncated(in, sizeof(T), what);
 }
 
-// A bounds-checked cursor over peer bytes.
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}
-
-  template <typename T>
-  T get_int(const char* what) {
-    need(sizeof(T), what);
-    T value = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      value |= static_cast<T>(static_cast<T>(bytes_[pos_ + i]) << (8 * i));
-    }
-    pos_ += sizeof(T);
-    return value;
+std::span<const std::uint8_t> get_bytes(ByteReader& in, const char* what, std::size_t max_len) {
+  const auto len = get_int<std::uint32_t>(in, what);
+  if (len > max_len) {
+    throw std::invalid_argument(
+        fmt::format("kvxfer metadata: {} is {} bytes, more than the limit {}", what, len, max_len));
   }
+  if (const auto bytes = in.take(len)) return *bytes;
+  throw truncated(in, len, what);
+}
 
-  std::span<const std::uint8_t> get_bytes(const char* what, std::size_t max_len) {
-    const auto len = get_int<std::uint32_t>(what);
-    if (len > max_len) {
-      throw std::invalid_argument(
-          fmt::format("kvxfer metadata: {} is {} bytes, more than the limit {}", what, len, max_len));
-    }
-    need(len, what);
-    auto out = bytes_.subspan(pos_, len);
-    pos_ += len;
-    return out;
-  }
-
-  std::string get_string(const char* what, std::size_t max_len) {
-    const auto b = get_bytes(what, max_len);
-    return {reinterpret_cast<const char*>(b.data()), b.size()};
-  }
-
-  [[nodiscard]] std::size_t pos() const { return pos_; }
-  [[nodiscard]] std::size_t remaining() const { return bytes_.size() - pos_; }
-
- private:
-  void need(std::size_t n, const char* what) const {
-    if (remaining() < n) {
-      throw std::invalid_argument(fmt::format(
-          "kvxfer metadata is truncated: {} needs {} bytes at offset {}, {} left", what, n, pos_,
-          remaining()));
-    }
-  }
-
-  std::span<const std::uint8_t> bytes_;
-  std::size_t pos_ = 0;
-};
+std::string get_string(ByteReader& in, const char* what, std::size_t max_len) {
+  const auto b = get_bytes(in, what, max_len);
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
 
 }  // namespace
 
@@ -93,24 +59,23 @@ std::vector<std::uint8_t> encode(const AgentMetadata& m) {
   std::vector<std::uint8_t> out;
   out.reserve(kPreambleLen + kFixedLen + 5 * 4 + m.engine.size() + m.agent_name.size() +
               m.config_fingerprint.size() + m.boot_id.size() + m.engine_blob.size());
-  out.resize(kMagic.size());
-  std::memcpy(out.data(), kMagic.data(), kMagic.size());
-  put_int<std::uint16_t>(out, kMetadataVersion);
-  put_int<std::uint16_t>(out, static_cast<std::uint16_t>(kFixedLen));
-  put_int<std::uint64_t>(out, m.base_addr);
-  put_int<std::uint64_t>(out, m.num_blocks);
-  put_int<std::uint64_t>(out, m.block_len);
-  put_int<std::uint32_t>(out, m.pid);
-  const std::size_t checksum_at = out.size();
-  put_int<std::uint32_t>(out, 0);
-  put_bytes(out, m.engine.data(), m.engine.size());
-  put_bytes(out, m.agent_name.data(), m.agent_name.size());
-  put_bytes(out, m.config_fingerprint.data(), m.config_fingerprint.size());
-  put_bytes(out, m.boot_id.data(), m.boot_id.size());
-  put_bytes(out, m.engine_blob.data(), m.engine_blob.size());
-  const std::uint32_t sum =
-      fnv1a(std::span<const std::uint8_t>(out).subspan(kPreambleLen + kFixedLen));
-  for (std::size_t i = 0; i < 4; ++i) out[checksum_at + i] = static_cast<std::uint8_t>(sum >> (8 * i));
+  ByteWriter w(out);
+  w.raw(byte_view(kMagic));
+  w.u16(kMetadataVersion);
+  w.u16(static_cast<std::uint16_t>(kFixedLen));
+  w.u64(m.base_addr);
+  w.u64(m.num_blocks);
+  w.u64(m.block_len);
+  w.u32(m.pid);
+  const std::size_t checksum_at = w.written();
+  w.u32(0);  // the checksum, once the body it covers is written
+  w.prefixed(byte_view(m.engine));
+  w.prefixed(byte_view(m.agent_name));
+  w.prefixed(byte_view(m.config_fingerprint));
+  w.prefixed(byte_view(m.boot_id));
+  w.prefixed(m.engine_blob);
+  store_le(out.data() + checksum_at,
+           fnv1a(std::span<const std::uint8_t>(out).subspan(kPreambleLen + kFixedLen)));
   return out;
 }
 
@@ -120,34 +85,34 @@ AgentMetadata decode(std::span<const std::uint8_t> bytes) {
       std::memcmp(bytes.data(), kMagic.data(), kMagic.size()) != 0) {
     throw std::invalid_argument("not kvxfer metadata (bad magic): metadata of another format?");
   }
-  Reader r(bytes.subspan(kMagic.size()));
-  const auto version = r.get_int<std::uint16_t>("version");
+  ByteReader in(bytes.subspan(kMagic.size()));
+  const auto version = get_int<std::uint16_t>(in, "version");
   if (version != kMetadataVersion) {
-    throw std::invalid_argument(fmt::format(
-        "kvxfer metadata version {} is not supported (this build reads version {})", version,
-        kMetadataVersion));
+    throw std::invalid_argument(
+        fmt::format("kvxfer metadata version {} is not supported (this build reads version {})",
+                    version, kMetadataVersion));
   }
-  const auto header_len = r.get_int<std::uint16_t>("header length");
+  const auto header_len = get_int<std::uint16_t>(in, "header length");
   if (header_len != kFixedLen) {
     throw std::invalid_argument(
         fmt::format("kvxfer metadata header length {} is not {}", header_len, kFixedLen));
   }
   AgentMetadata m;
-  m.base_addr = r.get_int<std::uint64_t>("base_addr");
-  m.num_blocks = r.get_int<std::uint64_t>("num_blocks");
-  m.block_len = r.get_int<std::uint64_t>("block_len");
-  m.pid = r.get_int<std::uint32_t>("pid");
-  const auto checksum = r.get_int<std::uint32_t>("checksum");
-  const std::size_t body_at = kMagic.size() + r.pos();
-  m.engine = r.get_string("engine", kMaxNameLen);
-  m.agent_name = r.get_string("agent name", kMaxNameLen);
-  m.config_fingerprint = r.get_string("config fingerprint", kMaxNameLen);
-  m.boot_id = r.get_string("boot id", kMaxNameLen);
-  const auto blob = r.get_bytes("engine blob", kMaxBlobLen);
+  m.base_addr = get_int<std::uint64_t>(in, "base_addr");
+  m.num_blocks = get_int<std::uint64_t>(in, "num_blocks");
+  m.block_len = get_int<std::uint64_t>(in, "block_len");
+  m.pid = get_int<std::uint32_t>(in, "pid");
+  const auto checksum = get_int<std::uint32_t>(in, "checksum");
+  const std::size_t body_at = kMagic.size() + in.position();
+  m.engine = get_string(in, "engine", kMaxNameLen);
+  m.agent_name = get_string(in, "agent name", kMaxNameLen);
+  m.config_fingerprint = get_string(in, "config fingerprint", kMaxNameLen);
+  m.boot_id = get_string(in, "boot id", kMaxNameLen);
+  const auto blob = get_bytes(in, "engine blob", kMaxBlobLen);
   m.engine_blob.assign(blob.begin(), blob.end());
-  if (r.remaining() != 0) {
+  if (!in.at_end()) {
     throw std::invalid_argument(
-        fmt::format("kvxfer metadata has {} unexpected trailing bytes", r.remaining()));
+        fmt::format("kvxfer metadata has {} unexpected trailing bytes", in.remaining()));
   }
   if (fnv1a(bytes.subspan(body_at)) != checksum) {
     throw std::invalid_argument("kvxfer metadata is corrupt (checksum mismatch)");

@@ -1,4 +1,8 @@
-// The peer metadata format. The only code that parses bytes from a peer.
+// The agent metadata: what an agent publishes (the user carries it to its
+// peers out of band) so that they can register it. It wraps the engine's own
+// blob (wire/ucx_blob.h, wire/loopback_blob.h). Read with wire/bytes.h's
+// bounds-checked reader; every length has a limit, a checksum covers the
+// variable part, and any other shape is refused with a message.
 //
 // Layout (little-endian), version 1:
 //   magic "KVXFMETA" (8) | u16 version | u16 header_len (fixed fields, 40)

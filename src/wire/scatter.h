@@ -20,18 +20,19 @@
 // The token is the target's cookie epoch (from its metadata), so a message
 // meant for an earlier engine in the same process is refused. Slot and
 // sequence name the initiator's transfer; the target only echoes them.
+//
+// The initiator's UCX lane sends write headers, the target's handler sends
+// acks. Both are read with wire/bytes.h's reader after one exact-length
+// check; a header's runs are then checked against the region by
+// scatter_runs_fit before a byte is copied.
 #pragma once
 
-#include <bit>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <span>
 
-namespace kvxfer::internal::ucx {
+#include "wire/bytes.h"
 
-static_assert(std::endian::native == std::endian::little,
-              "scatter headers are encoded with the host's byte order");
+namespace kvxfer::internal::ucx {
 
 // Active message ids (small: UCX sizes its handler table by the largest id).
 inline constexpr unsigned kScatterAmId = 7;
@@ -57,11 +58,11 @@ struct ScatterHeader {
   std::span<const std::uint8_t> runs;  // run count x kScatterRunLen bytes
 
   [[nodiscard]] std::size_t run_count() const { return runs.size() / kScatterRunLen; }
+  // Per run per message: two plain loads, no bounds check (decode checked
+  // that `runs` holds run_count() runs; i < run_count() is the caller's).
   [[nodiscard]] ScatterRun run(std::size_t i) const {
-    ScatterRun r;
-    std::memcpy(&r.offset, runs.data() + i * kScatterRunLen, 8);
-    std::memcpy(&r.length, runs.data() + i * kScatterRunLen + 8, 8);
-    return r;
+    const std::uint8_t* at = runs.data() + i * kScatterRunLen;
+    return {wire::load_le<std::uint64_t>(at), wire::load_le<std::uint64_t>(at + 8)};
   }
 };
 
@@ -71,60 +72,54 @@ struct ScatterAck {
   std::int32_t status = 0;
 };
 
-namespace scatter_detail {
-template <typename T>
-inline void store(std::uint8_t* at, T value) {
-  std::memcpy(at, &value, sizeof(T));
-}
-template <typename T>
-inline T load(const std::uint8_t* at) {
-  T value;
-  std::memcpy(&value, at, sizeof(T));
-  return value;
-}
-}  // namespace scatter_detail
-
 inline constexpr std::size_t scatter_header_len(std::size_t runs) {
   return kScatterFixedLen + runs * kScatterRunLen;
 }
 
-// Writes the fixed part at `out` (kScatterFixedLen bytes); the runs follow
-// through put_scatter_run.
+// Writes the fixed part in place at `out` (kScatterFixedLen bytes of the
+// caller's preallocated header); the runs follow through put_scatter_run.
+// The writer's sizes are all constants here, so its checks compile away.
 inline void put_scatter_fixed(std::uint8_t* out, std::uint16_t run_count, std::uint64_t token,
                               std::uint64_t sequence, std::uint32_t slot) {
-  using scatter_detail::store;
-  store(out, kScatterMagic);
-  store(out + 4, kScatterVersion);
-  store(out + 6, run_count);
-  store(out + 8, token);
-  store(out + 16, sequence);
-  store(out + 24, slot);
-  store(out + 28, std::uint32_t{0});
+  wire::ByteWriter w(std::span(out, kScatterFixedLen));
+  w.u32(kScatterMagic);
+  w.u16(kScatterVersion);
+  w.u16(run_count);
+  w.u64(token);
+  w.u64(sequence);
+  w.u32(slot);
+  w.u32(0);
 }
 
 inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64_t offset,
                             std::uint64_t length) {
-  std::uint8_t* at = header + kScatterFixedLen + index * kScatterRunLen;
-  scatter_detail::store(at, offset);
-  scatter_detail::store(at + 8, length);
+  wire::ByteWriter w(std::span(header + kScatterFixedLen + index * kScatterRunLen, kScatterRunLen));
+  w.u64(offset);
+  w.u64(length);
 }
 
 // False unless `bytes` is exactly one well-formed version-1 write header.
 // The runs are not checked against any region here: see scatter_runs_fit.
 [[nodiscard]] inline bool decode_scatter_header(std::span<const std::uint8_t> bytes,
                                                 ScatterHeader* out) {
-  using scatter_detail::load;
+  // One length check up front; the reads below then cannot fail and the
+  // compiler drops their checks (this runs once per message).
   if (bytes.size() < kScatterFixedLen) return false;
-  const std::uint8_t* p = bytes.data();
-  if (load<std::uint32_t>(p) != kScatterMagic) return false;
-  if (load<std::uint16_t>(p + 4) != kScatterVersion) return false;
-  const std::size_t count = load<std::uint16_t>(p + 6);
-  if (count == 0 || count > kMaxScatterRuns) return false;
-  if (bytes.size() != scatter_header_len(count)) return false;
-  if (load<std::uint32_t>(p + 28) != 0) return false;
-  out->token = load<std::uint64_t>(p + 8);
-  out->sequence = load<std::uint64_t>(p + 16);
-  out->slot = load<std::uint32_t>(p + 24);
+  wire::ByteReader in(bytes);
+  const auto magic = in.u32();
+  const auto version = in.u16();
+  const auto count = in.u16();
+  const auto token = in.u64();
+  const auto sequence = in.u64();
+  const auto slot = in.u32();
+  const auto reserved = in.u32();
+  if (!in.ok() || *magic != kScatterMagic || *version != kScatterVersion) return false;
+  if (*count == 0 || *count > kMaxScatterRuns) return false;
+  if (in.remaining() != std::size_t{*count} * kScatterRunLen) return false;
+  if (*reserved != 0) return false;
+  out->token = *token;
+  out->sequence = *sequence;
+  out->slot = *slot;
   out->runs = bytes.subspan(kScatterFixedLen);
   return true;
 }
@@ -143,23 +138,29 @@ inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64
   return total == payload_len;
 }
 
+// Writes an ack in place at `out` (kAckLen bytes).
 inline void encode_ack(std::uint8_t* out, const ScatterAck& ack) {
-  using scatter_detail::store;
-  store(out, kAckMagic);
-  store(out + 4, ack.slot);
-  store(out + 8, ack.sequence);
-  store(out + 16, ack.status);
-  store(out + 20, std::uint32_t{0});
+  wire::ByteWriter w(std::span(out, kAckLen));
+  w.u32(kAckMagic);
+  w.u32(ack.slot);
+  w.u64(ack.sequence);
+  w.i32(ack.status);
+  w.u32(0);
 }
 
+// False unless `bytes` is exactly one well-formed ack.
 [[nodiscard]] inline bool decode_ack(std::span<const std::uint8_t> bytes, ScatterAck* out) {
-  using scatter_detail::load;
   if (bytes.size() != kAckLen) return false;
-  const std::uint8_t* p = bytes.data();
-  if (load<std::uint32_t>(p) != kAckMagic || load<std::uint32_t>(p + 20) != 0) return false;
-  out->slot = load<std::uint32_t>(p + 4);
-  out->sequence = load<std::uint64_t>(p + 8);
-  out->status = load<std::int32_t>(p + 16);
+  wire::ByteReader in(bytes);
+  const auto magic = in.u32();
+  const auto slot = in.u32();
+  const auto sequence = in.u64();
+  const auto status = in.i32();
+  const auto reserved = in.u32();
+  if (!in.ok() || *magic != kAckMagic || *reserved != 0) return false;
+  out->slot = *slot;
+  out->sequence = *sequence;
+  out->status = *status;
   return true;
 }
 

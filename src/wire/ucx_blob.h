@@ -1,6 +1,9 @@
-// The UCX engine's part of an agent's metadata. The wire layer wraps it in
-// its own checked framing; this framing is still parsed defensively, since a
-// peer built from other sources can put anything inside.
+// The UCX engine's part of an agent's metadata: how to reach the agent's
+// worker, its packed rkey, and what it accepts. The agent sends it inside
+// the checked metadata framing (wire/metadata.h); it is still parsed as
+// hostile, since a peer built from other sources can put anything inside:
+// wire/bytes.h's bounds-checked reader, a length limit per field, nothing
+// may follow.
 //
 // Layout (little-endian), version 1:
 //   u32 magic "KVXU" | u16 version | u16 flags
@@ -11,9 +14,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
+
+#include "wire/bytes.h"
 
 namespace kvxfer::internal::ucx {
 
@@ -43,81 +47,44 @@ struct Blob {
   std::span<const std::uint8_t> rkey;
 };
 
-namespace blob_detail {
-
-template <typename T>
-void put(std::vector<std::uint8_t>& out, T value) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) {
-    out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(value) >> (8 * i)));
-  }
-}
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}
-
-  template <typename T>
-  bool get(T* value) {
-    if (bytes_.size() - pos_ < sizeof(T)) return false;
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      v |= static_cast<std::uint64_t>(bytes_[pos_ + i]) << (8 * i);
-    }
-    pos_ += sizeof(T);
-    *value = static_cast<T>(v);
-    return true;
-  }
-
-  bool get_bytes(std::span<const std::uint8_t>* value) {
-    std::uint32_t len = 0;
-    if (!get(&len) || len > kMaxBlobField || bytes_.size() - pos_ < len) return false;
-    *value = bytes_.subspan(pos_, len);
-    pos_ += len;
-    return true;
-  }
-
-  [[nodiscard]] bool at_end() const { return pos_ == bytes_.size(); }
-
- private:
-  std::span<const std::uint8_t> bytes_;
-  std::size_t pos_ = 0;
-};
-
-}  // namespace blob_detail
-
 inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
-  using blob_detail::put;
   std::vector<std::uint8_t> out;
   out.reserve(48 + blob.worker_address.size() + blob.rkey.size());
-  put(out, kBlobMagic);
-  put(out, kBlobVersion);
-  put(out, blob.flags);
-  put(out, blob.pidns_dev);
-  put(out, blob.pidns_ino);
-  put(out, blob.cookie_addr);
-  put(out, blob.cookie_epoch);
-  put(out, static_cast<std::uint32_t>(blob.worker_address.size()));
-  out.insert(out.end(), blob.worker_address.begin(), blob.worker_address.end());
-  put(out, static_cast<std::uint32_t>(blob.rkey.size()));
-  out.insert(out.end(), blob.rkey.begin(), blob.rkey.end());
+  wire::ByteWriter w(out);
+  w.u32(kBlobMagic);
+  w.u16(kBlobVersion);
+  w.u16(blob.flags);
+  w.u64(blob.pidns_dev);
+  w.u64(blob.pidns_ino);
+  w.u64(blob.cookie_addr);
+  w.u64(blob.cookie_epoch);
+  w.prefixed(blob.worker_address);
+  w.prefixed(blob.rkey);
   return out;
 }
 
 // False when `bytes` is not a well-formed version-1 blob. On success the
-// spans in *out point into `bytes`.
+// spans in *out point into `bytes`; on failure *out is left alone.
 [[nodiscard]] inline bool decode_blob(std::span<const std::uint8_t> bytes, Blob* out) {
-  blob_detail::Reader in(bytes);
-  std::uint32_t magic = 0;
-  std::uint16_t version = 0;
-  Blob b;
-  if (!in.get(&magic) || magic != kBlobMagic) return false;
-  if (!in.get(&version) || version != kBlobVersion) return false;
-  if (!in.get(&b.flags) || !in.get(&b.pidns_dev) || !in.get(&b.pidns_ino) ||
-      !in.get(&b.cookie_addr) || !in.get(&b.cookie_epoch)) {
-    return false;
-  }
-  if (!in.get_bytes(&b.worker_address) || !in.get_bytes(&b.rkey) || !in.at_end()) return false;
-  *out = b;
+  wire::ByteReader in(bytes);
+  const auto magic = in.u32();
+  const auto version = in.u16();
+  const auto flags = in.u16();
+  const auto pidns_dev = in.u64();
+  const auto pidns_ino = in.u64();
+  const auto cookie_addr = in.u64();
+  const auto cookie_epoch = in.u64();
+  const auto worker_address = in.prefixed(kMaxBlobField);
+  const auto rkey = in.prefixed(kMaxBlobField);
+  // ok(): every read above succeeded.
+  if (!in.ok() || !in.at_end() || *magic != kBlobMagic || *version != kBlobVersion) return false;
+  out->flags = *flags;
+  out->pidns_dev = *pidns_dev;
+  out->pidns_ino = *pidns_ino;
+  out->cookie_addr = *cookie_addr;
+  out->cookie_epoch = *cookie_epoch;
+  out->worker_address = *worker_address;
+  out->rkey = *rkey;
   return true;
 }
 

@@ -27,6 +27,7 @@
 #include "engine.h"
 #include "engines/loopback/fault_script.h"
 #include "kvxfer/loopback.h"
+#include "wire/loopback_blob.h"
 
 namespace kvxfer::internal {
 namespace {
@@ -89,20 +90,6 @@ std::uint64_t random_cookie() {
   return rng();
 }
 
-// The engine blob: magic, then the agent key and cookie, little-endian.
-constexpr std::uint8_t kBlobMagic[4] = {'K', 'V', 'L', 'B'};
-constexpr std::size_t kBlobSize = sizeof(kBlobMagic) + 2 * sizeof(std::uint64_t);
-
-void put_u64(std::vector<std::uint8_t>& out, std::uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
-}
-
-std::uint64_t get_u64(const std::uint8_t* in) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value |= std::uint64_t{in[i]} << (8 * i);
-  return value;
-}
-
 class LoopbackEngine final : public Engine {
  public:
   explicit LoopbackEngine(const EngineConfig& config)
@@ -138,11 +125,7 @@ class LoopbackEngine final : public Engine {
   }
 
   [[nodiscard]] std::vector<std::uint8_t> local_blob() const override {
-    std::vector<std::uint8_t> blob(std::begin(kBlobMagic), std::end(kBlobMagic));
-    blob.reserve(kBlobSize);
-    put_u64(blob, key_);
-    put_u64(blob, local_->cookie);
-    return blob;
+    return wire::encode_loopback_blob({key_, local_->cookie});
   }
 
   [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
@@ -155,15 +138,12 @@ class LoopbackEngine final : public Engine {
       log().debug("loopback {}: connect to {} fails as scripted", agent_name_, remote.agent_name);
       return scripted;
     }
-    if (blob.size() != kBlobSize ||
-        !std::equal(std::begin(kBlobMagic), std::end(kBlobMagic), blob.begin())) {
-      return Status::kInvalidParam;
-    }
+    wire::LoopbackBlob where;
+    if (!wire::decode_loopback_blob(blob, &where)) return Status::kInvalidParam;
     if (remote.pid != 0 && remote.pid != static_cast<std::uint32_t>(::getpid())) {
       return Status::kNotFound;  // loopback peers live in this process only
     }
-    std::shared_ptr<Pool> pool = PoolRegistry::instance().find(
-        get_u64(blob.data() + sizeof(kBlobMagic)), get_u64(blob.data() + sizeof(kBlobMagic) + 8));
+    std::shared_ptr<Pool> pool = PoolRegistry::instance().find(where.key, where.cookie);
     if (pool == nullptr) return Status::kNotFound;
     // We copy with our block length into the pool the registry knows, so
     // anything the metadata claims must match that pool exactly.
