@@ -18,6 +18,7 @@
 
 #include "common/host.h"
 #include "common/log.h"
+#include "core/index_set.h"
 #include "core/registration_worker.h"
 #include "engine.h"
 #include "wire/metadata.h"
@@ -31,69 +32,6 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const noexcept {
     return std::hash<std::string_view>{}(s);
   }
-};
-
-template <typename Int>
-void check_range(std::span<const Int> idxs, std::uint64_t num_blocks, const char* what) {
-  for (std::size_t i = 0; i < idxs.size(); ++i) {
-    const auto v = static_cast<std::int64_t>(idxs[i]);
-    if (v < 0 || static_cast<std::uint64_t>(v) >= num_blocks) {
-      throw std::invalid_argument(
-          fmt::format("{}[{}] = {} is out of range [0, {})", what, i, v, num_blocks));
-    }
-  }
-}
-
-// A set of block indices for one write's duplicate check: open addressing
-// over reused storage, emptied in O(1) by bumping a stamp, so checking n
-// indices costs O(n) and allocates only when a write is larger than any
-// before it.
-class IndexSet {
- public:
-  // Returns false if `index` was already inserted since the last reset().
-  bool insert(std::int64_t index) {
-    std::size_t slot = hash(index);
-    for (;;) {
-      Slot& s = slots_[slot];
-      if (s.stamp != stamp_) {
-        s.stamp = stamp_;
-        s.index = index;
-        return true;
-      }
-      if (s.index == index) return false;
-      slot = (slot + 1) & mask_;
-    }
-  }
-
-  // Empties the set, sized for up to n inserts at a load of at most 1/2.
-  void reset(std::size_t n) {
-    std::size_t capacity = 16;
-    while (capacity < 2 * n) capacity *= 2;
-    if (capacity > slots_.size()) {
-      slots_.assign(capacity, Slot{});
-      stamp_ = 0;
-    }
-    mask_ = slots_.size() - 1;
-    if (++stamp_ == 0) {  // wrapped: old stamps could collide
-      std::fill(slots_.begin(), slots_.end(), Slot{});
-      stamp_ = 1;
-    }
-  }
-
- private:
-  struct Slot {
-    std::uint64_t stamp = 0;
-    std::int64_t index = 0;
-  };
-  [[nodiscard]] std::size_t hash(std::int64_t index) const {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull) >>
-                                    32) &
-           mask_;
-  }
-
-  std::vector<Slot> slots_;
-  std::size_t mask_ = 0;
-  std::uint64_t stamp_ = 0;
 };
 
 // Stall detection needs seconds, not nanoseconds: the coarse clock is cheaper
@@ -554,19 +492,8 @@ std::optional<TransferId> TransportState::write(std::string_view peer_id,
   Peer* peer = it->second.get();
   check_range(remote, peer->num_blocks, "remote_idxs");
 
-  // Two pairs writing one remote block would race; refuse the write. A
-  // strictly increasing list (the common case) has no duplicates.
-  bool increasing = true;
-  for (std::size_t i = 1; i < remote.size() && increasing; ++i) increasing = remote[i - 1] < remote[i];
-  if (!increasing) {
-    scratch_seen_.reset(remote.size());
-    for (const Int r : remote) {
-      if (!scratch_seen_.insert(r)) {
-        throw std::invalid_argument(
-            fmt::format("remote_idxs repeats block {} within one write", r));
-      }
-    }
-  }
+  // Two pairs writing one remote block would race; refuse the write.
+  check_no_duplicates(remote, scratch_seen_, "remote_idxs");
 
   if constexpr (std::is_same_v<Int, std::int64_t>) {
     return post(peer, local, remote);
