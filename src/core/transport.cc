@@ -19,6 +19,7 @@
 #include "common/host.h"
 #include "common/log.h"
 #include "core/index_set.h"
+#include "core/peer_policy.h"
 #include "core/registration_worker.h"
 #include "engine.h"
 #include "wire/metadata.h"
@@ -33,15 +34,6 @@ struct StringHash {
     return std::hash<std::string_view>{}(s);
   }
 };
-
-// Stall detection needs seconds, not nanoseconds: the coarse clock is cheaper
-// to read on every post and poll.
-std::chrono::steady_clock::time_point coarse_now() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return std::chrono::steady_clock::time_point(std::chrono::seconds(ts.tv_sec) +
-                                               std::chrono::nanoseconds(ts.tv_nsec));
-}
 
 }  // namespace
 
@@ -67,8 +59,7 @@ struct Peer {
   PeerHandle handle = 0;
   std::uint64_t num_blocks = 0;
   std::uint64_t block_len = 0;
-  int strikes = 0;
-  std::optional<std::string> fault;
+  Standing standing;  // strikes and fault: judged by PeerPolicy only
   Inflight* head = nullptr;
   Inflight* tail = nullptr;
   std::uint64_t inflight = 0;
@@ -139,12 +130,11 @@ class TransportState {
   void release(Inflight* e);
   void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
 
-  void record_failure(Peer* peer, Status status, std::string_view cause);
-  void record_check_failure(Peer* peer, Status status);
-  void set_fault(Peer* peer, std::string cause);
-
   std::optional<TransferId> post(Peer* peer, std::span<const std::int64_t> local,
                                  std::span<const std::int64_t> remote);
+
+  // Strikes, faults and the stall rule: every judgement of a peer goes here.
+  const PeerPolicy policy_;
 
   mutable std::mutex mu_;
   std::condition_variable connects_done_;
@@ -170,7 +160,8 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
       region_(region),
       options_(std::move(options)),
       fingerprint_(config_fingerprint(options_.config_fields)),
-      boot_id_(boot_id()) {
+      boot_id_(boot_id()),
+      policy_(agent_name_, options_.strike_limit, options_.stall_timeout) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
   if (region_.base == nullptr) throw std::invalid_argument("region base must not be null");
   if (region_.num_blocks == 0) throw std::invalid_argument("region num_blocks must be > 0");
@@ -431,40 +422,6 @@ void TransportState::release(Inflight* e) {
 }
 
 // ---------------------------------------------------------------------------
-// Strikes and faults: the one place that judges peers.
-// ---------------------------------------------------------------------------
-
-void TransportState::set_fault(Peer* peer, std::string cause) {
-  if (peer->fault) return;  // the first cause sticks
-  log().warn("kvxfer {}: registration for peer={} judged unusable: {}", agent_name_, peer->id,
-             cause);
-  peer->fault = std::move(cause);
-}
-
-void TransportState::record_failure(Peer* peer, Status status, std::string_view cause) {
-  if (is_peer_scope(status)) {
-    set_fault(peer, std::string(status_name(status)));
-    return;
-  }
-  const int strikes = ++peer->strikes;
-  if (strikes >= options_.strike_limit) {
-    set_fault(peer, fmt::format("{} consecutive transfer failures (last: {})", strikes, cause));
-  }
-}
-
-void TransportState::record_check_failure(Peer* peer, Status status) {
-  // A failed check is a failure the engine reported, not a flaky check. The
-  // peer is faulted rather than struck: with strikes, successes to the same
-  // peer could keep resetting them while this transfer stays in flight,
-  // holding the peer's blocks, for good.
-  if (is_peer_scope(status)) {
-    set_fault(peer, std::string(status_name(status)));
-  } else {
-    set_fault(peer, fmt::format("state check failed: {}", status_name(status)));
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Transfers
 // ---------------------------------------------------------------------------
 
@@ -514,7 +471,7 @@ std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::
     log().warn("kvxfer {}: write_blocks failed for peer={}: post {}", agent_name_, peer->id,
                status_name(st));
     ++peer->counters.post_failures;
-    record_failure(peer, st, fmt::format("post {}", status_name(st)));
+    policy_.record_failure(peer->standing, peer->id, st, fmt::format("post {}", status_name(st)));
     return std::nullopt;
   }
   ++next_id_;
@@ -523,7 +480,7 @@ std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::
   e.id = id;
   e.handle = handle;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
-  if (options_.stall_timeout.count() > 0) e.posted = coarse_now();
+  if (policy_.watches_stalls()) e.posted = coarse_now();
   link(peer, &e);
   return id;
 }
@@ -544,7 +501,7 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
       } else {
         log().warn("kvxfer {}: state check failed for transfer_id={}: {}", agent_name_, e->id,
                    status_name(check));
-        record_check_failure(peer, check);
+        policy_.record_check_failure(peer->standing, peer->id, check);
         e->struck = true;
       }
       // Kept unless the WRITE can no longer land: the peer is faulted now,
@@ -559,16 +516,8 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
       peer->counters.bytes_done += e->bytes;
       scratch_finished_.push_back(e);
     } else if (state == Status::kInProgress) {
-      // A frozen peer leaves a WRITE in progress for ever; the engines do not
-      // notice. Fault the peer so its owner tears it down, which reclaims the
-      // transfer; until then it stays, since it may still land.
-      if (!peer->fault && options_.stall_timeout.count() > 0 &&
-          now - e->posted >= options_.stall_timeout) {
-        set_fault(peer, fmt::format("{}: transfer_id={} in flight for {:.1f} s (stall_timeout {:.1f} s)",
-                                    status_name(Status::kStalled), e->id,
-                                    std::chrono::duration<double>(now - e->posted).count(),
-                                    std::chrono::duration<double>(options_.stall_timeout).count()));
-      }
+      // Stays, since it may still land; a stalled one faults its peer.
+      policy_.check_stall(peer->standing, peer->id, e->id, e->posted, now);
     } else {
       out.failed.push_back(e->id);
       ++peer->counters.transfers_failed;
@@ -593,8 +542,8 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
     engine_->progress();
     scratch_failures_.clear();
     scratch_finished_.clear();
-    const auto now = options_.stall_timeout.count() > 0 ? coarse_now()
-                                                         : std::chrono::steady_clock::time_point{};
+    const auto now =
+        policy_.watches_stalls() ? coarse_now() : std::chrono::steady_clock::time_point{};
     if (scoped != nullptr) {
       poll_peer(scoped, out, now);
     } else {
@@ -602,12 +551,13 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
     }
     for (Inflight* e : scratch_finished_) {
       if (e->peer->succeeded_in_batch) {
-        e->peer->strikes = 0;
+        policy_.record_success(e->peer->standing);
         e->peer->succeeded_in_batch = false;
       }
     }
     for (const auto& [peer, status] : scratch_failures_) {
-      record_failure(peer, status, fmt::format("state {}", status_name(status)));
+      policy_.record_failure(peer->standing, peer->id, status,
+                             fmt::format("state {}", status_name(status)));
     }
     for (Inflight* e : scratch_finished_) release(e);
     if (scoped == nullptr) {
@@ -615,7 +565,7 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
       std::sort(out.failed.begin(), out.failed.end());
     }
   }
-  if (scoped != nullptr) out.peer_fault = scoped->fault;
+  if (scoped != nullptr) out.peer_fault = scoped->standing.fault;
   return out;
 }
 
@@ -641,7 +591,7 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
     if (check != Status::kSuccess) {
       log().debug("kvxfer {}: cancel state check failed for transfer_id={}: {}", agent_name_, id,
                   status_name(check));
-      record_check_failure(e->peer, check);
+      policy_.record_check_failure(e->peer->standing, e->peer->id, check);
       e->struck = true;
       if (!is_terminal_check_error(check)) {
         still.push_back(id);
@@ -708,8 +658,8 @@ Stats TransportState::stats() const {
   for (const auto& [id, peer] : peers_) {
     PeerStats p = peer->counters;
     p.inflight = peer->inflight;
-    p.strikes = peer->strikes;
-    p.fault = peer->fault;
+    p.strikes = peer->standing.strikes;
+    p.fault = peer->standing.fault;
     s.peers.push_back(std::move(p));
   }
   std::sort(s.peers.begin(), s.peers.end(),
