@@ -71,19 +71,16 @@ void PeerPolicy::record_check_failure(Standing& peer, std::string_view peer_id,
   }
 }
 
-bool PeerPolicy::check_stall(Standing& peer, std::string_view peer_id, TransferId id,
-                             std::chrono::steady_clock::time_point posted,
-                             std::chrono::steady_clock::time_point now) const {
+void PeerPolicy::fault_stalled(Standing& peer, std::string_view peer_id, TransferId id,
+                               std::chrono::steady_clock::duration age) const {
   // A frozen peer leaves a WRITE in progress for ever; the engines do not
   // notice. Fault the peer so its owner tears it down, which reclaims the
   // transfer; until then it stays, since it may still land.
-  if (peer.fault || !watches_stalls() || now - posted < stall_timeout_) return false;
   set_fault(peer, peer_id,
             fmt::format("{}: transfer_id={} in flight for {:.1f} s (stall_timeout {:.1f} s)",
                         status_name(Status::kStalled), id,
-                        std::chrono::duration<double>(now - posted).count(),
+                        std::chrono::duration<double>(age).count(),
                         std::chrono::duration<double>(stall_timeout_).count()));
-  return true;
 }
 
 }  // namespace internal

@@ -52,12 +52,20 @@ class PeerPolicy {
   [[nodiscard]] bool watches_stalls() const noexcept { return stall_timeout_.count() > 0; }
 
   // The stall rule: a transfer still in progress stall_timeout after it was
-  // posted faults its peer. Returns whether this call faulted it.
+  // posted faults its peer. Returns whether this call faulted it. Inline: poll
+  // asks it of every transfer in progress.
   bool check_stall(Standing& peer, std::string_view peer_id, TransferId id,
                    std::chrono::steady_clock::time_point posted,
-                   std::chrono::steady_clock::time_point now) const;
+                   std::chrono::steady_clock::time_point now) const {
+    if (peer.fault || !watches_stalls() || now - posted < stall_timeout_) return false;
+    fault_stalled(peer, peer_id, id, now - posted);
+    return true;
+  }
 
  private:
+  void fault_stalled(Standing& peer, std::string_view peer_id, TransferId id,
+                     std::chrono::steady_clock::duration age) const;
+
   const std::string agent_name_;
   const int strike_limit_;
   const std::chrono::milliseconds stall_timeout_;
