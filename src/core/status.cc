@@ -1,3 +1,5 @@
+// Status names. What a status means for a peer (is_peer_scope,
+// is_terminal_check_error) is policy: see core/peer_policy.cc.
 #include "kvxfer/status.h"
 
 namespace kvxfer {
@@ -20,19 +22,6 @@ std::string_view status_name(Status status) noexcept {
     case Status::kStalled: return "STALLED";
   }
   return "UNKNOWN";
-}
-
-bool is_peer_scope(Status status) noexcept {
-  // A disconnect means the endpoint is gone; not-found means the peer's
-  // registration is. Either way no retry to this registration can succeed.
-  return status == Status::kRemoteDisconnect || status == Status::kNotFound;
-}
-
-bool is_terminal_check_error(Status status) noexcept {
-  // Only a disconnect proves nothing more can land. Any other failed check
-  // says nothing about the WRITE, which may still be writing the peer's
-  // blocks: dropping it would let them be reused under it.
-  return status == Status::kRemoteDisconnect;
 }
 
 }  // namespace kvxfer

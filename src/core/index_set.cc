@@ -1,0 +1,68 @@
+#include "core/index_set.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace kvxfer::internal {
+namespace {
+
+template <typename Int>
+void check_range_of(std::span<const Int> idxs, std::uint64_t num_blocks, const char* what) {
+  for (std::size_t i = 0; i < idxs.size(); ++i) {
+    const auto v = static_cast<std::int64_t>(idxs[i]);
+    if (v < 0 || static_cast<std::uint64_t>(v) >= num_blocks) {
+      throw std::invalid_argument(
+          fmt::format("{}[{}] = {} is out of range [0, {})", what, i, v, num_blocks));
+    }
+  }
+}
+
+template <typename Int>
+void check_no_duplicates_of(std::span<const Int> idxs, IndexSet& seen, const char* what) {
+  // A strictly increasing list (the common case) has no duplicates.
+  bool increasing = true;
+  for (std::size_t i = 1; i < idxs.size() && increasing; ++i) increasing = idxs[i - 1] < idxs[i];
+  if (increasing) return;
+  seen.reset(idxs.size());
+  for (const Int r : idxs) {
+    if (!seen.insert(r)) {
+      throw std::invalid_argument(fmt::format("{} repeats block {} within one write", what, r));
+    }
+  }
+}
+
+}  // namespace
+
+void check_range(std::span<const std::int64_t> idxs, std::uint64_t num_blocks, const char* what) {
+  check_range_of(idxs, num_blocks, what);
+}
+
+void check_range(std::span<const std::int32_t> idxs, std::uint64_t num_blocks, const char* what) {
+  check_range_of(idxs, num_blocks, what);
+}
+
+void check_no_duplicates(std::span<const std::int64_t> idxs, IndexSet& seen, const char* what) {
+  check_no_duplicates_of(idxs, seen, what);
+}
+
+void check_no_duplicates(std::span<const std::int32_t> idxs, IndexSet& seen, const char* what) {
+  check_no_duplicates_of(idxs, seen, what);
+}
+
+void IndexSet::reset(std::size_t n) {
+  std::size_t capacity = 16;
+  while (capacity < 2 * n) capacity *= 2;
+  if (capacity > slots_.size()) {
+    slots_.assign(capacity, Slot{});
+    stamp_ = 0;
+  }
+  mask_ = slots_.size() - 1;
+  if (++stamp_ == 0) {  // wrapped: old stamps could collide
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    stamp_ = 1;
+  }
+}
+
+}  // namespace kvxfer::internal

@@ -1,0 +1,194 @@
+// Peers: validating what the control plane hands us, registering (sync and
+// on the registration worker), generations so a superseded registration is
+// released instead of published, removal and teardown. Connects run outside
+// the lock. May touch the engine interface, src/common/ and src/wire/.
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/region.h"
+#include "core/transport_state.h"
+#include "wire/metadata.h"
+
+namespace kvxfer::internal {
+
+TransportState::Registration TransportState::validate_peer(
+    const std::string& peer_id, std::span<const std::uint8_t> metadata, std::uintptr_t base_addr,
+    std::uint64_t num_blocks, std::uint64_t block_len) const {
+  if (peer_id.empty()) throw std::invalid_argument("peer_id must not be empty");
+  if (num_blocks == 0) throw std::invalid_argument("peer num_blocks must be > 0");
+  if (block_len == 0) throw std::invalid_argument("peer block_len must be > 0");
+  if (block_len != region_.block_len) {
+    throw std::invalid_argument(fmt::format(
+        "peer {} block_len {} differs from ours ({})", peer_id, block_len, region_.block_len));
+  }
+  // The size only, as it always was: a base whose region would wrap the
+  // address space is the engine's to refuse at connect (kInvalidParam, so
+  // add_remote_peer throws std::runtime_error), and stays so.
+  if (!region_is_valid(0, num_blocks, block_len)) {
+    throw std::invalid_argument("peer num_blocks * block_len overflows");
+  }
+  wire::AgentMetadata m = wire::decode(metadata);
+  if (m.engine != engine_->name()) {
+    throw std::invalid_argument(fmt::format("peer {} metadata is for backend {}, this transport uses {}",
+                                            peer_id, m.engine, engine_->name()));
+  }
+  if (m.agent_name == agent_name_) {
+    throw std::invalid_argument(
+        fmt::format("peer {} has our own agent name '{}'", peer_id, agent_name_));
+  }
+  if (m.base_addr != base_addr || m.num_blocks != num_blocks || m.block_len != block_len) {
+    throw std::invalid_argument(fmt::format(
+        "peer {} geometry (base {:#x}, {} blocks of {}) disagrees with its metadata "
+        "(base {:#x}, {} blocks of {})",
+        peer_id, base_addr, num_blocks, block_len, m.base_addr, m.num_blocks, m.block_len));
+  }
+  if (!m.config_fingerprint.empty() && !fingerprint_.empty() &&
+      m.config_fingerprint != fingerprint_) {
+    throw std::invalid_argument(fmt::format("peer {} config fingerprint {} differs from ours ({})",
+                                            peer_id, m.config_fingerprint, fingerprint_));
+  }
+  Registration reg;
+  reg.remote = RemoteRegion{m.agent_name, m.base_addr, m.num_blocks, m.block_len, m.pid, m.boot_id};
+  reg.blob = std::move(m.engine_blob);
+  return reg;
+}
+
+std::uint64_t TransportState::begin_registration(const std::string& peer_id) {
+  // Caller holds mu_.
+  const std::uint64_t gen = ++next_gen_;
+  generations_[peer_id] = gen;
+  // Re-adding tears the old registration down first: no stale endpoint is
+  // ever reused, and writes during the new registration see an unknown peer.
+  if (auto it = peers_.find(peer_id); it != peers_.end()) {
+    auto old = std::move(it->second);
+    peers_.erase(it);
+    teardown_peer(std::move(old));
+  }
+  return gen;
+}
+
+void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t gen,
+                                       const Registration& reg) {
+  PeerHandle handle = 0;
+  const Status st = engine_->connect(reg.blob, reg.remote, &handle);
+  std::unique_lock lock(mu_);
+  if (st != Status::kSuccess) {
+    throw std::runtime_error(fmt::format("kvxfer {}: cannot register peer {}: {}", agent_name_,
+                                         peer_id, status_name(st)));
+  }
+  auto it = generations_.find(peer_id);
+  const bool fresh = !closing_ && it != generations_.end() && it->second == gen;
+  if (fresh) {
+    auto peer = std::make_unique<Peer>();
+    peer->id = peer_id;
+    peer->handle = handle;
+    peer->num_blocks = reg.remote.num_blocks;
+    peer->block_len = reg.remote.block_len;
+    peer->counters.peer_id = peer_id;
+    peer->counters.num_blocks = reg.remote.num_blocks;
+    peers_.emplace(peer_id, std::move(peer));
+    log().info("kvxfer {}: registered peer={} ({} blocks)", agent_name_, peer_id,
+               reg.remote.num_blocks);
+    return;
+  }
+  // Nothing else ever saw these handles: release them here.
+  log().info("kvxfer {}: discarding superseded registration for peer={}", agent_name_, peer_id);
+  if (const Status d = engine_->disconnect(handle); d != Status::kSuccess) {
+    log().warn("kvxfer {}: releasing superseded registration for peer={} failed: {}", agent_name_,
+               peer_id, status_name(d));
+  }
+  throw SupersededError(fmt::format(
+      "registration for peer {} was superseded (peer removed or re-registered while registering)",
+      peer_id));
+}
+
+void TransportState::add_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
+                              std::uintptr_t base_addr, std::uint64_t num_blocks,
+                              std::uint64_t block_len) {
+  Registration reg = validate_peer(peer_id, metadata, base_addr, num_blocks, block_len);
+  std::uint64_t gen = 0;
+  {
+    std::lock_guard lock(mu_);
+    throw_if_closing();
+    gen = begin_registration(peer_id);
+    ++active_connects_;
+  }
+  struct Done {
+    TransportState* self;
+    ~Done() {
+      std::lock_guard lock(self->mu_);
+      if (--self->active_connects_ == 0) self->connects_done_.notify_all();
+    }
+  } done{this};
+  build_and_publish(peer_id, gen, reg);
+}
+
+std::future<void> TransportState::add_peer_async(const std::string& peer_id,
+                                                 std::span<const std::uint8_t> metadata,
+                                                 std::uintptr_t base_addr,
+                                                 std::uint64_t num_blocks,
+                                                 std::uint64_t block_len) {
+  auto reg = std::make_shared<Registration>(
+      validate_peer(peer_id, metadata, base_addr, num_blocks, block_len));
+  auto promise = std::make_shared<std::promise<void>>();
+  std::future<void> future = promise->get_future();
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  const std::uint64_t gen = begin_registration(peer_id);
+  const bool taken = worker_.submit([this, peer_id, gen, reg, promise](bool run) {
+    if (!run) {
+      promise->set_exception(std::make_exception_ptr(SupersededError(fmt::format(
+          "registration for peer {} was superseded (transport closed before it ran)", peer_id))));
+      return;
+    }
+    try {
+      build_and_publish(peer_id, gen, *reg);
+      promise->set_value();
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  if (!taken) throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
+  return future;
+}
+
+void TransportState::remove_peer(const std::string& peer_id) {
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  // Invalidate any registration still being built so its worker releases
+  // the handles instead of publishing them.
+  generations_.erase(peer_id);
+  if (auto it = peers_.find(peer_id); it != peers_.end()) {
+    auto peer = std::move(it->second);
+    peers_.erase(it);
+    teardown_peer(std::move(peer));
+  }
+}
+
+std::vector<std::string> TransportState::peer_ids() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> ids;
+  ids.reserve(peers_.size());
+  for (const auto& [id, peer] : peers_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void TransportState::teardown_peer(std::unique_ptr<Peer> peer) {
+  // Caller holds mu_. Its transfers are drained: released, never reported.
+  while (peer->head != nullptr) release(peer->head);
+  if (const Status st = engine_->disconnect(peer->handle); st != Status::kSuccess) {
+    log().warn("kvxfer {}: releasing handles of peer={} failed: {}", agent_name_, peer->id,
+               status_name(st));
+  }
+  log().info("kvxfer {}: removed peer={}", agent_name_, peer->id);
+}
+
+}  // namespace kvxfer::internal

@@ -1,0 +1,251 @@
+// Transfers: the in-flight table, write (the caller's indices checked, then
+// posted), poll (classify, then let PeerPolicy judge the peers) and
+// cancel. write and poll are the hot path: nothing here allocates per block.
+// May touch the engine interface and src/common/.
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/log.h"
+#include "core/transport_state.h"
+
+namespace kvxfer::internal {
+
+void TransportState::link(Peer* peer, Inflight* e) {
+  e->peer = peer;
+  e->prev = peer->tail;
+  e->next = nullptr;
+  if (peer->tail != nullptr) {
+    peer->tail->next = e;
+  } else {
+    peer->head = e;
+  }
+  peer->tail = e;
+  ++peer->inflight;
+}
+
+void TransportState::unlink(Inflight* e) {
+  Peer* peer = e->peer;
+  (e->prev != nullptr ? e->prev->next : peer->head) = e->next;
+  (e->next != nullptr ? e->next->prev : peer->tail) = e->prev;
+  --peer->inflight;
+}
+
+// Releases the handle (a failure is logged; the entry goes either way) and
+// forgets the transfer.
+void TransportState::release(Inflight* e) {
+  if (const Status st = engine_->release(e->handle); st != Status::kSuccess) {
+    log().warn("kvxfer {}: releasing transfer_id={} failed: {}", agent_name_, e->id,
+               status_name(st));
+  }
+  unlink(e);
+  inflight_.erase(e->id);
+}
+
+template <typename Int>
+std::optional<TransferId> TransportState::write(std::string_view peer_id,
+                                                std::span<const Int> local,
+                                                std::span<const Int> remote) {
+  if (local.size() != remote.size()) {
+    throw std::invalid_argument(fmt::format("local_idxs has {} entries but remote_idxs has {}",
+                                            local.size(), remote.size()));
+  }
+  if (local.empty()) throw std::invalid_argument("write_blocks needs at least one block");
+  check_range(local, region_.num_blocks, "local_idxs");
+
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) {
+    std::vector<std::string_view> known;
+    for (const auto& [id, p] : peers_) known.push_back(id);
+    log().warn("kvxfer {}: write_blocks to unknown peer={} (known peers: [{}])", agent_name_,
+               peer_id, fmt::join(known, ", "));
+    return std::nullopt;
+  }
+  Peer* peer = it->second.get();
+  check_range(remote, peer->num_blocks, "remote_idxs");
+
+  // Two pairs writing one remote block would race; refuse the write.
+  check_no_duplicates(remote, scratch_seen_, "remote_idxs");
+
+  if constexpr (std::is_same_v<Int, std::int64_t>) {
+    return post(peer, local, remote);
+  } else {
+    scratch_local_.assign(local.begin(), local.end());
+    scratch_remote_.assign(remote.begin(), remote.end());
+    return post(peer, scratch_local_, scratch_remote_);
+  }
+}
+
+std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::int64_t> local,
+                                               std::span<const std::int64_t> remote) {
+  // Caller holds mu_.
+  const TransferId id = next_id_;
+  XferHandle handle = 0;
+  const Status st = engine_->post_write(peer->handle, id, local, remote, &handle);
+  if (st != Status::kSuccess) {
+    log().warn("kvxfer {}: write_blocks failed for peer={}: post {}", agent_name_, peer->id,
+               status_name(st));
+    ++peer->counters.post_failures;
+    policy_.record_failure(peer->standing, peer->id, st, fmt::format("post {}", status_name(st)));
+    return std::nullopt;
+  }
+  ++next_id_;
+  auto [slot, inserted] = inflight_.try_emplace(id);
+  Inflight& e = slot->second;
+  e.id = id;
+  e.handle = handle;
+  e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
+  if (policy_.watches_stalls()) e.posted = coarse_now();
+  link(peer, &e);
+  return id;
+}
+
+void TransportState::poll_peer(Peer* peer, PollResult& out,
+                               std::chrono::steady_clock::time_point now) {
+  // Caller holds mu_. Classify every transfer of this peer first; strikes
+  // are applied once the batch is classified, because poll() sees
+  // completions, not their order: a success anywhere in the batch is the
+  // success "between" the peer's earlier failures.
+  for (Inflight* e = peer->head; e != nullptr; e = e->next) {
+    Status state = Status::kInProgress;
+    const Status check = engine_->check(e->handle, &state);
+    if (check != Status::kSuccess) {
+      if (e->struck) {
+        log().debug("kvxfer {}: state check failed for transfer_id={}: {}", agent_name_, e->id,
+                    status_name(check));
+      } else {
+        log().warn("kvxfer {}: state check failed for transfer_id={}: {}", agent_name_, e->id,
+                   status_name(check));
+        policy_.record_check_failure(peer->standing, peer->id, check);
+        e->struck = true;
+      }
+      // Kept unless the WRITE can no longer land: the peer is faulted now,
+      // so its owner tears it down, which reclaims the transfer.
+      if (!is_terminal_check_error(check)) continue;
+      state = check;
+    }
+    if (state == Status::kSuccess) {
+      out.done.push_back(e->id);
+      peer->succeeded_in_batch = true;
+      ++peer->counters.transfers_done;
+      peer->counters.bytes_done += e->bytes;
+      scratch_finished_.push_back(e);
+    } else if (state == Status::kInProgress) {
+      // Stays, since it may still land; a stalled one faults its peer.
+      policy_.check_stall(peer->standing, peer->id, e->id, e->posted, now);
+    } else {
+      out.failed.push_back(e->id);
+      ++peer->counters.transfers_failed;
+      if (!e->struck) scratch_failures_.emplace_back(peer, state);
+      scratch_finished_.push_back(e);
+    }
+  }
+}
+
+PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
+  PollResult out;
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  Peer* scoped = nullptr;
+  if (peer_id) {
+    auto it = peers_.find(*peer_id);
+    if (it == peers_.end()) return out;
+    scoped = it->second.get();
+  }
+  if (inflight_.empty() && scoped == nullptr) return out;
+  if (!inflight_.empty()) {
+    engine_->progress();
+    scratch_failures_.clear();
+    scratch_finished_.clear();
+    const auto now =
+        policy_.watches_stalls() ? coarse_now() : std::chrono::steady_clock::time_point{};
+    if (scoped != nullptr) {
+      poll_peer(scoped, out, now);
+    } else {
+      for (auto& [id, peer] : peers_) poll_peer(peer.get(), out, now);
+    }
+    for (Inflight* e : scratch_finished_) {
+      if (e->peer->succeeded_in_batch) {
+        policy_.record_success(e->peer->standing);
+        e->peer->succeeded_in_batch = false;
+      }
+    }
+    for (const auto& [peer, status] : scratch_failures_) {
+      policy_.record_failure(peer->standing, peer->id, status,
+                             fmt::format("state {}", status_name(status)));
+    }
+    for (Inflight* e : scratch_finished_) release(e);
+    if (scoped == nullptr) {
+      std::sort(out.done.begin(), out.done.end());
+      std::sort(out.failed.begin(), out.failed.end());
+    }
+  }
+  if (scoped != nullptr) out.peer_fault = scoped->standing.fault;
+  return out;
+}
+
+std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, CancelMode mode) {
+  std::vector<TransferId> still;
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  if (mode == CancelMode::kImmediate) {
+    // The engine keeps whatever a WRITE still in flight needs; forgetting it
+    // here frees nothing it writes through.
+    for (const TransferId id : ids) {
+      if (auto it = inflight_.find(id); it != inflight_.end()) release(&it->second);
+    }
+    return still;
+  }
+  engine_->progress();
+  for (const TransferId id : ids) {
+    auto it = inflight_.find(id);
+    if (it == inflight_.end()) continue;
+    Inflight* e = &it->second;
+    Status state = Status::kInProgress;
+    const Status check = engine_->check(e->handle, &state);
+    if (check != Status::kSuccess) {
+      log().debug("kvxfer {}: cancel state check failed for transfer_id={}: {}", agent_name_, id,
+                  status_name(check));
+      policy_.record_check_failure(e->peer->standing, e->peer->id, check);
+      e->struck = true;
+      if (!is_terminal_check_error(check)) {
+        still.push_back(id);
+        continue;
+      }
+      // Terminal either way: drop it even if its handle cannot be released.
+      release(e);
+      continue;
+    }
+    // Releasing a transfer still in progress would not stop the WRITE: the
+    // bytes keep landing. So it stays for a later poll to observe.
+    if (state == Status::kInProgress) {
+      still.push_back(id);
+      continue;
+    }
+    if (const Status st = engine_->release(e->handle); st != Status::kSuccess) {
+      log().debug("kvxfer {}: cancel pending for transfer_id={}: {}", agent_name_, id,
+                  status_name(st));
+      still.push_back(id);
+      continue;
+    }
+    unlink(e);
+    inflight_.erase(it);
+  }
+  return still;
+}
+
+template std::optional<TransferId> TransportState::write<std::int64_t>(
+    std::string_view peer_id, std::span<const std::int64_t> local,
+    std::span<const std::int64_t> remote);
+template std::optional<TransferId> TransportState::write<std::int32_t>(
+    std::string_view peer_id, std::span<const std::int32_t> local,
+    std::span<const std::int32_t> remote);
+
+}  // namespace kvxfer::internal

@@ -1,0 +1,160 @@
+// The transport's private state, shared by the core's rooms: transport.cc
+// (lifecycle), peers.cc (registrations) and transfers.cc (the in-flight
+// table). Knows nothing of UCX; drives an Engine under one mutex.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/index_set.h"
+#include "core/peer_policy.h"
+#include "core/registration_worker.h"
+#include "engine.h"
+#include "kvxfer/transport.h"
+
+namespace kvxfer::internal {
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+
+struct Peer;
+
+// A submitted WRITE not yet drained. Linked into its peer's list so a scoped
+// poll walks only that peer's transfers.
+struct Inflight {
+  TransferId id = 0;
+  Peer* peer = nullptr;
+  XferHandle handle = 0;
+  std::uint64_t bytes = 0;
+  std::chrono::steady_clock::time_point posted;
+  // Set once the transfer has counted against its peer, so a check that
+  // keeps failing charges the peer once, not once per poll.
+  bool struck = false;
+  Inflight* prev = nullptr;
+  Inflight* next = nullptr;
+};
+
+// One published registration of a peer.
+struct Peer {
+  std::string id;
+  PeerHandle handle = 0;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t block_len = 0;
+  Standing standing;  // strikes and fault: judged by PeerPolicy only
+  Inflight* head = nullptr;
+  Inflight* tail = nullptr;
+  std::uint64_t inflight = 0;
+  bool succeeded_in_batch = false;
+  PeerStats counters;
+};
+
+class TransportState {
+ public:
+  TransportState(std::string agent_name, Region region, Options options);
+  ~TransportState();
+
+  // peers.cc
+  void add_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
+                std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len);
+  std::future<void> add_peer_async(const std::string& peer_id,
+                                   std::span<const std::uint8_t> metadata,
+                                   std::uintptr_t base_addr, std::uint64_t num_blocks,
+                                   std::uint64_t block_len);
+  void remove_peer(const std::string& peer_id);
+  std::vector<std::string> peer_ids() const;
+
+  // transfers.cc (write is instantiated there for int64 and int32 indices)
+  template <typename Int>
+  std::optional<TransferId> write(std::string_view peer_id, std::span<const Int> local,
+                                  std::span<const Int> remote);
+  PollResult poll(std::optional<std::string_view> peer_id);
+  std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
+
+  // transport.cc
+  void close();
+  Stats stats() const;
+  std::vector<std::uint8_t> metadata() const;
+
+  const std::string agent_name_;
+  const Region region_;
+  const Options options_;
+  const std::string fingerprint_;
+  const std::string boot_id_;
+  std::unique_ptr<Engine> engine_;
+
+  bool closing() const {
+    std::lock_guard lock(mu_);
+    return closing_;
+  }
+  bool closed() const {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+ private:
+  struct Registration {
+    RemoteRegion remote;
+    std::vector<std::uint8_t> blob;
+  };
+
+  Registration validate_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
+                             std::uintptr_t base_addr, std::uint64_t num_blocks,
+                             std::uint64_t block_len) const;
+  // Claims the next generation for peer_id and tears down what it had.
+  std::uint64_t begin_registration(const std::string& peer_id);
+  // Connects outside the lock and publishes unless superseded. Throws
+  // SupersededError when superseded, std::runtime_error when unreachable.
+  void build_and_publish(const std::string& peer_id, std::uint64_t gen, const Registration& reg);
+
+  void throw_if_closing() const {
+    if (closing_) throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
+  }
+  void teardown_peer(std::unique_ptr<Peer> peer);
+  void link(Peer* peer, Inflight* e);
+  void unlink(Inflight* e);
+  void release(Inflight* e);
+  void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
+
+  std::optional<TransferId> post(Peer* peer, std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote);
+
+  // Strikes, faults and the stall rule: every judgement of a peer goes here.
+  const PeerPolicy policy_;
+
+  mutable std::mutex mu_;
+  std::condition_variable connects_done_;
+  bool closing_ = false;
+  bool closed_ = false;
+  int active_connects_ = 0;
+  TransferId next_id_ = 1;
+  std::uint64_t next_gen_ = 0;
+  std::unordered_map<std::string, std::uint64_t, StringHash, std::equal_to<>> generations_;
+  std::unordered_map<std::string, std::unique_ptr<Peer>, StringHash, std::equal_to<>> peers_;
+  std::unordered_map<TransferId, Inflight> inflight_;
+  // Reused across calls so the hot path allocates nothing per block.
+  std::vector<std::int64_t> scratch_local_;
+  std::vector<std::int64_t> scratch_remote_;
+  IndexSet scratch_seen_;
+  std::vector<std::pair<Peer*, Status>> scratch_failures_;
+  std::vector<Inflight*> scratch_finished_;
+  RegistrationWorker worker_;
+};
+
+}  // namespace kvxfer::internal

@@ -1,0 +1,159 @@
+// The caller's indices, checked before anything is posted: the range check
+// names the offending index and value; the duplicate check finds every
+// repeat, none that is not one, and stays O(n) per write over reused storage.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/index_set.h"
+
+namespace kvxfer::internal {
+
+// Reaches into the set's storage: a stamp near its wrap, and how many slots
+// still hold an entry from some earlier write.
+class IndexSetTestPeer {
+ public:
+  static void set_stamp(IndexSet& set, std::uint64_t stamp) { set.stamp_ = stamp; }
+  static std::size_t stale_slots(const IndexSet& set) {
+    std::size_t n = 0;
+    for (const auto& slot : set.slots_) n += slot.stamp != 0 && slot.stamp != set.stamp_;
+    return n;
+  }
+};
+
+namespace {
+
+// The message check_range throws for `idxs`, or "" when it accepts them.
+template <typename Int>
+std::string range_error(const std::vector<Int>& idxs, std::uint64_t num_blocks,
+                        const char* what) {
+  try {
+    check_range(std::span<const Int>(idxs), num_blocks, what);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+template <typename Int>
+std::string duplicate_error(const std::vector<Int>& idxs, IndexSet& seen) {
+  try {
+    check_no_duplicates(std::span<const Int>(idxs), seen, "remote_idxs");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(IndexSetTest, SecondInsertOfAnIndexIsADuplicate) {
+  IndexSet set;
+  set.reset(3);
+  EXPECT_TRUE(set.insert(5));
+  EXPECT_TRUE(set.insert(9));
+  EXPECT_FALSE(set.insert(5));
+  EXPECT_FALSE(set.insert(9));
+}
+
+TEST(IndexSetTest, DistinctIndicesAreNeverDuplicates) {
+  IndexSet set;
+  set.reset(3000);
+  for (std::int64_t i = 0; i < 1000; ++i) EXPECT_TRUE(set.insert(i)) << i;
+  // Multiples of a large power of two land on few hash slots: long probes.
+  for (std::int64_t i = 1; i <= 1000; ++i) EXPECT_TRUE(set.insert(i << 32)) << i;
+  for (std::int64_t i = 1; i <= 1000; ++i) EXPECT_TRUE(set.insert(-i)) << -i;
+}
+
+TEST(IndexSetTest, ResetForgetsEveryEarlierIndex) {
+  IndexSet set;
+  for (int round = 0; round < 100; ++round) {
+    set.reset(64);
+    for (std::int64_t i = 0; i < 64; ++i) EXPECT_TRUE(set.insert(i)) << round << " " << i;
+  }
+}
+
+TEST(IndexSetTest, ResetClearsNoSlotsAndKeepsItsStorage) {
+  IndexSet set;
+  set.reset(100);
+  const std::size_t capacity = set.capacity();
+  for (std::int64_t i = 0; i < 100; ++i) ASSERT_TRUE(set.insert(i));
+
+  set.reset(100);
+
+  // O(1): the old entries are still in their slots, only outdated.
+  EXPECT_EQ(IndexSetTestPeer::stale_slots(set), 100u);
+  EXPECT_EQ(set.capacity(), capacity);
+  for (std::int64_t i = 0; i < 100; ++i) EXPECT_TRUE(set.insert(i)) << i;
+  set.reset(10);
+  EXPECT_EQ(set.capacity(), capacity);
+}
+
+TEST(IndexSetTest, StampWrapForgetsEntriesOfTheFirstStamp) {
+  IndexSet set;
+  set.reset(4);  // stamp 1
+  ASSERT_TRUE(set.insert(7));
+  IndexSetTestPeer::set_stamp(set, std::numeric_limits<std::uint64_t>::max());
+
+  set.reset(4);  // the stamp wraps back to 1, the stamp 7 was inserted under
+
+  EXPECT_TRUE(set.insert(7));
+  EXPECT_FALSE(set.insert(7));
+}
+
+TEST(IndexSetTest, GrowsForAWriteLargerThanAnyBefore) {
+  IndexSet set;
+  set.reset(4);
+  EXPECT_EQ(set.capacity(), 16u);
+  ASSERT_TRUE(set.insert(3));
+
+  set.reset(1000);
+
+  EXPECT_GE(set.capacity(), 2000u);
+  for (std::int64_t i = 0; i < 1000; ++i) EXPECT_TRUE(set.insert(i)) << i;
+  for (std::int64_t i = 0; i < 1000; ++i) EXPECT_FALSE(set.insert(i)) << i;
+}
+
+TEST(CheckRangeTest, IndicesInRangeAreAccepted) {
+  EXPECT_EQ(range_error<std::int64_t>({0, 5, 31}, 32, "local_idxs"), "");
+  EXPECT_EQ(range_error<std::int32_t>({31, 0}, 32, "local_idxs"), "");
+}
+
+TEST(CheckRangeTest, IndexPastTheEndNamesItsPositionAndValue) {
+  EXPECT_EQ(range_error<std::int64_t>({0, 1, 37}, 32, "remote_idxs"),
+            "remote_idxs[2] = 37 is out of range [0, 32)");
+  EXPECT_EQ(range_error<std::int64_t>({32}, 32, "local_idxs"),
+            "local_idxs[0] = 32 is out of range [0, 32)");
+}
+
+TEST(CheckRangeTest, NegativeIndexNamesItsPositionAndValue) {
+  EXPECT_EQ(range_error<std::int64_t>({4, -1}, 32, "local_idxs"),
+            "local_idxs[1] = -1 is out of range [0, 32)");
+  EXPECT_EQ(range_error<std::int32_t>({-7}, 32, "remote_idxs"),
+            "remote_idxs[0] = -7 is out of range [0, 32)");
+}
+
+TEST(CheckNoDuplicatesTest, RepeatedBlockIsNamed) {
+  IndexSet seen;
+  EXPECT_EQ(duplicate_error<std::int64_t>({5, 9, 5}, seen),
+            "remote_idxs repeats block 5 within one write");
+  EXPECT_EQ(duplicate_error<std::int32_t>({2, 1, 1}, seen),
+            "remote_idxs repeats block 1 within one write");
+}
+
+TEST(CheckNoDuplicatesTest, UnorderedDistinctBlocksAreAccepted) {
+  IndexSet seen;
+  EXPECT_EQ(duplicate_error<std::int64_t>({9, 5, 7, 0}, seen), "");
+  EXPECT_EQ(duplicate_error<std::int64_t>({9, 5, 7, 0}, seen), "");
+}
+
+TEST(CheckNoDuplicatesTest, IncreasingListNeedsNoSet) {
+  IndexSet seen;
+  EXPECT_EQ(duplicate_error<std::int64_t>({0, 1, 2, 40, 41}, seen), "");
+  EXPECT_EQ(seen.capacity(), 0u);
+}
+
+}  // namespace
+}  // namespace kvxfer::internal
