@@ -93,8 +93,9 @@ struct EngineConfig {
   const Options* options = nullptr;
 };
 
-// Engine factories, one per folder under src/engines/. Throw
-// std::runtime_error when the engine cannot start.
+// Engine factories, one per backend name. Throw std::runtime_error when the
+// engine cannot start. Backend "UCX" is src/engines/lanes.cc, which gives each
+// peer the same-host lane (engines/cma/) or the UCX lane (engines/ucx/).
 std::unique_ptr<Engine> make_ucx_engine(const EngineConfig& config);
 std::unique_ptr<Engine> make_loopback_engine(const EngineConfig& config);
 
