@@ -43,6 +43,7 @@ std::uint64_t parse_size(const std::string& key, const std::string& text) {
 UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engine_config,
                                  const EnvLookup& env, bool has_rdma_device) {
   UcxSettings out;
+  out.rma = has_rdma_device;
   // engine_config keys go to ucp_config_modify without the UCX_ prefix.
   for (const auto& [raw_key, value] : engine_config) {
     // kvxfer's own knobs; everything else is UCX's.
@@ -55,6 +56,17 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       if (out.scatter_chunk_bytes < 4096 || out.scatter_chunk_bytes > (std::uint64_t{64} << 20)) {
         throw std::runtime_error(fmt::format(
             "kvxfer UCX: engine_config KVXFER_SCATTER_CHUNK={} is outside 4K..64M", value));
+      }
+      continue;
+    }
+    if (raw_key == "KVXFER_RMA") {
+      if (value == "on") {
+        out.rma = true;
+      } else if (value == "off") {
+        out.rma = false;
+      } else if (value != "auto") {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_RMA={} is not one of auto, on, off", value));
       }
       continue;
     }
@@ -79,6 +91,14 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
     out.overrides[key] = value;
   };
   if (!tls_allows(out.tls, {"tcp"})) return out;
+
+  // Without RMA, no put may reach the wire: UCX 1.13's TCP transport would
+  // otherwise advertise put_zcopy, and a target carries out a TCP put by
+  // writing the address the message names, unchecked. With PUT_ENABLE=n our
+  // iface does not advertise it, so no peer's UCP selects it towards us. (The
+  // uct tcp receive path still handles a PUT_REQ sent by a client speaking
+  // uct's wire protocol directly: docs/reliability.md, Limits.)
+  if (!out.rma) set_default("TCP_", "PUT_ENABLE", "n");
 
   // UCX 1.13 emulates puts over TCP with active messages of TX_SEG_SIZE
   // bytes (8K by default): 64K moved 2 MiB blocks 2.3x faster here, and does
