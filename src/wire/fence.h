@@ -36,6 +36,9 @@ inline constexpr unsigned kFenceAmId = 9;
 inline constexpr std::uint32_t kFenceMagic = 0x4658564b;  // "KVXF" as bytes
 inline constexpr std::uint16_t kFenceVersion = 1;
 inline constexpr std::size_t kFenceLen = 40;
+// How many initiator lineages a target remembers; past that, the least
+// recently fenced is forgotten (its writes are refused from then on).
+inline constexpr std::size_t kMaxFences = 4096;
 
 struct Fence {
   std::uint64_t token = 0;

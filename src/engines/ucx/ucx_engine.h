@@ -58,9 +58,6 @@ inline Status map_post_error(ucs_status_t status) {
   return is_disconnect(status) ? Status::kRemoteDisconnect : Status::kBackend;
 }
 
-// Initiator lineages a target remembers (wire/fence.h).
-inline constexpr std::size_t kMaxFences = 4096;
-
 // A fresh unguessable nonzero 64-bit number (getrandom; no allocation).
 std::uint64_t fresh_random();
 
