@@ -53,8 +53,8 @@ TEST(UcxConfigTest, TlsComesFromTheEnvironmentUnlessEngineConfigSetsIt) {
 TEST(UcxConfigTest, TcpDefaultsApplyWhereTcpMayBeUsed) {
   for (const std::string tls : {"tcp", "all", "sm,tcp,self"}) {
     const UcxSettings s = settings({{"TLS", tls}});
-    EXPECT_EQ(key(s, "TX_SEG_SIZE"), "64K") << tls;
-    EXPECT_EQ(key(s, "RX_SEG_SIZE"), "256K") << tls;
+    EXPECT_EQ(key(s, "TX_SEG_SIZE"), "1M") << tls;
+    EXPECT_EQ(key(s, "RX_SEG_SIZE"), "1M") << tls;
     EXPECT_EQ(key(s, "ZCOPY_THRESH"), "inf") << tls;
     EXPECT_EQ(key(s, "KEEPIDLE"), "5s") << tls;
     EXPECT_EQ(key(s, "KEEPINTVL"), "1s") << tls;
@@ -141,7 +141,7 @@ TEST(UcxConfigTest, UserKeyWinsOverOurDefaultsWithOrWithoutTheTransportPrefix) {
 TEST(UcxConfigTest, RdmaDeviceLeavesZeroCopyAlone) {
   const UcxSettings s = settings({{"TLS", "tcp"}}, {}, /*rdma=*/true);
   EXPECT_FALSE(key(s, "ZCOPY_THRESH").has_value());
-  EXPECT_EQ(key(s, "TX_SEG_SIZE"), "64K");
+  EXPECT_EQ(key(s, "TX_SEG_SIZE"), "1M");
 }
 
 TEST(UcxConfigTest, ScatterKnobsDefaultAndAreNotPassedToUcx) {

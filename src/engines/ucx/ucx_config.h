@@ -18,7 +18,9 @@ namespace kvxfer::internal::ucx {
 // transport through engine_config (KVXFER_SCATTER_MAX_RUN,
 // KVXFER_SCATTER_CHUNK; a max run of 0 turns scatter writes off).
 inline constexpr std::uint64_t kScatterMaxRunBytes = 64 * 1024;
-inline constexpr std::uint64_t kScatterChunkBytes = 256 * 1024;
+// Just under the 1M TCP segment we set, so that a message (chunk, header of
+// up to 1024 runs, UCX's own headers) goes in one segment.
+inline constexpr std::uint64_t kScatterChunkBytes = 992 * 1024;
 
 struct UcxSettings {
   // Whether the context asks for UCP_FEATURE_RMA (puts). Only where an RDMA
