@@ -153,9 +153,10 @@ class RawTarget {
   RawWorker& raw() { return raw_; }
   // The engine blob a kvxfer initiator connects to: takes scatter writes,
   // publishes no rkey.
-  [[nodiscard]] std::vector<std::uint8_t> blob() const {
+  [[nodiscard]] std::vector<std::uint8_t> blob(
+      std::uint16_t flags = ucx::kBlobAcceptsScatter) const {
     ucx::Blob b;
-    b.flags = ucx::kBlobAcceptsScatter;
+    b.flags = flags;
     b.cookie_epoch = token_;
     b.worker_address = raw_.address();
     return ucx::encode_blob(b);

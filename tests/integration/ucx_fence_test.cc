@@ -342,6 +342,33 @@ TEST(UcxRawPutTest, WithRmaForcedOnOverTcpAUcpPutWritesAnywhere) {
   EXPECT_EQ(guard[4096], 0xEE) << "the put did not land: the test above could not fail";
 }
 
+// Without RMA, writes go only as scatter messages: a peer whose blob does not
+// take them (an older kvxfer, or a blob offering only an rkey) is refused at
+// connect, not written with puts.
+TEST(UcxRawPutTest, APeerThatTakesNoScatterWritesIsRefusedAtConnect) {
+  Agent a("put-a", 1);
+  Agent rma("put-rma", 2, {{"KVXFER_RMA", "on"}});
+  ucx::Blob blob;
+  const auto bytes = rma.engine->local_blob();
+  ASSERT_TRUE(ucx::decode_blob(bytes, &blob));
+  ASSERT_FALSE(blob.rkey.empty());
+  blob.flags = 0;  // an rkey, but no scatter writes
+  PeerHandle peer = 0;
+  EXPECT_EQ(a.engine->connect(ucx::encode_blob(blob), rma.region(), &peer),
+            Status::kNotSupported);
+  RawTarget raw(0x1234);
+  EXPECT_EQ(a.engine->connect(raw.blob(0), {"raw", 0x100000, kBlocks, kBlockLen, 0, ""}, &peer),
+            Status::kNotSupported);
+  EXPECT_EQ(a.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
+  // With RMA on our side too, the rkey is enough: puts.
+  Agent b("put-b", 1, {{"KVXFER_RMA", "on"}});
+  ASSERT_EQ(b.engine->connect(ucx::encode_blob(blob), rma.region(), &peer), Status::kSuccess);
+  EXPECT_EQ(write_wait(b, peer, {4}, {4}), std::make_pair(Status::kSuccess, Status::kSuccess));
+  EXPECT_EQ(b.counter("put_writes"), 1u);
+  EXPECT_TRUE(holds(rma, 4, 1, 4));
+  EXPECT_EQ(b.engine->disconnect(peer), Status::kSuccess);
+}
+
 // ---------------------------------------------------------------------------
 // Acks
 // ---------------------------------------------------------------------------

@@ -24,10 +24,11 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
     // Without puts, writes go only as checked scatter messages; a peer that
     // does not take them cannot be written safely.
     log().warn(
-        "kvxfer UCX {}: refusing peer {}: it does not take scatter writes{}, and {}; writes "
-        "without an RDMA device go only as checked scatter messages (no raw-address puts over "
-        "TCP)",
-        agent_name_, remote.agent_name, peer_scatter ? " we can send" : "",
+        "kvxfer UCX {}: refusing peer {}: {}, and {}; writes without an RDMA device go only as "
+        "checked scatter messages (no raw-address puts over TCP)",
+        agent_name_, remote.agent_name,
+        peer_scatter ? "our transports cannot carry scatter writes"
+                     : "its blob says it does not take scatter writes (an older kvxfer?)",
         !settings_.rma ? "this agent has no RDMA device (RMA off; KVXFER_RMA=on overrides)"
                        : "it published no rkey for puts");
     return Status::kNotSupported;
