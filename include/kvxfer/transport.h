@@ -190,7 +190,8 @@ class Transport {
   // Counts a post the caller could not make (for instance, indices a
   // reference-compatible wrapper refuses without throwing) against the peer
   // exactly as a failed post: logged, post_failures + 1, one strike. Returns
-  // false, and records nothing, when the peer is unknown.
+  // false, and records nothing, when the peer is unknown. Throws
+  // std::logic_error after close().
   bool record_post_failure(std::string_view peer_id, std::string_view cause);
 
   // Scoped to peer_id when given (costs O(that peer's in-flight)); nullopt

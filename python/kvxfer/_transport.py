@@ -309,6 +309,14 @@ _native_cancel = _kvxfer.Transport.cancel
 _native_remove_remote_peer = _kvxfer.Transport.remove_remote_peer
 
 
+def _could_be_an_id(value: Any) -> bool:
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        and 0 <= value < 2**63
+    )
+
+
 class _ReferencePollResult(NamedTuple):
     """PollResult as the reference returns it: done and failed are lists."""
 
@@ -335,7 +343,8 @@ class NixlTransport(Transport):
     - poll returns done/failed as lists; after close() it is empty.
     - write_blocks after close() returns None, cancel returns [],
       remove_remote_peer does nothing.
-    - cancel treats any mode other than "immediate" as "wait".
+    - cancel treats any mode other than "immediate" as "wait", and skips ids
+      that are not ints (it never issued them).
 
     python/README.md lists every difference that remains.
     """
@@ -379,8 +388,16 @@ class NixlTransport(Transport):
     def cancel(self, transfer_ids: Iterable[int], mode: str = "immediate") -> list[int]:
         # The reference tests for "immediate" and takes anything else as "wait".
         native_mode = "immediate" if mode == "immediate" else "wait"
+        if not isinstance(transfer_ids, (list, tuple)):
+            transfer_ids = list(transfer_ids)  # read twice if it is not all ids
         try:
-            return _native_cancel(self, transfer_ids, native_mode)
+            try:
+                return _native_cancel(self, transfer_ids, native_mode)
+            except (TypeError, ValueError):
+                # The reference looks each id up and skips what it never
+                # issued: anything but an int64 it could have issued.
+                ids = [t for t in transfer_ids if _could_be_an_id(t)]
+                return _native_cancel(self, ids, native_mode)
         except RuntimeError:
             if self.available:
                 raise

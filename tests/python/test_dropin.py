@@ -164,6 +164,21 @@ def test_cancel_takes_any_mode_but_immediate_as_wait(dropin):
     assert a.stats()["inflight"] == 0
 
 
+def test_cancel_skips_ids_that_are_not_ints(dropin):
+    a, _ = dropin
+    a.fault_plan.hold_next()
+    held = a.write_blocks("b", [0], [1])
+    assert a.cancel([None, "x", held, 1.5, 2**70, -1, True], mode="wait") == [held]
+    assert a.cancel(iter([None, held])) == []
+    assert a.stats()["inflight"] == 0
+
+
+def test_native_cancel_refuses_ids_that_are_not_ints(pair):
+    a, _ = pair
+    with pytest.raises(TypeError, match="transfer_ids"):
+        a.cancel([None])
+
+
 def test_native_cancel_refuses_an_unknown_mode(pair):
     a, _ = pair
     with pytest.raises(ValueError, match="mode"):
