@@ -192,7 +192,7 @@ class Transport {
   // exactly as a failed post: logged, post_failures + 1, one strike. Returns
   // false, and records nothing, when the peer is unknown. Throws
   // std::logic_error after close().
-  bool record_post_failure(std::string_view peer_id, std::string_view cause);
+  [[nodiscard]] bool record_post_failure(std::string_view peer_id, std::string_view cause);
 
   // Scoped to peer_id when given (costs O(that peer's in-flight)); nullopt
   // checks every peer (shutdown drain).

@@ -118,7 +118,9 @@ std::chrono::milliseconds stall_timeout_ms(double seconds) {
         "stall_timeout must be a number of seconds from 0 (off) to {:.0f} (a year); got {}",
         kMaxSeconds, seconds));
   }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
+  // Nearest, not up: 0.07 * 1000.0 is 70.00000000000001.
+  const auto ms = static_cast<std::int64_t>(std::llround(seconds * 1000.0));
+  return std::chrono::milliseconds(seconds > 0.0 && ms == 0 ? 1 : ms);
 }
 
 constexpr std::array kStatuses{
