@@ -334,6 +334,8 @@ class NixlTransport(Transport):
     """The drop-in for vLLM's NixlTransport: Transport, answering like the
     reference wherever Transport is deliberately stricter.
 
+    - add_remote_peer returns quietly when a concurrent remove or
+      re-registration supersedes it (the async Future still fails).
     - write_blocks never raises for the indices' values: lists of different
       lengths, an empty write, an index outside either pool or a remote block
       named twice make the post fail, which is logged, counted against the
@@ -348,6 +350,22 @@ class NixlTransport(Transport):
 
     python/README.md lists every difference that remains.
     """
+
+    def add_remote_peer(
+        self,
+        peer_id: str,
+        agent_metadata: bytes,
+        base_addr: int,
+        num_blocks: int,
+        block_len: int,
+    ) -> None:
+        try:
+            super().add_remote_peer(peer_id, agent_metadata, base_addr, num_blocks, block_len)
+        except _kvxfer.SupersededError:
+            # The reference's synchronous registration ignores a lost race:
+            # the peer was removed or registered again meanwhile, so nothing
+            # is published (the core logged it), and it returns.
+            return
 
     def write_blocks(self, peer_id: str, local_idxs: Any, remote_idxs: Any) -> Optional[int]:
         try:

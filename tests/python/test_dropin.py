@@ -3,6 +3,8 @@ the native kvxfer.Transport deliberately differs (python/README.md lists each
 difference); one test per difference, with the native answer beside it."""
 
 import logging
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -183,6 +185,44 @@ def test_native_cancel_refuses_an_unknown_mode(pair):
     a, _ = pair
     with pytest.raises(ValueError, match="mode"):
         a.cancel([1], mode="WAIT")
+
+
+def superseded_registration(a, b):
+    """Registers b on a again and, while that registration connects, removes
+    the peer from this thread. Returns what the registration raised."""
+    outcome = []
+    a.fault_plan.set_connect_delay_ms(2000)
+
+    def register():
+        try:
+            connect(a, b, "b")
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=register)
+    thread.start()
+    # Registering again tears the old registration down first: once "b" is
+    # gone, the new one is connecting.
+    deadline = time.monotonic() + 30
+    while "b" in a.peers() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    a.remove_remote_peer("b")
+    thread.join()
+    a.fault_plan.set_connect_delay_ms(0)
+    return outcome[0]
+
+
+def test_a_superseded_registration_returns_quietly(dropin):
+    a, b = dropin
+    assert superseded_registration(a, b) is None
+    assert a.peers() == []
+
+
+def test_native_superseded_registration_raises(pair):
+    a, b = pair
+    assert isinstance(superseded_registration(a, b), kvxfer.SupersededError)
+    assert a.peers() == []
 
 
 def test_good_writes_work_as_in_the_native_transport(dropin):
