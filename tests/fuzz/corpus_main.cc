@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   const auto valid = seeds_in(corpus / "valid");
   const auto invalid = seeds_in(corpus / "invalid");
   if (valid.empty() || invalid.empty()) {
-    std::fprintf(stderr, "%s needs seeds in both valid/ (%zu) and invalid/ (%zu)\n",
-                 corpus.c_str(), valid.size(), invalid.size());
+    std::fprintf(stderr, "%s needs seeds in both valid/ (%zu) and invalid/ (%zu)\n", corpus.c_str(),
+                 valid.size(), invalid.size());
     return 1;
   }
   const int wrong_valid = replay(valid, true);

@@ -4,6 +4,8 @@
 // magic, another version, a length that lies, a reserved field set...).
 // Deterministic: running it again writes the same bytes.
 //   kvxfer_make_seeds <corpus dir>
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -12,8 +14,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "wire/bytes.h"
 #include "wire/loopback_blob.h"
@@ -257,15 +257,18 @@ void scatter_fit_seeds() {
   write_seed(t, true, "fit_3runs", fit_input(kRegion, 16384, three));
   write_seed(t, true, "fit_at_region_end",
              fit_input(kRegion, 8192, scatter_header({{0, 4096}, {kRegion - 4096, 4096}})));
-  write_seed(t, true, "fit_whole_region", fit_input(kRegion, kRegion, scatter_header({{0, kRegion}})));
-  write_seed(t, true, "fit_max_runs",
-             fit_input(kRegion, kMaxScatterRuns * 4096, scatter_header(runs_of(kMaxScatterRuns, 4096))));
+  write_seed(t, true, "fit_whole_region",
+             fit_input(kRegion, kRegion, scatter_header({{0, kRegion}})));
+  write_seed(
+      t, true, "fit_max_runs",
+      fit_input(kRegion, kMaxScatterRuns * 4096, scatter_header(runs_of(kMaxScatterRuns, 4096))));
   write_seed(t, false, "short_input", Bytes(15, 0));
   write_seed(t, false, "lengths_only", fit_input(kRegion, 0, {}));
   write_seed(t, false, "bad_header", fit_input(kRegion, 16384, flip(three, 0)));
   write_seed(t, false, "run_past_region_end",
              fit_input(kRegion, 8192, scatter_header({{kRegion - 4096, 8192}})));
-  write_seed(t, false, "overflow_run", fit_input(kRegion, 4096, scatter_header({{~0ull - 100, 4096}})));
+  write_seed(t, false, "overflow_run",
+             fit_input(kRegion, 4096, scatter_header({{~0ull - 100, 4096}})));
   write_seed(t, false, "payload_short", fit_input(kRegion, 16383, three));
   write_seed(t, false, "payload_long", fit_input(kRegion, 16385, three));
   write_seed(t, false, "zero_length_run",

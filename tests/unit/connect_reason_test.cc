@@ -2,9 +2,9 @@
 // not only in the log: the caller learns what to change (which transport must
 // reach the peer, which backend to use) from what add_remote_peer throws.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
-#include <unistd.h>
 
 #include "agents.h"
 #include "wire/metadata.h"
@@ -33,8 +33,9 @@ std::vector<std::uint8_t> edited(const Transport& t, void (*edit)(wire::AgentMet
 TEST(ConnectReasonTest, LoopbackPeerInAnotherProcessSaysToUseUcx) {
   Agent b{"agent-b"};
   Agent a{"agent-a"};
-  const auto metadata =
-      edited(b.transport, [](wire::AgentMetadata& m) { m.pid = static_cast<std::uint32_t>(::getpid()) + 1; });
+  const auto metadata = edited(b.transport, [](wire::AgentMetadata& m) {
+    m.pid = static_cast<std::uint32_t>(::getpid()) + 1;
+  });
   const std::string what = refusal(a.transport, metadata, b.transport);
   EXPECT_NE(what.find("cannot register peer b: NOT_FOUND"), std::string::npos) << what;
   EXPECT_NE(what.find("loopback peers must be in this process"), std::string::npos) << what;
@@ -52,10 +53,11 @@ TEST(ConnectReasonTest, ScriptedLoopbackFailureSaysItWasScripted) {
 TEST(ConnectReasonTest, AsyncRegistrationFailsItsFutureWithTheReason) {
   Agent b{"agent-b"};
   Agent a{"agent-a"};
-  const auto metadata =
-      edited(b.transport, [](wire::AgentMetadata& m) { m.pid = static_cast<std::uint32_t>(::getpid()) + 1; });
-  auto future = a.transport.add_remote_peer_async("b", metadata, b.transport.base_addr(),
-                                                  b.transport.num_blocks(), b.transport.block_len());
+  const auto metadata = edited(b.transport, [](wire::AgentMetadata& m) {
+    m.pid = static_cast<std::uint32_t>(::getpid()) + 1;
+  });
+  auto future = a.transport.add_remote_peer_async(
+      "b", metadata, b.transport.base_addr(), b.transport.num_blocks(), b.transport.block_len());
   try {
     future.get();
     ADD_FAILURE() << "the peer was registered";

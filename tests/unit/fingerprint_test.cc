@@ -71,9 +71,8 @@ TEST(FingerprintJsonTest, MatchesPythonForMixedValues) {
 }
 
 TEST(FingerprintJsonTest, MatchesPythonForNullBoolsFloatsAndNesting) {
-  EXPECT_EQ(config_fingerprint_json(
-                R"({"a":null,"b":true,"c":false,"d":1.5,"e":-0.0,"f":1e+100,)"
-                R"("g":[1,[2,{"h":"i"}]],"j":{"k":{"l":[]}}})"),
+  EXPECT_EQ(config_fingerprint_json(R"({"a":null,"b":true,"c":false,"d":1.5,"e":-0.0,"f":1e+100,)"
+                                    R"("g":[1,[2,{"h":"i"}]],"j":{"k":{"l":[]}}})"),
             "2e4b320023b6f721");
 }
 
