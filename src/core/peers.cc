@@ -77,11 +77,15 @@ std::uint64_t TransportState::begin_registration(const std::string& peer_id) {
 void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t gen,
                                        const Registration& reg) {
   PeerHandle handle = 0;
-  const Status st = engine_->connect(reg.blob, reg.remote, &handle);
+  std::string reason;
+  const Status st = engine_->connect(reg.blob, reg.remote, &handle, &reason);
   std::unique_lock lock(mu_);
   if (st != Status::kSuccess) {
-    throw std::runtime_error(fmt::format("kvxfer {}: cannot register peer {}: {}", agent_name_,
-                                         peer_id, status_name(st)));
+    // The engine's reason, not only its status: the caller must learn what
+    // to change without reading our log.
+    throw std::runtime_error(fmt::format("kvxfer {}: cannot register peer {}: {}: {}",
+                                         agent_name_, peer_id, status_name(st),
+                                         reason.empty() ? "the engine gave no reason" : reason));
   }
   auto it = generations_.find(peer_id);
   const bool fresh = !closing_ && it != generations_.end() && it->second == gen;

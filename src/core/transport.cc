@@ -24,12 +24,43 @@
 
 namespace kvxfer {
 namespace internal {
+namespace {
+
+// Every numeric option is checked here, before anything reads it: the policy
+// and the engines take them as given.
+Options checked(Options options) {
+  if (options.num_threads < 1) {
+    throw std::invalid_argument(
+        fmt::format("Options::num_threads must be >= 1; got {}", options.num_threads));
+  }
+  if (options.strike_limit < 1) {
+    throw std::invalid_argument(
+        fmt::format("Options::strike_limit must be >= 1; got {}", options.strike_limit));
+  }
+  if (options.stall_timeout.count() < 0 || options.stall_timeout > kMaxStallTimeout) {
+    throw std::invalid_argument(fmt::format(
+        "Options::stall_timeout must be between 0 (off) and {} ms (a year); got {} ms",
+        kMaxStallTimeout.count(), options.stall_timeout.count()));
+  }
+  if (!options.config_fields.empty() && !options.config_json.empty()) {
+    throw std::invalid_argument(
+        "Options::config_fields and Options::config_json are both set; set one of them");
+  }
+  return options;
+}
+
+std::string fingerprint_of(const Options& options) {
+  return options.config_json.empty() ? config_fingerprint(options.config_fields)
+                                     : config_fingerprint_json(options.config_json);
+}
+
+}  // namespace
 
 TransportState::TransportState(std::string agent_name, Region region, Options options)
     : agent_name_(std::move(agent_name)),
       region_(region),
-      options_(std::move(options)),
-      fingerprint_(config_fingerprint(options_.config_fields)),
+      options_(checked(std::move(options))),
+      fingerprint_(fingerprint_of(options_)),
       boot_id_(boot_id()),
       policy_(agent_name_, options_.strike_limit, options_.stall_timeout) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
@@ -40,8 +71,6 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
                        region_.block_len)) {
     throw std::invalid_argument("region num_blocks * block_len overflows");
   }
-  if (options_.strike_limit < 1) throw std::invalid_argument("strike_limit must be >= 1");
-  if (options_.num_threads < 1) throw std::invalid_argument("num_threads must be >= 1");
 
   const EngineConfig config{agent_name_, region_, &options_};
   for (const auto& backend : options_.backends) {
@@ -81,6 +110,20 @@ std::vector<std::uint8_t> TransportState::metadata() const {
   m.pid = static_cast<std::uint32_t>(::getpid());
   m.engine_blob = engine_->local_blob();
   return wire::encode(m);
+}
+
+bool TransportState::record_post_failure(std::string_view peer_id, std::string_view cause) {
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return false;
+  Peer& peer = *it->second;
+  log().warn("kvxfer {}: write_blocks failed for peer={}: {}", agent_name_, peer.id, cause);
+  ++peer.counters.post_failures;
+  // What a failed post of that kind costs: one strike (kInvalidParam is not
+  // a peer-scope status).
+  policy_.record_failure(peer.standing, peer.id, Status::kInvalidParam, cause);
+  return true;
 }
 
 void TransportState::close() {
@@ -186,6 +229,10 @@ std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
 
 PollResult Transport::poll(std::optional<std::string_view> peer_id) {
   return state_->poll(peer_id);
+}
+
+bool Transport::record_post_failure(std::string_view peer_id, std::string_view cause) {
+  return state_->record_post_failure(peer_id, cause);
 }
 
 std::vector<TransferId> Transport::cancel(std::span<const TransferId> ids, CancelMode mode) {

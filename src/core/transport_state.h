@@ -89,6 +89,7 @@ class TransportState {
   std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
 
   // transport.cc
+  bool record_post_failure(std::string_view peer_id, std::string_view cause);
   void close();
   Stats stats() const;
   std::vector<std::uint8_t> metadata() const;

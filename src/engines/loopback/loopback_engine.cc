@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
 #include "engine.h"
 #include "engines/loopback/fault_script.h"
@@ -129,33 +131,50 @@ class LoopbackEngine final : public Engine {
   }
 
   [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
-                               PeerHandle* out) override {
+                               PeerHandle* out, std::string* reason) override {
+    const auto refuse = [&](Status st, std::string why) {
+      if (reason != nullptr) *reason = std::move(why);
+      return st;
+    };
     // The delay stands in for wireup and runs unlocked, like real wireup.
     if (const int delay_ms = plan_.connect_delay_ms(); delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     }
     if (const Status scripted = plan_.on_connect(remote.agent_name); scripted != Status::kSuccess) {
       log().debug("loopback {}: connect to {} fails as scripted", agent_name_, remote.agent_name);
-      return scripted;
+      return refuse(scripted, "the fault plan scripted this connect to fail");
     }
     wire::LoopbackBlob where;
-    if (!wire::decode_loopback_blob(blob, &where)) return Status::kInvalidParam;
+    if (!wire::decode_loopback_blob(blob, &where)) {
+      return refuse(Status::kInvalidParam,
+                    fmt::format("peer {} sent a malformed loopback blob ({} bytes)",
+                                remote.agent_name, blob.size()));
+    }
     if (remote.pid != 0 && remote.pid != static_cast<std::uint32_t>(::getpid())) {
-      return Status::kNotFound;  // loopback peers live in this process only
+      return refuse(Status::kNotFound,
+                    fmt::format("peer {} lives in process {}: loopback peers must be in this "
+                                "process ({}); use backends=[\"UCX\"] across processes",
+                                remote.agent_name, remote.pid, ::getpid()));
     }
     std::shared_ptr<Pool> pool = PoolRegistry::instance().find(where.key, where.cookie);
-    if (pool == nullptr) return Status::kNotFound;
+    if (pool == nullptr) {
+      return refuse(Status::kNotFound,
+                    fmt::format("no loopback pool of peer {} is open in this process (closed?)",
+                                remote.agent_name));
+    }
     // We copy with our block length into the pool the registry knows, so
     // anything the metadata claims must match that pool exactly.
     if (pool->agent_name != remote.agent_name ||
         reinterpret_cast<std::uintptr_t>(pool->base) != remote.base_addr ||
         pool->num_blocks != remote.num_blocks || pool->block_len != remote.block_len ||
         pool->block_len != region_.block_len) {
-      return Status::kMismatch;
+      return refuse(Status::kMismatch,
+                    fmt::format("the metadata of peer {} does not match its loopback pool",
+                                remote.agent_name));
     }
 
     std::lock_guard lock(mu_);
-    if (shut_down_) return Status::kNotAllowed;
+    if (shut_down_) return refuse(Status::kNotAllowed, "this transport is closing");
     const PeerHandle handle = next_peer_++;
     peers_.emplace(handle, Peer{std::move(pool), remote.agent_name});
     *out = handle;
