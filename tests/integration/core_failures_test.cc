@@ -132,7 +132,8 @@ TEST_P(RemovalTest, RemovingABadPeerHoldsUpNoWriteOrPollToAHealthyOne) {
   std::uint64_t stuck = 0;
   for (std::int64_t i = 0; i < 16; ++i) {
     std::vector<std::int64_t> idx;
-    for (std::int64_t j = 0; j < 8; ++j) idx.push_back((i * 8 + j) % static_cast<std::int64_t>(kNumBlocks));
+    for (std::int64_t j = 0; j < 8; ++j)
+      idx.push_back((i * 8 + j) % static_cast<std::int64_t>(kNumBlocks));
     if (a.write("bad", idx, idx)) ++stuck;  // a dead peer may refuse the post already
   }
   std::this_thread::sleep_for(100ms);
@@ -179,8 +180,8 @@ TEST_P(RemovalTest, RemovingABadPeerHoldsUpNoWriteOrPollToAHealthyOne) {
   const auto ms = [](Clock::duration d) {
     return std::chrono::duration<double, std::milli>(d).count();
   };
-  std::cout << "  removing the " << (signal == SIGSTOP ? "frozen" : "dead") << " peer took " << ms(remove_took)
-            << " ms; worst write_blocks/poll to the healthy peer meanwhile "
+  std::cout << "  removing the " << (signal == SIGSTOP ? "frozen" : "dead") << " peer took "
+            << ms(remove_took) << " ms; worst write_blocks/poll to the healthy peer meanwhile "
             << ms(record.worst) << " ms over " << record.calls << " call pairs (" << stuck
             << " writes of 8 blocks were in flight to it)" << std::endl;
   EXPECT_FALSE(record.write_refused);
