@@ -187,9 +187,14 @@ TEST_P(RemovalTest, RemovingABadPeerHoldsUpNoWriteOrPollToAHealthyOne) {
   EXPECT_FALSE(record.write_refused);
   EXPECT_GT(record.done, 0u);
   EXPECT_GT(record.calls, 0u);
-  // The bar is 5 ms; this bound leaves room for a loaded 2-core box
-  // and still sits far below a removal that holds the transport's lock.
-  EXPECT_LT(ms(record.worst), 50.0);
+  // The bar is 5 ms. Over TCP a removal is quick today even under
+  // the lock (force-closing the endpoint took well under 1 ms here), so this
+  // bound is a guard, with room for a loaded 2-core box: a removal that held
+  // the transport through the engine's 500 ms peer-release wait or its 10 s
+  // close drain would break it. The unit test
+  // FailureCleanupTest.RemovalWaitingInTheEngineHoldsUpNoOtherPeer pins the
+  // lock rule itself with a teardown that waits for as long as it is told.
+  EXPECT_LT(ms(record.worst), 100.0);
   EXPECT_EQ(a.transport().peers(), std::vector<std::string>{"healthy"});
   EXPECT_EQ(a.transport().stats().live.peers, 1u);
 }
