@@ -50,7 +50,9 @@ class Engine {
 
   // Releases a peer: its remote key and its endpoint, each attempted even if
   // the other fails (each failure logged). Returns the first failure. Any
-  // transfer still posted to the peer is forced to finish.
+  // transfer still posted to the peer is forced to finish. May wait (a frozen
+  // or cut-off peer); never called with the core's lock held, so it runs
+  // alongside posts, checks and progress for other peers.
   [[nodiscard]] virtual Status disconnect(PeerHandle peer) = 0;
 
   // Posts one WRITE of local block local[i] to remote block remote[i] for

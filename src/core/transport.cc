@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -134,22 +136,33 @@ void TransportState::close() {
   }
   // Stop taking registrations; a running one finishes (and is discarded).
   worker_.stop();
-  std::unique_lock lock(mu_);
-  connects_done_.wait(lock, [this] { return active_connects_ == 0; });
-  for (auto& [id, e] : inflight_) {
-    if (const Status st = engine_->release(e.handle); st != Status::kSuccess) {
-      log().warn("kvxfer {}: releasing transfer_id={} failed: {}", agent_name_, id,
-                 status_name(st));
+  std::vector<std::pair<PeerHandle, std::string>> peers;
+  {
+    std::unique_lock lock(mu_);
+    // Connects and disconnects still running outside the lock finish first.
+    engine_calls_done_.wait(lock,
+                            [this] { return active_connects_ == 0 && active_disconnects_ == 0; });
+    for (auto& [id, e] : inflight_) {
+      if (const Status st = engine_->release(e.handle); st != Status::kSuccess) {
+        log().warn("kvxfer {}: releasing transfer_id={} failed: {}", agent_name_, id,
+                   status_name(st));
+        unreleased_.push_back(e.handle);
+      }
     }
+    inflight_.clear();
+    // Every handle whose release failed earlier gets one more try.
+    if (const std::size_t left = retry_unreleased(); left > 0) {
+      log().error("kvxfer {}: {} transfer handle(s) could not be released; they stay live",
+                  agent_name_, left);
+    }
+    peers.reserve(peers_.size());
+    for (auto& [id, peer] : peers_) peers.emplace_back(peer->handle, id);
+    peers_.clear();
+    generations_.clear();
   }
-  inflight_.clear();
-  for (auto& [id, peer] : peers_) {
-    peer->head = peer->tail = nullptr;
-    peer->inflight = 0;
-    teardown_peer(std::move(peer));
-  }
-  peers_.clear();
-  generations_.clear();
+  // Every other call now throws: the disconnects need not hold the lock.
+  for (const auto& [handle, id] : peers) disconnect_peer(handle, id);
+  std::lock_guard lock(mu_);
   engine_->shutdown();
   closed_ = true;
   log().info("kvxfer {}: closed", agent_name_);

@@ -1,9 +1,11 @@
 // kvxfer_it_target: the far side of the multi-process UCX tests.
 //
 //   kvxfer_it_target --name N --blocks B --block-len L --tls T [--no-progress-thread]
-//                    [--config KEY=VALUE]...
+//                    [--poll-loop] [--config KEY=VALUE]...
 //
 // --config adds an engine_config entry (e.g. NET_DEVICES=kvx0 on a netns host).
+// --poll-loop: a thread calls poll() in a loop for as long as the transport
+// is open, as an owner without a progress thread does.
 // Registers a zeroed pool of B blocks of L bytes with a UCX transport (UCX
 // TLS = T), prints "ready <base> <num_blocks> <block_len> <metadata hex>",
 // then reads commands from stdin, answering each with one line:
@@ -15,6 +17,8 @@
 //   quit                        -> "bye", exit 0
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +27,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "it_pool.h"
@@ -38,6 +43,28 @@ KVXFER_IT_NO_TSAN std::uint64_t fnv1a(const std::uint8_t* data, std::uint64_t le
   }
   return h;
 }
+
+// Calls poll() on the transport in a loop until stopped.
+class Poller {
+ public:
+  explicit Poller(kvxfer::Transport& transport)
+      : thread_([this, &transport] {
+          while (!stop_.load()) {
+            (void)transport.poll();
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+        }) {}
+  ~Poller() {
+    stop_.store(true);
+    thread_.join();
+  }
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -78,6 +105,7 @@ int main(int argc, char** argv) {
   std::uint64_t block_len = 64 * 1024;
   std::string tls = "sm,self";
   bool progress_thread = true;
+  bool poll_loop = false;
   std::map<std::string, std::string> engine_config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -106,6 +134,8 @@ int main(int argc, char** argv) {
       engine_config[kv.substr(0, eq)] = kv.substr(eq + 1);
     } else if (arg == "--no-progress-thread") {
       progress_thread = false;
+    } else if (arg == "--poll-loop") {
+      poll_loop = true;
     } else {
       std::cerr << "unknown argument " << arg << "\n";
       return 2;
@@ -120,6 +150,8 @@ int main(int argc, char** argv) {
   options.engine_config["TLS"] = tls;
   auto transport = std::make_unique<kvxfer::Transport>(
       name, kvxfer::Region{pool.base(), num_blocks, block_len}, options);
+  // Stopped before the transport closes (declared after it: destroyed first).
+  auto poller = poll_loop ? std::make_unique<Poller>(*transport) : nullptr;
   out.line("ready " + std::to_string(transport->base_addr()) + ' ' +
            std::to_string(transport->num_blocks()) + ' ' + std::to_string(transport->block_len()) +
            ' ' + kvxfer::it::to_hex(transport->agent_metadata()));
@@ -153,9 +185,11 @@ int main(int argc, char** argv) {
     } else if (cmd == "checksum") {
       out.line("sum " + std::to_string(fnv1a(pool.base(), pool.len())));
     } else if (cmd == "close") {
+      poller.reset();
       transport.reset();
       out.line("closed");
     } else if (cmd == "quit") {
+      poller.reset();
       transport.reset();
       out.line("bye");
       return 0;

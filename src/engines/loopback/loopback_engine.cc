@@ -183,6 +183,9 @@ class LoopbackEngine final : public Engine {
   }
 
   [[nodiscard]] Status disconnect(PeerHandle peer) override {
+    // A paused teardown stands in for one waiting on a frozen peer; it waits
+    // unlocked, as a real engine's does.
+    plan_.wait_while_disconnects_paused();
     std::lock_guard lock(mu_);
     const auto it = peers_.find(peer);
     if (it == peers_.end()) return Status::kInvalidParam;
@@ -222,6 +225,14 @@ class LoopbackEngine final : public Engine {
     if (decision.status != Status::kSuccess) {
       log().debug("loopback {}: post of transfer {} to {} fails as scripted: {}", agent_name_, id,
                   target.agent_name, status_name(decision.status));
+      // Failing part-way, a real engine must settle what it already issued
+      // before it returns: nothing may read the caller's blocks once
+      // write_blocks has said no. Issued and not held, those blocks landed
+      // (we waited for them); held, they were still in flight: cancelled.
+      if (decision.started > 0 && !decision.hold) {
+        const std::size_t n = std::min(local.size(), static_cast<std::size_t>(decision.started));
+        (void)copy_blocks(*target.pool, local.first(n), remote.first(n));
+      }
       return decision.status;
     }
     if (!target.pool->alive.load()) return Status::kRemoteDisconnect;
@@ -313,13 +324,19 @@ class LoopbackEngine final : public Engine {
       local_->alive.store(false);
     }
     PoolRegistry::instance().remove(key_);
-    // Whatever the core did not release is gone with the engine.
-    peers_.clear();
-    for (Slot& slot : slots_) slot.in_use = false;
-    free_.clear();
-    slots_.clear();
-    live_transfers_ = 0;
-    pending_ = 0;
+    // Nothing reads our pool after this: a WRITE still held never lands.
+    for (Slot& slot : slots_) {
+      if (slot.in_use && slot.pending) {
+        finish_pending(slot, Status::kCanceled);
+        recycle_if_done(slot);
+      }
+    }
+    // Peers the core did not disconnect and transfers it did not release stay
+    // counted, so live() shows what a real engine would have leaked.
+    if (!peers_.empty() || live_transfers_ > 0) {
+      log().debug("loopback {}: shut down with {} peer(s) and {} transfer(s) still held",
+                  agent_name_, peers_.size(), live_transfers_);
+    }
     log().debug("loopback {}: shut down", agent_name_);
   }
 
