@@ -60,7 +60,7 @@ bool holds(const Agent& agent, std::uint64_t remote, std::uint64_t gen, std::uin
 
 // Posts local -> remote on `peer` and waits for the transfer's end.
 std::pair<Status, Status> write_wait(Agent& src, PeerHandle peer, std::vector<std::int64_t> local,
-                                std::vector<std::int64_t> remote, XferHandle* out = nullptr) {
+                                     std::vector<std::int64_t> remote, XferHandle* out = nullptr) {
   XferHandle xfer = 0;
   const Status posted = src.engine->post_write(peer, 1, local, remote, &xfer);
   if (posted != Status::kSuccess) return {posted, posted};
@@ -87,11 +87,13 @@ TEST(UcxFenceTest, OlderRegistrationIsFencedOnceTheNewerOneWrote) {
   PeerHandle old_peer = 0;
   PeerHandle new_peer = 0;
   ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &old_peer), Status::kSuccess);
-  EXPECT_EQ(write_wait(a, old_peer, {0, 1}, {0, 1}), std::make_pair(Status::kSuccess, Status::kSuccess));
+  EXPECT_EQ(write_wait(a, old_peer, {0, 1}, {0, 1}),
+            std::make_pair(Status::kSuccess, Status::kSuccess));
   EXPECT_TRUE(holds(b, 0, 1, 0) && holds(b, 1, 1, 1));
 
   ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &new_peer), Status::kSuccess);
-  EXPECT_EQ(write_wait(a, new_peer, {2, 3}, {2, 3}), std::make_pair(Status::kSuccess, Status::kSuccess));
+  EXPECT_EQ(write_wait(a, new_peer, {2, 3}, {2, 3}),
+            std::make_pair(Status::kSuccess, Status::kSuccess));
 
   XferHandle stale = 0;
   EXPECT_EQ(write_wait(a, old_peer, {10, 11}, {5, 6}, &stale),
@@ -103,7 +105,8 @@ TEST(UcxFenceTest, OlderRegistrationIsFencedOnceTheNewerOneWrote) {
   EXPECT_EQ(b.counter("fences_received"), 2u);
 
   // The newer registration still writes.
-  EXPECT_EQ(write_wait(a, new_peer, {12, 13}, {7, 8}), std::make_pair(Status::kSuccess, Status::kSuccess));
+  EXPECT_EQ(write_wait(a, new_peer, {12, 13}, {7, 8}),
+            std::make_pair(Status::kSuccess, Status::kSuccess));
   EXPECT_TRUE(holds(b, 7, 1, 12) && holds(b, 8, 1, 13));
   EXPECT_EQ(a.engine->disconnect(old_peer), Status::kSuccess);
   EXPECT_EQ(a.engine->disconnect(new_peer), Status::kSuccess);
@@ -160,7 +163,8 @@ class AckingClient {
 
   // One write of `payload` at `offset`; the ack's status, or nullopt.
   std::optional<std::int32_t> write(std::uint64_t lineage, std::uint64_t epoch,
-                                    std::uint64_t offset, const std::vector<std::uint8_t>& payload) {
+                                    std::uint64_t offset,
+                                    const std::vector<std::uint8_t>& payload) {
     const std::uint64_t sequence = ++sequence_;
     std::vector<std::uint8_t> h(ucx::scatter_header_len(1));
     ucx::put_scatter_fixed(h.data(), 1, token(), sequence, 3, lineage, epoch);
@@ -309,8 +313,7 @@ TEST(UcxRawPutTest, WithoutAnRdmaDeviceAUcpPutWritesNothingOutsideOrInsideThePoo
   EXPECT_TRUE(blob.rkey.empty()) << "no rkey may be published without RMA";
   std::vector<std::uint8_t> guard(64 * 1024, 0x5A);
   const PutAttempt outside = raw_put(target, reinterpret_cast<std::uintptr_t>(guard.data()) + 4096);
-  const PutAttempt inside =
-      raw_put(target, reinterpret_cast<std::uintptr_t>(target.pool.block(3)));
+  const PutAttempt inside = raw_put(target, reinterpret_cast<std::uintptr_t>(target.pool.block(3)));
   EXPECT_TRUE(std::all_of(guard.begin(), guard.end(), [](std::uint8_t b) { return b == 0x5A; }))
       << "a raw put wrote outside the pool";
   EXPECT_TRUE(holds(target, 3, 2, 3)) << "a raw put wrote into the pool";
@@ -354,8 +357,7 @@ TEST(UcxRawPutTest, APeerThatTakesNoScatterWritesIsRefusedAtConnect) {
   ASSERT_FALSE(blob.rkey.empty());
   blob.flags = 0;  // an rkey, but no scatter writes
   PeerHandle peer = 0;
-  EXPECT_EQ(a.engine->connect(ucx::encode_blob(blob), rma.region(), &peer),
-            Status::kNotSupported);
+  EXPECT_EQ(a.engine->connect(ucx::encode_blob(blob), rma.region(), &peer), Status::kNotSupported);
   RawTarget raw(0x1234);
   EXPECT_EQ(a.engine->connect(raw.blob(0), {"raw", 0x100000, kBlocks, kBlockLen, 0, ""}, &peer),
             Status::kNotSupported);

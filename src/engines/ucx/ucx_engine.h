@@ -170,8 +170,7 @@ class UcxLane {
   // Target: whether a write of (lineage, epoch) may be applied now.
   bool fence_allows(std::uint64_t lineage, std::uint64_t epoch);
   static ucs_status_t on_fence_am(void* arg, const void* header, std::size_t header_length,
-                                  void* data, std::size_t length,
-                                  const ucp_am_recv_param_t* param);
+                                  void* data, std::size_t length, const ucp_am_recv_param_t* param);
   static void on_fence_sent(void* request, ucs_status_t status, void* user_data);
   static ucs_status_t on_scatter_am(void* arg, const void* header, std::size_t header_length,
                                     void* data, std::size_t length,

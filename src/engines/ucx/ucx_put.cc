@@ -57,9 +57,10 @@ Status UcxLane::post_puts(UcxPeer& p, std::span<const std::int64_t> local,
           worker_.progress_once();
         }
         if (xfer->result.load(std::memory_order_acquire) == UCS_INPROGRESS) {
-          log().warn("kvxfer UCX {}: puts of a failed write to peer {} not flushed in time; "
-                     "force-closing the endpoint",
-                     agent_name_, p.agent_name);
+          log().warn(
+              "kvxfer UCX {}: puts of a failed write to peer {} not flushed in time; "
+              "force-closing the endpoint",
+              agent_name_, p.agent_name);
           p.mark_failed();
           [[maybe_unused]] const Status closed = close_endpoint(p);
         }

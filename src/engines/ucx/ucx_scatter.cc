@@ -185,8 +185,8 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   for (const Chunk& chunk : xfer->am_chunks) {
     put_scatter_fixed(xfer->am_headers.data() + chunk.header_offset,
-                      static_cast<std::uint16_t>(chunk.runs), p.token, seq, xfer->slot,
-                      p.lineage, p.epoch);
+                      static_cast<std::uint16_t>(chunk.runs), p.token, seq, xfer->slot, p.lineage,
+                      p.epoch);
   }
 
   ucp_request_param_t param{};
@@ -322,13 +322,11 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
     ucp_am_data_release(lane->worker_.worker(), data);
   }
-  const ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0
-                            ? param->reply_ep
-                            : nullptr;
+  const ucp_ep_h from =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
   if (from == nullptr) {
     lane->acks_ignored_.fetch_add(1, std::memory_order_relaxed);
-    log().warn("kvxfer UCX {}: dropped a scatter ack without a reply endpoint",
-               lane->agent_name_);
+    log().warn("kvxfer UCX {}: dropped a scatter ack without a reply endpoint", lane->agent_name_);
     return UCS_OK;
   }
   ScatterAck ack;
@@ -353,9 +351,10 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
     // Awaiting acks, so the transfer holds its peer.
     if (xfer->peer->ep_id != from) {
       lane->acks_ignored_.fetch_add(1, std::memory_order_relaxed);
-      log().warn("kvxfer UCX {}: ignored a scatter ack for transfer {} from an endpoint other "
-                 "than its peer's",
-                 lane->agent_name_, xfer->id);
+      log().warn(
+          "kvxfer UCX {}: ignored a scatter ack for transfer {} from an endpoint other "
+          "than its peer's",
+          lane->agent_name_, xfer->id);
       return UCS_OK;
     }
     if (status != UCS_OK && xfer->am_status == UCS_OK) xfer->am_status = status;

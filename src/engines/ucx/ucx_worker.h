@@ -36,8 +36,7 @@ class UcxWorker {
   // Reads UCX's configuration, applies `overrides` (ucp_config_modify keys),
   // creates the context (AM, wakeup, and RMA only when `rma`) and a
   // multi-threaded worker. Throws std::runtime_error when any step fails.
-  UcxWorker(std::string agent_name, const std::map<std::string, std::string>& overrides,
-            bool rma);
+  UcxWorker(std::string agent_name, const std::map<std::string, std::string>& overrides, bool rma);
   ~UcxWorker() { destroy(); }
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
