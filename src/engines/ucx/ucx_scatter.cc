@@ -221,8 +221,8 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   }
   if (send_status == UCS_OK) return Status::kSuccess;
 
-  log().warn("kvxfer UCX {}: scatter write to peer {} failed: {}", agent_name_, p.agent_name,
-             ucs_status_string(send_status));
+  log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
+             agent_name_, p.agent_name, sent, n, ucs_status_string(send_status));
   if (is_disconnect(send_status)) p.mark_failed();
   // Messages already sent keep going and are still acked; the ones never
   // sent will not be.
