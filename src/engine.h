@@ -73,6 +73,12 @@ class Engine {
   // the transfer), or returns the error of a check that itself failed.
   [[nodiscard]] virtual Status check(XferHandle xfer, Status* state) = 0;
 
+  // Why a transfer that check() reported failed (or whose check failed)
+  // failed, in the engine's own words: a short static string (e.g. the UCX
+  // status name), or nullptr when the engine has nothing to add. Valid
+  // until release().
+  [[nodiscard]] virtual const char* detail(XferHandle /*xfer*/) const { return nullptr; }
+
   // Forgets a transfer. Does not stop a WRITE still in flight: the engine
   // keeps what the WRITE needs until it finishes. On failure the handle is
   // still live.

@@ -115,7 +115,8 @@ struct Stats {
   std::vector<PeerStats> peers;  // sorted by peer_id
   // The engine's own running totals since construction (UCX engine:
   // cma_writes, put_writes, scatter_writes, scatter_messages,
-  // scatter_refused; as a target: scatter_received, scatter_rejected).
+  // scatter_refused, scatter_acks_ignored; as a target: scatter_received,
+  // scatter_rejected, scatter_fenced, fences_received, fences_ignored).
   std::map<std::string, std::uint64_t> engine_counters;
 };
 

@@ -158,7 +158,7 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
     } else {
       out.failed.push_back(e->id);
       ++peer->counters.transfers_failed;
-      if (!e->struck) scratch_failures_.emplace_back(peer, state);
+      if (!e->struck) scratch_failures_.emplace_back(peer, state, engine_->detail(e->handle));
       scratch_finished_.push_back(e);
     }
   }
@@ -194,9 +194,12 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
         e->peer->succeeded_in_batch = false;
       }
     }
-    for (const auto& [peer, status] : scratch_failures_) {
+    for (const auto& [peer, status, detail] : scratch_failures_) {
+      // The engine's detail (e.g. the UCX status) keeps the cause's reason.
       policy_.record_failure(peer->standing, peer->id, status,
-                             fmt::format("state {}", status_name(status)));
+                             detail != nullptr
+                                 ? fmt::format("state {} ({})", status_name(status), detail)
+                                 : fmt::format("state {}", status_name(status)));
     }
     for (Inflight* e : scratch_finished_) release(e);
     if (scoped == nullptr) {

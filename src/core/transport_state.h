@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -185,7 +186,8 @@ class TransportState {
   std::vector<std::int64_t> scratch_local_;
   std::vector<std::int64_t> scratch_remote_;
   IndexSet scratch_seen_;
-  std::vector<std::pair<Peer*, Status>> scratch_failures_;
+  // Failed transfers of a poll: peer, state, the engine's detail (or nullptr).
+  std::vector<std::tuple<Peer*, Status, const char*>> scratch_failures_;
   std::vector<Inflight*> scratch_finished_;
   RegistrationWorker worker_;
 };

@@ -145,6 +145,12 @@ class Lanes final : public Engine {
     return lane_of(xfer) == Lane::kCma ? cma_.check(xfer, state) : ucx_.check(xfer, state);
   }
 
+  [[nodiscard]] const char* detail(XferHandle xfer) const override {
+    // The same-host lane has nothing to add to its statuses.
+    if (xfer == 0 || lane_of(xfer) == Lane::kCma) return nullptr;
+    return ucx_.detail(xfer);
+  }
+
   [[nodiscard]] Status release(XferHandle xfer) override {
     if (xfer == 0) return Status::kInvalidParam;
     return lane_of(xfer) == Lane::kCma ? cma_.release(xfer) : ucx_.release(xfer);

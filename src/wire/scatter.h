@@ -12,14 +12,22 @@
 // counts a transfer done when every one of its messages was acked.
 //
 // Layouts (little-endian):
-//   write header: u32 magic "KVXS" | u16 version | u16 run count
+//   write header: u32 magic "KVXS" | u16 version (2) | u16 run count
 //                 | u64 region token | u64 sequence | u32 slot | u32 zero
+//                 | u64 lineage | u64 epoch
 //                 | run count x (u64 offset into the region | u64 length)
 //   ack header:   u32 magic "KVXA" | u32 slot | u64 sequence | i32 status
 //                 | u32 zero
 // The token is the target's cookie epoch (from its metadata), so a message
 // meant for an earlier engine in the same process is refused. Slot and
-// sequence name the initiator's transfer; the target only echoes them.
+// sequence name the initiator's transfer; the target only echoes them (the
+// sequence is a fresh random number per write, so that no one but the
+// target it was sent to can name it). Lineage and epoch name the
+// initiator's registration of this target (wire/fence.h): the target applies
+// a write only while that epoch is the newest it was fenced to for that
+// lineage, so bytes still in an old connection are refused, never applied
+// after a newer registration's writes. Version 1 (no lineage, epoch) is
+// refused.
 //
 // The initiator's UCX lane sends write headers, the target's handler sends
 // acks. Both are read with wire/bytes.h's reader after one exact-length
@@ -40,8 +48,8 @@ inline constexpr unsigned kScatterAckAmId = 8;
 
 inline constexpr std::uint32_t kScatterMagic = 0x5358564b;  // "KVXS" as bytes
 inline constexpr std::uint32_t kAckMagic = 0x4158564b;      // "KVXA" as bytes
-inline constexpr std::uint16_t kScatterVersion = 1;
-inline constexpr std::size_t kScatterFixedLen = 32;
+inline constexpr std::uint16_t kScatterVersion = 2;
+inline constexpr std::size_t kScatterFixedLen = 48;
 inline constexpr std::size_t kScatterRunLen = 16;
 inline constexpr std::size_t kMaxScatterRuns = 1024;
 inline constexpr std::size_t kAckLen = 24;
@@ -55,6 +63,8 @@ struct ScatterHeader {
   std::uint64_t token = 0;
   std::uint64_t sequence = 0;
   std::uint32_t slot = 0;
+  std::uint64_t lineage = 0;
+  std::uint64_t epoch = 0;
   std::span<const std::uint8_t> runs;  // run count x kScatterRunLen bytes
 
   [[nodiscard]] std::size_t run_count() const { return runs.size() / kScatterRunLen; }
@@ -80,7 +90,8 @@ inline constexpr std::size_t scatter_header_len(std::size_t runs) {
 // caller's preallocated header); the runs follow through put_scatter_run.
 // The writer's sizes are all constants here, so its checks compile away.
 inline void put_scatter_fixed(std::uint8_t* out, std::uint16_t run_count, std::uint64_t token,
-                              std::uint64_t sequence, std::uint32_t slot) {
+                              std::uint64_t sequence, std::uint32_t slot, std::uint64_t lineage,
+                              std::uint64_t epoch) {
   wire::ByteWriter w(std::span(out, kScatterFixedLen));
   w.u32(kScatterMagic);
   w.u16(kScatterVersion);
@@ -89,6 +100,8 @@ inline void put_scatter_fixed(std::uint8_t* out, std::uint16_t run_count, std::u
   w.u64(sequence);
   w.u32(slot);
   w.u32(0);
+  w.u64(lineage);
+  w.u64(epoch);
 }
 
 inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64_t offset,
@@ -98,7 +111,7 @@ inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64
   w.u64(length);
 }
 
-// False unless `bytes` is exactly one well-formed version-1 write header.
+// False unless `bytes` is exactly one well-formed version-2 write header.
 // The runs are not checked against any region here: see scatter_runs_fit.
 [[nodiscard]] inline bool decode_scatter_header(std::span<const std::uint8_t> bytes,
                                                 ScatterHeader* out) {
@@ -113,6 +126,8 @@ inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64
   const auto sequence = in.u64();
   const auto slot = in.u32();
   const auto reserved = in.u32();
+  const auto lineage = in.u64();
+  const auto epoch = in.u64();
   if (!in.ok() || *magic != kScatterMagic || *version != kScatterVersion) return false;
   if (*count == 0 || *count > kMaxScatterRuns) return false;
   if (in.remaining() != std::size_t{*count} * kScatterRunLen) return false;
@@ -120,6 +135,8 @@ inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64
   out->token = *token;
   out->sequence = *sequence;
   out->slot = *slot;
+  out->lineage = *lineage;
+  out->epoch = *epoch;
   out->runs = bytes.subspan(kScatterFixedLen);
   return true;
 }

@@ -53,8 +53,8 @@ TEST(UcxConfigTest, TlsComesFromTheEnvironmentUnlessEngineConfigSetsIt) {
 TEST(UcxConfigTest, TcpDefaultsApplyWhereTcpMayBeUsed) {
   for (const std::string tls : {"tcp", "all", "sm,tcp,self"}) {
     const UcxSettings s = settings({{"TLS", tls}});
-    EXPECT_EQ(key(s, "TX_SEG_SIZE"), "64K") << tls;
-    EXPECT_EQ(key(s, "RX_SEG_SIZE"), "256K") << tls;
+    EXPECT_EQ(key(s, "TX_SEG_SIZE"), "1M") << tls;
+    EXPECT_EQ(key(s, "RX_SEG_SIZE"), "1M") << tls;
     EXPECT_EQ(key(s, "ZCOPY_THRESH"), "inf") << tls;
     EXPECT_EQ(key(s, "KEEPIDLE"), "5s") << tls;
     EXPECT_EQ(key(s, "KEEPINTVL"), "1s") << tls;
@@ -69,13 +69,55 @@ TEST(UcxConfigTest, NoTcpDefaultsWhereTcpIsNotAllowed) {
   }
 }
 
+TEST(UcxConfigTest, WithoutAnRdmaDeviceRmaIsOffAndTcpPutsAreNotAdvertised) {
+  const UcxSettings s = settings({{"TLS", "tcp"}});
+  EXPECT_FALSE(s.rma);
+  EXPECT_EQ(key(s, "PUT_ENABLE"), "n");
+  // Not where tcp is not in use (the key would be unknown to every transport).
+  EXPECT_FALSE(key(settings({{"TLS", "sm,self"}}), "PUT_ENABLE").has_value());
+}
+
+TEST(UcxConfigTest, WithAnRdmaDeviceRmaIsOnAndPutsAreLeftAlone) {
+  const UcxSettings s = settings({{"TLS", "tcp"}}, {}, true);
+  EXPECT_TRUE(s.rma);
+  EXPECT_FALSE(key(s, "PUT_ENABLE").has_value());
+}
+
+TEST(UcxConfigTest, KvxferRmaOverridesTheDeviceRule) {
+  const UcxSettings on = settings({{"TLS", "tcp"}, {"KVXFER_RMA", "on"}});
+  EXPECT_TRUE(on.rma);
+  EXPECT_FALSE(key(on, "PUT_ENABLE").has_value());
+  EXPECT_FALSE(key(on, "KVXFER_RMA").has_value());  // ours, not UCX's
+  const UcxSettings off = settings({{"TLS", "tcp"}, {"KVXFER_RMA", "off"}}, {}, true);
+  EXPECT_FALSE(off.rma);
+  EXPECT_EQ(key(off, "PUT_ENABLE"), "n");
+  EXPECT_FALSE(settings({{"KVXFER_RMA", "auto"}}).rma);
+  EXPECT_TRUE(settings({{"KVXFER_RMA", "auto"}}, {}, true).rma);
+  for (const std::string bad : {"", "yes", "1", "ON"}) {
+    try {
+      [[maybe_unused]] const UcxSettings s = settings({{"KVXFER_RMA", bad}});
+      ADD_FAILURE() << "KVXFER_RMA=" << bad << " was taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("KVXFER_RMA"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(UcxConfigTest, UserOrEnvironmentPutEnableWins) {
+  EXPECT_FALSE(key(settings({{"TLS", "tcp"}, {"TCP_PUT_ENABLE", "y"}}), "PUT_ENABLE").has_value());
+  EXPECT_EQ(key(settings({{"TLS", "tcp"}, {"TCP_PUT_ENABLE", "y"}}), "TCP_PUT_ENABLE"), "y");
+  EXPECT_FALSE(
+      key(settings({{"TLS", "tcp"}}, {{"UCX_TCP_PUT_ENABLE", "y"}}), "PUT_ENABLE").has_value());
+}
+
 TEST(UcxConfigTest, EnvironmentWinsOverOurDefaults) {
   const UcxSettings s = settings({{"TLS", "tcp"}}, {{"UCX_TCP_TX_SEG_SIZE", "16K"},
                                                     {"UCX_TCP_RX_SEG_SIZE", "32K"},
                                                     {"UCX_ZCOPY_THRESH", "1M"},
                                                     {"UCX_TCP_KEEPIDLE", "30s"},
                                                     {"UCX_TCP_KEEPINTVL", "3s"},
-                                                    {"UCX_TCP_KEEPCNT", "9"}});
+                                                    {"UCX_TCP_KEEPCNT", "9"},
+                                                    {"UCX_TCP_PUT_ENABLE", "y"}});
   EXPECT_EQ(s.overrides, (Config{{"TLS", "tcp"}}));
 }
 
@@ -99,7 +141,7 @@ TEST(UcxConfigTest, UserKeyWinsOverOurDefaultsWithOrWithoutTheTransportPrefix) {
 TEST(UcxConfigTest, RdmaDeviceLeavesZeroCopyAlone) {
   const UcxSettings s = settings({{"TLS", "tcp"}}, {}, /*rdma=*/true);
   EXPECT_FALSE(key(s, "ZCOPY_THRESH").has_value());
-  EXPECT_EQ(key(s, "TX_SEG_SIZE"), "64K");
+  EXPECT_EQ(key(s, "TX_SEG_SIZE"), "1M");
 }
 
 TEST(UcxConfigTest, ScatterKnobsDefaultAndAreNotPassedToUcx) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "wire/bytes.h"
+#include "wire/fence.h"
 #include "wire/loopback_blob.h"
 #include "wire/metadata.h"
 #include "wire/scatter.h"
@@ -201,7 +202,8 @@ struct Run {
 
 Bytes scatter_header(const std::vector<Run>& runs, std::uint64_t token = 0x1234567890abcdef) {
   Bytes b(scatter_header_len(runs.size()));
-  put_scatter_fixed(b.data(), static_cast<std::uint16_t>(runs.size()), token, 7, 3);
+  put_scatter_fixed(b.data(), static_cast<std::uint16_t>(runs.size()), token, 7, 3,
+                    0x0102030405060708, 0x1122334455667788);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     put_scatter_run(b.data(), i, runs[i].offset, runs[i].length);
   }
@@ -229,12 +231,17 @@ void scatter_seeds() {
   write_seed(t, true, "valid_max_runs", scatter_header(runs_of(kMaxScatterRuns, 4096)));
   write_seed(t, true, "valid_runs_past_any_region", scatter_header({{~0ull - 1, 4096}}));
   write_seed(t, false, "empty", {});
-  write_seed(t, false, "truncated_fixed", Bytes(three.begin(), three.begin() + 31));
+  write_seed(t, false, "truncated_fixed", Bytes(three.begin(), three.begin() + 47));
   write_seed(t, false, "truncated_run", cut(three, 1));
   write_seed(t, false, "trailing_byte", plus_byte(three));
   write_seed(t, false, "bad_magic", flip(three, 0));
   write_seed(t, false, "bad_version", set_u16(three, 4, kScatterVersion + 1));
-  write_seed(t, false, "zero_runs", set_u16(Bytes(three.begin(), three.begin() + 32), 6, 0));
+  write_seed(t, false, "zero_runs", set_u16(Bytes(three.begin(), three.begin() + 48), 6, 0));
+  // Version 1 (no lineage and epoch: its writes could not be fenced), as the
+  // old encoder wrote it: the v2 header without its last 16 fixed bytes.
+  Bytes v1 = set_u16(three, 4, 1);
+  v1.erase(v1.begin() + 32, v1.begin() + 48);
+  write_seed(t, false, "version_1", v1);
   write_seed(t, false, "count_says_more", set_u16(three, 6, 4));
   write_seed(t, false, "count_says_fewer", set_u16(three, 6, 2));
   write_seed(t, false, "too_many_runs", scatter_header(runs_of(kMaxScatterRuns + 1, 16)));
@@ -279,6 +286,34 @@ void scatter_fit_seeds() {
   write_seed(t, false, "empty_region", fit_input(0, 4096, scatter_header({{0, 4096}})));
 }
 
+// ---------------------------------------------------------------- fence
+
+Bytes fence(const Fence& f) {
+  Bytes b(kFenceLen);
+  encode_fence(b.data(), f);
+  return b;
+}
+
+void fence_seeds() {
+  const std::string t = "fence";
+  const Bytes valid = fence(Fence{0x1234567890abcdef, 0x0102030405060708, 1, 0xa1a2a3a4a5a6a7a8});
+  write_seed(t, true, "valid", valid);
+  write_seed(t, true, "valid_gen_2", fence(Fence{0x1234567890abcdef, 0x0102030405060708, 2, 9}));
+  write_seed(t, true, "valid_zero_token", fence(Fence{0, 1, 1, 1}));
+  write_seed(t, true, "valid_max_fields", fence(Fence{~0ull, ~0ull, ~0ull, ~0ull}));
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "truncated", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  write_seed(t, false, "bad_magic", flip(valid, 0));
+  write_seed(t, false, "bad_version", set_u16(valid, 4, kFenceVersion + 1));
+  write_seed(t, false, "reserved_set", set_u16(valid, 6, 1));
+  write_seed(t, false, "zero_lineage", fence(Fence{1, 0, 1, 1}));
+  write_seed(t, false, "zero_gen", fence(Fence{1, 1, 0, 1}));
+  write_seed(t, false, "zero_epoch", fence(Fence{1, 1, 1, 0}));
+  write_seed(t, false, "scatter_magic", set_u32(valid, 0, kScatterMagic));
+  write_seed(t, false, "an_ack", ack(0));
+}
+
 void ack_seeds() {
   const std::string t = "ack";
   write_seed(t, true, "ack", ack(0));
@@ -311,6 +346,7 @@ int main(int argc, char** argv) {
   scatter_seeds();
   scatter_fit_seeds();
   ack_seeds();
+  fence_seeds();
   std::printf("seeds written under %s\n", g_root.c_str());
   return 0;
 }

@@ -26,7 +26,8 @@ bool accepts(std::span<const std::uint8_t> input) {
   if (input.size() != scatter_header_len(count)) std::abort();
 
   std::vector<std::uint8_t> again(scatter_header_len(count));
-  put_scatter_fixed(again.data(), static_cast<std::uint16_t>(count), h.token, h.sequence, h.slot);
+  put_scatter_fixed(again.data(), static_cast<std::uint16_t>(count), h.token, h.sequence, h.slot,
+                    h.lineage, h.epoch);
   std::uint64_t sum = 0;  // wraps on purpose: one of the payloads tried below
   std::uint64_t region = 0;
   for (std::size_t i = 0; i < count; ++i) {

@@ -20,6 +20,7 @@
 
 #include "engine.h"
 #include "engine_agent.h"
+#include "wire/fence.h"
 #include "wire/ucx_blob.h"
 #include "it_support.h"
 
@@ -84,7 +85,7 @@ std::vector<std::int64_t> shuffled(std::uint64_t seed) {
 }
 
 TEST(UcxScatterTest, ShortRunsGoAsAFewAckedMessagesAndLand) {
-  Agent a("scatter-a", {}, 1);
+  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "256K"}}, 1);
   Agent b("scatter-b", {}, 2);
   // 64 random 16 KiB blocks (1 MiB): four 256 KiB messages, not 64 puts.
   write_and_verify(a, b, shuffled(1), shuffled(2));
@@ -107,14 +108,34 @@ TEST(UcxScatterTest, RunsLongerThanAMessageAreSplitAcrossMessages) {
   EXPECT_EQ(b.counter("scatter_received"), local.size() * 4);
 }
 
-TEST(UcxScatterTest, LongRunsAndScatterOffGoAsPuts) {
-  Agent off("scatter-off", {{"KVXFER_SCATTER_MAX_RUN", "0"}}, 1);
+TEST(UcxScatterTest, WithoutRmaEveryWriteIsScatterEvenLongRuns) {
+  // No RDMA device here: no RMA, no rkey published, and a write of one long
+  // run (the whole pool) goes as scatter messages of a chunk each.
+  Agent a("scatter-a", {}, 1);
   Agent b("scatter-b", {}, 2);
+  ASSERT_FALSE(a.engine->counters().empty());
+  std::vector<std::int64_t> all(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) all[i] = static_cast<std::int64_t>(i);
+  write_and_verify(a, b, all, all);
+  EXPECT_EQ(a.counter("put_writes"), 0u);
+  EXPECT_EQ(a.counter("scatter_writes"), 1u);
+  // 1 MiB in chunks of just under 1 MiB (ucx_config.h).
+  EXPECT_EQ(a.counter("scatter_messages"), 2u);
+  ucx::Blob blob;
+  const auto bytes = b.engine->local_blob();
+  ASSERT_TRUE(ucx::decode_blob(bytes, &blob));
+  EXPECT_TRUE(blob.rkey.empty()) << "an rkey was published without RMA";
+}
+
+TEST(UcxScatterTest, LongRunsAndScatterOffGoAsPutsWithRmaOn) {
+  // Puts over TCP only where a user asks for RMA (KVXFER_RMA=on), both sides.
+  Agent off("scatter-off", {{"KVXFER_SCATTER_MAX_RUN", "0"}, {"KVXFER_RMA", "on"}}, 1);
+  Agent b("scatter-b", {{"KVXFER_RMA", "on"}}, 2);
   write_and_verify(off, b, shuffled(3), shuffled(4));
   EXPECT_EQ(off.counter("put_writes"), 1u);
   EXPECT_EQ(off.counter("scatter_writes"), 0u);
   // Runs averaging more than the threshold (64 KiB by default) are puts too.
-  Agent a("scatter-a", {}, 1);
+  Agent a("scatter-a", {{"KVXFER_RMA", "on"}}, 1);
   write_and_verify(a, b, {0, 1, 2, 3, 4, 5, 6, 7, 20, 21, 22, 23, 24, 25, 26, 27},
                    {8, 9, 10, 11, 12, 13, 14, 15, 50, 51, 52, 53, 54, 55, 56, 57});
   EXPECT_EQ(a.counter("put_writes"), 1u);
@@ -229,7 +250,11 @@ class RawClient {
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
     void* req = ucp_ep_close_nbx(ep_, &p);
     if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < deadline) {
+        ucp_worker_progress(worker_);
+      }
       ucp_request_free(req);
     }
     ucp_worker_destroy(worker_);
@@ -240,22 +265,40 @@ class RawClient {
 
   [[nodiscard]] std::uint64_t token() const { return blob_.cookie_epoch; }
 
+  // Sends a fence (wire/fence.h) and drives the send to its end.
+  void fence(std::uint64_t lineage, std::uint64_t gen, std::uint64_t epoch,
+             std::optional<std::uint64_t> token = std::nullopt) {
+    std::vector<std::uint8_t> bytes(ucx::kFenceLen);
+    ucx::encode_fence(bytes.data(), ucx::Fence{token.value_or(this->token()), lineage, gen, epoch});
+    send_only(ucx::kFenceAmId, bytes, {}, 0);
+  }
+
+  // Sends one message and drives the send to its end.
+  void send_only(unsigned id, const std::vector<std::uint8_t>& header,
+                 const std::vector<std::uint8_t>& payload, std::uint32_t flags) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = flags | UCP_AM_SEND_FLAG_EAGER;
+    void* req = ucp_am_send_nbx(ep_, id, header.data(), header.size(),
+                                payload.empty() ? nullptr : payload.data(), payload.size(), &p);
+    if (UCS_PTR_IS_ERR(req)) throw std::runtime_error("am_send failed");
+    if (req != nullptr) {
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      ucp_request_free(req);
+    }
+  }
+
   // Sends one message: `header` as is, `payload` as its data. Returns the
   // target's ack, or nothing within `wait`.
   std::optional<ucx::ScatterAck> send(const std::vector<std::uint8_t>& header,
                                       const std::vector<std::uint8_t>& payload,
                                       std::uint64_t sequence,
                                       std::chrono::milliseconds wait = 10s) {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    void* req = ucp_am_send_nbx(ep_, ucx::kScatterAmId, header.data(), header.size(),
-                                payload.data(), payload.size(), &p);
-    if (UCS_PTR_IS_ERR(req)) throw std::runtime_error("am_send failed");
-    if (req != nullptr) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(req);
-    }
+    send_only(ucx::kScatterAmId, header, payload, UCP_AM_SEND_FLAG_REPLY);
     const auto deadline = std::chrono::steady_clock::now() + wait;
     while (std::chrono::steady_clock::now() < deadline) {
       ucp_worker_progress(worker_);
@@ -286,10 +329,16 @@ class RawClient {
   std::vector<ucx::ScatterAck> acks_;
 };
 
+constexpr std::uint64_t kLineage = 0x1111222233334444ull;
+constexpr std::uint64_t kEpoch = 0x5555666677778888ull;
+
 std::vector<std::uint8_t> header_of(std::uint64_t token, std::uint64_t sequence,
-                                    const std::vector<ucx::ScatterRun>& runs) {
+                                    const std::vector<ucx::ScatterRun>& runs,
+                                    std::uint64_t lineage = kLineage,
+                                    std::uint64_t epoch = kEpoch) {
   std::vector<std::uint8_t> h(ucx::scatter_header_len(runs.size()));
-  ucx::put_scatter_fixed(h.data(), static_cast<std::uint16_t>(runs.size()), token, sequence, 7);
+  ucx::put_scatter_fixed(h.data(), static_cast<std::uint16_t>(runs.size()), token, sequence, 7,
+                         lineage, epoch);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     ucx::put_scatter_run(h.data(), i, runs[i].offset, runs[i].length);
   }
@@ -299,6 +348,7 @@ std::vector<std::uint8_t> header_of(std::uint64_t token, std::uint64_t sequence,
 TEST(UcxScatterTest, TargetRefusesWhatDoesNotFitAndWritesNothing) {
   Agent target("scatter-target", {}, 2);
   RawClient client(target.engine->local_blob());
+  client.fence(kLineage, 1, kEpoch);
   const std::uint64_t region = kBlocks * kBlockLen;
   const std::vector<std::uint8_t> page(4096, 0xAB);
   struct Case {

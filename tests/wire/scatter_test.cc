@@ -19,9 +19,12 @@ constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 
 std::vector<std::uint8_t> header_bytes(const std::vector<ScatterRun>& runs,
                                        std::uint64_t token = 0x1122334455667788ull,
-                                       std::uint64_t sequence = 42, std::uint32_t slot = 7) {
+                                       std::uint64_t sequence = 42, std::uint32_t slot = 7,
+                                       std::uint64_t lineage = 0x0badc0ffee0ddf00ull,
+                                       std::uint64_t epoch = 0x5eed5eed5eed5eedull) {
   std::vector<std::uint8_t> out(scatter_header_len(runs.size()));
-  put_scatter_fixed(out.data(), static_cast<std::uint16_t>(runs.size()), token, sequence, slot);
+  put_scatter_fixed(out.data(), static_cast<std::uint16_t>(runs.size()), token, sequence, slot,
+                    lineage, epoch);
   for (std::size_t i = 0; i < runs.size(); ++i)
     put_scatter_run(out.data(), i, runs[i].offset, runs[i].length);
   return out;
@@ -50,15 +53,18 @@ void poke(std::vector<std::uint8_t>& bytes, std::size_t at, T value) {
 
 // --- write header --------------------------------------------------------
 
-TEST(ScatterHeader, RoundTripsTokenSequenceSlotAndRuns) {
+TEST(ScatterHeader, RoundTripsTokenSequenceSlotLineageEpochAndRuns) {
   const auto runs = three_runs();
-  const auto bytes = header_bytes(runs, 0xdeadbeefcafef00dull, 0x0102030405060708ull, 0x9abcdef0u);
+  const auto bytes = header_bytes(runs, 0xdeadbeefcafef00dull, 0x0102030405060708ull, 0x9abcdef0u,
+                                  0x1111222233334444ull, 0x5555666677778888ull);
   ASSERT_EQ(bytes.size(), kScatterFixedLen + 3 * kScatterRunLen);
   ScatterHeader h;
   ASSERT_TRUE(decode_scatter_header(bytes, &h));
   EXPECT_EQ(h.token, 0xdeadbeefcafef00dull);
   EXPECT_EQ(h.sequence, 0x0102030405060708ull);
   EXPECT_EQ(h.slot, 0x9abcdef0u);
+  EXPECT_EQ(h.lineage, 0x1111222233334444ull);
+  EXPECT_EQ(h.epoch, 0x5555666677778888ull);
   ASSERT_EQ(h.run_count(), runs.size());
   for (std::size_t i = 0; i < runs.size(); ++i) {
     EXPECT_EQ(h.run(i).offset, runs[i].offset) << "run " << i;
@@ -70,9 +76,12 @@ TEST(ScatterHeader, RoundTripsTokenSequenceSlotAndRuns) {
 
 TEST(ScatterHeader, RoundTripsExtremeValues) {
   const std::vector<ScatterRun> runs = {{kMax, kMax}, {0, 0}};
-  const auto bytes = header_bytes(runs, kMax, kMax, std::numeric_limits<std::uint32_t>::max());
+  const auto bytes =
+      header_bytes(runs, kMax, kMax, std::numeric_limits<std::uint32_t>::max(), kMax, kMax);
   ScatterHeader h;
   ASSERT_TRUE(decode_scatter_header(bytes, &h));
+  EXPECT_EQ(h.lineage, kMax);
+  EXPECT_EQ(h.epoch, kMax);
   EXPECT_EQ(h.token, kMax);
   EXPECT_EQ(h.sequence, kMax);
   EXPECT_EQ(h.slot, std::numeric_limits<std::uint32_t>::max());
@@ -84,13 +93,15 @@ TEST(ScatterHeader, RoundTripsExtremeValues) {
 }
 
 TEST(ScatterHeader, LayoutIsLittleEndianWithMagicKVXS) {
-  const auto bytes = header_bytes({{0x10, 0x20}}, 1, 2, 3);
-  ASSERT_EQ(bytes.size(), 48u);
+  const auto bytes = header_bytes({{0x10, 0x20}}, 1, 2, 3, 0x0807060504030201ull, 5);
+  ASSERT_EQ(bytes.size(), 64u);
   const std::vector<std::uint8_t> expected = {
-      'K',  'V', 'X', 'S', 1, 0, 1, 0,  // magic, version 1, one run
+      'K',  'V', 'X', 'S', 2, 0, 1, 0,  // magic, version 2, one run
       1,    0,   0,   0,   0, 0, 0, 0,  // token
       2,    0,   0,   0,   0, 0, 0, 0,  // sequence
       3,    0,   0,   0,   0, 0, 0, 0,  // slot, zero
+      1,    2,   3,   4,   5, 6, 7, 8,  // lineage
+      5,    0,   0,   0,   0, 0, 0, 0,  // epoch
       0x10, 0,   0,   0,   0, 0, 0, 0,  // run 0 offset
       0x20, 0,   0,   0,   0, 0, 0, 0,  // run 0 length
   };
@@ -151,7 +162,8 @@ TEST(ScatterHeader, RefusesWrongMagic) {
 }
 
 TEST(ScatterHeader, RefusesWrongVersion) {
-  for (const std::uint16_t version : {0, 2, 0x100, 0xffff}) {
+  // 1: the format before lineage and epoch, whose writes cannot be fenced.
+  for (const std::uint16_t version : {0, 1, 3, 0x100, 0xffff}) {
     auto bytes = header_bytes(three_runs());
     poke(bytes, 4, std::uint16_t{version});
     EXPECT_FALSE(decodes(bytes)) << "accepted version " << version;
@@ -173,7 +185,7 @@ TEST(ScatterHeader, RefusesNonzeroReservedWord) {
 
 TEST(ScatterHeader, RefusesZeroRuns) {
   std::vector<std::uint8_t> bytes(kScatterFixedLen);
-  put_scatter_fixed(bytes.data(), 0, 1, 2, 3);
+  put_scatter_fixed(bytes.data(), 0, 1, 2, 3, 4, 5);
   EXPECT_FALSE(decodes(bytes));
   // Nor a zero count followed by a run's worth of bytes.
   bytes.resize(kScatterFixedLen + kScatterRunLen, 0);
@@ -183,7 +195,7 @@ TEST(ScatterHeader, RefusesZeroRuns) {
 TEST(ScatterHeader, RefusesMoreThanMaxScatterRuns) {
   for (const std::size_t count : {kMaxScatterRuns + 1, std::size_t{0xffff}}) {
     std::vector<std::uint8_t> bytes(scatter_header_len(count), 0);
-    put_scatter_fixed(bytes.data(), static_cast<std::uint16_t>(count), 1, 2, 3);
+    put_scatter_fixed(bytes.data(), static_cast<std::uint16_t>(count), 1, 2, 3, 4, 5);
     for (std::size_t i = 0; i < count; ++i) put_scatter_run(bytes.data(), i, i * 4096, 4096);
     EXPECT_FALSE(decodes(bytes)) << "accepted " << count << " runs";
   }

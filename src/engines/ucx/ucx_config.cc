@@ -43,6 +43,7 @@ std::uint64_t parse_size(const std::string& key, const std::string& text) {
 UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engine_config,
                                  const EnvLookup& env, bool has_rdma_device) {
   UcxSettings out;
+  out.rma = has_rdma_device;
   // engine_config keys go to ucp_config_modify without the UCX_ prefix.
   for (const auto& [raw_key, value] : engine_config) {
     // kvxfer's own knobs; everything else is UCX's.
@@ -55,6 +56,17 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       if (out.scatter_chunk_bytes < 4096 || out.scatter_chunk_bytes > (std::uint64_t{64} << 20)) {
         throw std::runtime_error(fmt::format(
             "kvxfer UCX: engine_config KVXFER_SCATTER_CHUNK={} is outside 4K..64M", value));
+      }
+      continue;
+    }
+    if (raw_key == "KVXFER_RMA") {
+      if (value == "on") {
+        out.rma = true;
+      } else if (value == "off") {
+        out.rma = false;
+      } else if (value != "auto") {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_RMA={} is not one of auto, on, off", value));
       }
       continue;
     }
@@ -80,13 +92,26 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
   };
   if (!tls_allows(out.tls, {"tcp"})) return out;
 
-  // UCX 1.13 emulates puts over TCP with active messages of TX_SEG_SIZE
-  // bytes (8K by default): 64K moved 2 MiB blocks 2.3x faster here, and does
-  // not exceed the default RX_SEG_SIZE (64K) of a peer left at defaults.
-  set_default("TCP_", "TX_SEG_SIZE", "64K");
-  // A larger receive segment lets one recv() take several 64K active
-  // messages (the perftest-measured lever of docs/performance.md).
-  set_default("TCP_", "RX_SEG_SIZE", "256K");
+  // Without RMA, no put may reach the wire: UCX 1.13's TCP transport would
+  // otherwise advertise put_zcopy, and a target carries out a TCP put by
+  // writing the address the message names, unchecked. With PUT_ENABLE=n our
+  // iface does not advertise it, so no peer's UCP selects it towards us. (The
+  // uct tcp receive path still handles a PUT_REQ sent by a client speaking
+  // uct's wire protocol directly: docs/reliability.md, Limits.)
+  if (!out.rma) set_default("TCP_", "PUT_ENABLE", "n");
+
+  // Every write over TCP is active messages (scatter writes; with RMA, UCX's
+  // emulated puts too), sent in segments of TX_SEG_SIZE (8K by default). A
+  // scatter message that fits one segment is received into UCX's buffer and
+  // copied once into the pool; one that spans several is first reassembled
+  // (one more copy). 1M segments with scatter chunks just under 1M (one
+  // segment each) moved 64 x 2 MiB contiguous writes at 1.3-2.0 GB/s here,
+  // against 1.0-1.7 for 64K segments and 256K chunks, and 0.75-1.4 for the
+  // puts this replaced (docs/ucx-engine.md). The receive segment must hold
+  // a peer's send segment, so both go up together; a peer left at UCX's
+  // defaults (RX 64K) cannot take these messages, a kvxfer peer can.
+  set_default("TCP_", "TX_SEG_SIZE", "1M");
+  set_default("TCP_", "RX_SEG_SIZE", "1M");
   // Zero-copy sends over TCP: UCX 1.13 can leave a freed TCP endpoint in its
   // event set when an endpoint is force-closed while a multi-fragment
   // zero-copy active message is still going out (our scatter writes); the

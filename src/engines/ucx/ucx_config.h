@@ -18,9 +18,16 @@ namespace kvxfer::internal::ucx {
 // transport through engine_config (KVXFER_SCATTER_MAX_RUN,
 // KVXFER_SCATTER_CHUNK; a max run of 0 turns scatter writes off).
 inline constexpr std::uint64_t kScatterMaxRunBytes = 64 * 1024;
-inline constexpr std::uint64_t kScatterChunkBytes = 256 * 1024;
+// Just under the 1M TCP segment we set, so that a message (chunk, header of
+// up to 1024 runs, UCX's own headers) goes in one segment.
+inline constexpr std::uint64_t kScatterChunkBytes = 992 * 1024;
 
 struct UcxSettings {
+  // Whether the context asks for UCP_FEATURE_RMA (puts). Only where an RDMA
+  // device is in use, unless engine_config KVXFER_RMA=on|off says otherwise:
+  // without RMA, UCX installs no handler that writes a raw address a peer
+  // sent, and every write goes as checked scatter messages.
+  bool rma = false;
   // Keys (without the UCX_ prefix) and values for ucp_config_modify.
   std::map<std::string, std::string> overrides;
   // UCX_TLS as the context will see it ("all" when nobody set it).
@@ -33,7 +40,8 @@ struct UcxSettings {
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 
 // Throws std::runtime_error, naming the key, for a KVXFER_SCATTER_* value
-// that is not a size or is out of range.
+// that is not a size or is out of range, or a KVXFER_RMA value other than
+// auto, on or off.
 [[nodiscard]] UcxSettings compute_ucx_settings(
     const std::map<std::string, std::string>& engine_config, const EnvLookup& env,
     bool has_rdma_device);

@@ -25,9 +25,25 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
     if (reason != nullptr) *reason = std::move(why);
     return st;
   };
-  if (blob.worker_address.empty() || blob.rkey.empty()) {
+  if (blob.worker_address.empty()) {
     return refuse(Status::kInvalidParam,
-                  fmt::format("peer {} sent no worker address or rkey", remote.agent_name));
+                  fmt::format("peer {} sent no worker address", remote.agent_name));
+  }
+  const bool peer_scatter = (blob.flags & kBlobAcceptsScatter) != 0;
+  const bool can_put = settings_.rma && !blob.rkey.empty();
+  if (!can_put && !(peer_scatter && scatter_ok_)) {
+    // Without puts, writes go only as checked scatter messages; a peer that
+    // does not take them cannot be written safely.
+    return refuse(
+        Status::kNotSupported,
+        fmt::format(
+            "refusing peer {}: {}, and {}; writes without an RDMA device go only as checked "
+            "scatter messages (no raw-address puts over TCP)",
+            remote.agent_name,
+            peer_scatter ? "our transports cannot carry scatter writes"
+                         : "its blob says it does not take scatter writes (an older kvxfer?)",
+            !settings_.rma ? "this agent has no RDMA device (RMA off; KVXFER_RMA=on overrides)"
+                           : "it published no rkey for puts"));
   }
   auto peer = std::make_shared<UcxPeer>();
   peer->lane = this;
@@ -35,7 +51,7 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
   peer->remote_base = remote.base_addr;
   peer->remote_block_len = remote.block_len;
   peer->token = blob.cookie_epoch;
-  peer->scatter = (blob.flags & kBlobAcceptsScatter) != 0 && settings_.scatter_max_run > 0;
+  peer->scatter = peer_scatter && scatter_ok_;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -55,14 +71,30 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
             "peers only through process_vm_writev)",
             peer->agent_name, ucs_status_string(st), settings_.tls));
   }
-  st = ucp_ep_rkey_unpack(peer->ep.get(), blob.rkey.data(), peer->rkey.out());
-  if (st != UCS_OK) {
-    *peer->rkey.out() = nullptr;
-    [[maybe_unused]] const Status closed = close_endpoint(*peer);
-    return refuse(Status::kInvalidParam, fmt::format("cannot unpack the rkey of peer {}: {}",
-                                                     peer->agent_name, ucs_status_string(st)));
+  peer->ep_id = peer->ep.get();
+  if (can_put) {
+    st = ucp_ep_rkey_unpack(peer->ep.get(), blob.rkey.data(), peer->rkey.out());
+    if (st != UCS_OK) {
+      *peer->rkey.out() = nullptr;
+      [[maybe_unused]] const Status closed = close_endpoint(*peer);
+      return refuse(Status::kInvalidParam, fmt::format("cannot unpack the rkey of peer {}: {}",
+                                                       peer->agent_name, ucs_status_string(st)));
+    }
+    peer->puts = true;
+    live_rkeys_.fetch_add(1, std::memory_order_relaxed);
   }
-  live_rkeys_.fetch_add(1, std::memory_order_relaxed);
+  if (peer->scatter) {
+    // The first message on the endpoint, before any write can be posted.
+    if (const Status fenced = send_fence(*peer); fenced != Status::kSuccess) {
+      [[maybe_unused]] const Status closed = close_endpoint(*peer);
+      if (peer->rkey) {
+        peer->rkey.reset();
+        live_rkeys_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      return refuse(fenced, fmt::format("cannot send the fence to peer {}", peer->agent_name));
+    }
+  }
+  live_peers_.fetch_add(1, std::memory_order_relaxed);
   EndpointState connecting = EndpointState::kConnecting;
   peer->state.compare_exchange_strong(connecting, EndpointState::kConnected,
                                       std::memory_order_acq_rel);
@@ -77,6 +109,8 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
 
 void UcxLane::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* peer = static_cast<UcxPeer*>(arg);
+  int ok = UCS_OK;
+  peer->error.compare_exchange_strong(ok, status, std::memory_order_acq_rel);
   peer->mark_failed();
   log().warn("kvxfer UCX: endpoint to peer {} failed: {}", peer->agent_name,
              ucs_status_string(status));
@@ -109,6 +143,7 @@ Status UcxLane::disconnect(PeerHandle handle) {
     peer = std::move(it->second);
     peers_.erase(it);
   }
+  live_peers_.fetch_sub(1, std::memory_order_relaxed);
   // The endpoint goes first: the forced close cancels every request still
   // using the rkey, after which the rkey can go. Both are attempted.
   const Status closed = close_endpoint(*peer);
@@ -118,7 +153,7 @@ Status UcxLane::disconnect(PeerHandle handle) {
   // the peer, so wait (bounded) until none does: a disconnect then leaves no
   // live request behind.
   const auto deadline = std::chrono::steady_clock::now() + kPeerReleaseTimeout;
-  while (peer.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+  while (peer.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {  // bounded
     worker_.progress_once();
     std::this_thread::yield();
   }

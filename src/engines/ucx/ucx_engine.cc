@@ -1,6 +1,7 @@
 #include "engines/ucx/ucx_engine.h"
 
 #include <fmt/format.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,16 @@
 
 namespace kvxfer::internal::ucx {
 
+std::uint64_t fresh_random() {
+  for (;;) {
+    std::uint64_t value = 0;
+    if (::getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
+      value = random_u64();  // getrandom interrupted or unavailable
+    }
+    if (value != 0) return value;
+  }
+}
+
 UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& options,
                  std::uint64_t token)
     : agent_name_(std::move(agent_name)),
@@ -20,7 +31,7 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
       // knob must not leave anything of UCX behind.
       settings_(compute_ucx_settings(options.engine_config, &process_env, host_has_rdma_device())),
       want_progress_thread_(options.progress_thread),
-      worker_(agent_name_, settings_.overrides) {
+      worker_(agent_name_, settings_.overrides, settings_.rma) {
   // A scatter message's header lists its runs, so UCX's header limit bounds
   // the runs per message; a limit too small for a few runs turns them off.
   if (worker_.max_am_header() >= scatter_header_len(8)) {
@@ -28,6 +39,14 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
         std::min(kMaxScatterRuns, (worker_.max_am_header() - kScatterFixedLen) / kScatterRunLen);
   } else {
     settings_.scatter_max_run = 0;
+    scatter_ok_ = false;
+  }
+  if (!settings_.rma && !scatter_ok_) {
+    throw std::runtime_error(fmt::format(
+        "kvxfer UCX: the transports in use ({}) allow active message headers of {} bytes, too "
+        "few for scatter writes, and without an RDMA device (or with KVXFER_RMA=off) scatter "
+        "writes are the only way to write",
+        settings_.tls, worker_.max_am_header()));
   }
   register_scatter_handlers();
 
@@ -37,9 +56,18 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
     throw std::runtime_error(
         fmt::format("kvxfer UCX: ucp_mem_map failed: {}", ucs_status_string(st)));
   }
+  // Without RMA the pool is still mapped (and counted as registered), but no
+  // rkey is published: peers write it only through scatter messages.
+  if (settings_.rma) publish_rkey();
+  accepting_writes_.store(true, std::memory_order_release);
+  if (want_progress_thread_) worker_.start_progress_thread();
+}
+
+void UcxLane::publish_rkey() {
   void* rkey_buffer = nullptr;
   std::size_t rkey_len = 0;
-  st = ucx_compat::pack_rkey(worker_.context(), memh_.get(), &rkey_buffer, &rkey_len);
+  const ucs_status_t st =
+      ucx_compat::pack_rkey(worker_.context(), memh_.get(), &rkey_buffer, &rkey_len);
   if (st != UCS_OK) {
     throw std::runtime_error(
         fmt::format("kvxfer UCX: packing the pool's rkey failed: {}", ucs_status_string(st)));
@@ -47,8 +75,6 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   const auto* rkey_bytes = static_cast<const std::uint8_t*>(rkey_buffer);
   packed_rkey_.assign(rkey_bytes, rkey_bytes + rkey_len);
   ucx_compat::release_packed_rkey(rkey_buffer);
-  accepting_writes_.store(true, std::memory_order_release);
-  if (want_progress_thread_) worker_.start_progress_thread();
 }
 
 UcxLane::~UcxLane() {
@@ -102,14 +128,19 @@ Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std
   xfer->peer = peer;
   xfer->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
   Status st = Status::kSuccess;
-  std::size_t runs = 0;
-  if (peer->scatter) {
+  // Scatter when puts are not an option (no RMA, or the peer published no
+  // rkey); else when the runs are short enough that one message per run
+  // would cost more than gathering them.
+  bool scatter = peer->scatter && !peer->puts;
+  if (peer->scatter && peer->puts) {
+    std::size_t runs = 0;
     for_each_run(local, remote, [&](std::int64_t, std::int64_t, std::uint64_t) {
       ++runs;
       return true;
     });
+    scatter = runs > 1 && local.size() * region_.block_len <= runs * settings_.scatter_max_run;
   }
-  if (runs > 1 && local.size() * region_.block_len <= runs * settings_.scatter_max_run) {
+  if (scatter) {
     st = post_scatter(*peer, local, remote, xfer);
   } else {
     st = post_puts(*peer, local, remote, xfer);
@@ -124,9 +155,9 @@ Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std
 }
 
 void UcxLane::progress() {
-  // With the progress thread on, peers reached through UCX (one rkey each)
-  // are what needs the caller's help; with none, the thread has it covered.
-  if (worker_.progress_thread_running() && live_rkeys_.load(std::memory_order_relaxed) == 0) {
+  // With the progress thread on, peers reached through UCX are what needs the
+  // caller's help; with none, the thread has it covered.
+  if (worker_.progress_thread_running() && live_peers_.load(std::memory_order_relaxed) == 0) {
     return;
   }
   worker_.progress_from_caller();
@@ -162,6 +193,18 @@ Status UcxLane::release(XferHandle handle) {
   return Status::kSuccess;
 }
 
+const char* UcxLane::detail(XferHandle handle) const {
+  const Xfer* xfer = from_handle(handle);
+  if (!xfer->held.load(std::memory_order_relaxed)) return nullptr;
+  const auto result = static_cast<ucs_status_t>(xfer->result.load(std::memory_order_acquire));
+  if (result != UCS_OK && result != UCS_INPROGRESS) return ucs_status_string(result);
+  if (xfer->peer != nullptr && xfer->peer->failed()) {
+    const auto error = static_cast<ucs_status_t>(xfer->peer->error.load(std::memory_order_acquire));
+    return ucs_status_string(error != UCS_OK ? error : UCS_ERR_CONNECTION_RESET);
+  }
+  return nullptr;
+}
+
 void UcxLane::add_live(HandleCounts& counts) const {
   counts.memory_registrations += memh_ ? 1 : 0;
   {
@@ -183,6 +226,10 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["scatter_refused"] = get(scatter_refused_);
   counters["scatter_received"] = get(scatter_received_);
   counters["scatter_rejected"] = get(scatter_rejected_);
+  counters["scatter_fenced"] = get(scatter_fenced_);
+  counters["fences_received"] = get(fences_received_);
+  counters["fences_ignored"] = get(fences_ignored_);
+  counters["scatter_acks_ignored"] = get(acks_ignored_);
 }
 
 // ---------------------------------------------------------------------------

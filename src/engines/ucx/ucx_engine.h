@@ -1,11 +1,19 @@
-// The UCX lane: one-sided WRITEs into a peer's registered pool through a UCP
-// endpoint in UCP_ERR_HANDLING_MODE_PEER, whose error handler marks the peer
-// failed. A write is one ucp_put_nbx per run of consecutive blocks, then one
-// ucp_ep_flush_nbx whose completion means the bytes are in the peer's memory
-// (ucx_put.cc); a write made of many short runs (random 4 KiB blocks) goes as
-// scatter writes instead (ucx_scatter.cc, wire/scatter.h): a few active
-// messages that each carry many runs, acked by the peer's handler once the
-// bytes are in place. Over TCP that is one send() per message, not per run.
+// The UCX lane: WRITEs into a peer's pool through a UCP endpoint in
+// UCP_ERR_HANDLING_MODE_PEER, whose error handler marks the peer failed.
+//
+// Where no RDMA device is in use (the default on a host without one, see
+// ucx_config.h), the context has no RMA feature and every write goes as
+// scatter writes (ucx_scatter.cc, wire/scatter.h): active messages that each
+// carry runs of blocks (and about a chunk of bytes), checked against the pool
+// by the peer's handler and acked once the bytes are in place. The first
+// message on every endpoint is a fence (wire/fence.h), so that bytes of an
+// earlier registration of the same peer still in flight are refused rather
+// than applied over a newer registration's writes.
+//
+// With RMA (a host with an RDMA device), a write of long runs is one
+// ucp_put_nbx per run, then one ucp_ep_flush_nbx whose completion means the
+// bytes are in the peer's memory (ucx_put.cc); short runs still go as
+// scatter writes. See docs/ucx-engine.md and docs/reliability.md.
 //
 // This room may use UCX, src/wire/ and src/common/; it knows nothing of the
 // same-host lane (lanes.cc decides which peers come here) or of src/core/.
@@ -34,6 +42,7 @@
 #include "engines/ucx/ucx_endpoint.h"
 #include "engines/ucx/ucx_handles.h"
 #include "engines/ucx/ucx_worker.h"
+#include "wire/fence.h"
 #include "wire/scatter.h"
 #include "wire/ucx_blob.h"
 
@@ -48,6 +57,9 @@ inline bool is_disconnect(ucs_status_t status) {
 inline Status map_post_error(ucs_status_t status) {
   return is_disconnect(status) ? Status::kRemoteDisconnect : Status::kBackend;
 }
+
+// A fresh unguessable nonzero 64-bit number (getrandom; no allocation).
+std::uint64_t fresh_random();
 
 class UcxLane {
  public:
@@ -77,6 +89,10 @@ class UcxLane {
   void progress();
   [[nodiscard]] Status check(XferHandle xfer, Status* state);
   [[nodiscard]] Status release(XferHandle xfer);
+  // Why a transfer failed, as UCX named it (a static string), or nullptr.
+  [[nodiscard]] const char* detail(XferHandle xfer) const;
+  // Whether this lane's context has the RMA feature (and so may put).
+  [[nodiscard]] bool rma() const { return settings_.rma; }
 
   // Adds the pool registration, peers, rkeys, transfers and requests.
   void add_live(HandleCounts& counts) const;
@@ -102,6 +118,9 @@ class UcxLane {
     std::atomic<int> result{UCS_INPROGRESS};  // ucs_status_t of the flush or the acks
     std::atomic<int> refs{0};
     std::atomic<bool> held{false};  // between post_write() and release()
+    // Scatter messages UCX still holds (it may read the local blocks until
+    // each send completes).
+    std::atomic<int> sends_pending{0};
     // Scatter writes. slot is fixed at creation; the rest is under am_mu_:
     // am_seq is nonzero while acks are awaited (then the transfer holds a
     // reference for them), am_left counts the messages not yet acked.
@@ -146,6 +165,13 @@ class UcxLane {
   void end_scatter(Xfer* xfer, ucs_status_t status);
   void fail_peer_scatters(const UcxPeer* peer, ucs_status_t status);
   void send_ack(const ucp_am_recv_param_t* param, const ScatterAck& ack);
+  Status send_fence(UcxPeer& peer);
+  void wait_sends(UcxPeer& peer, Xfer* xfer);
+  // Target: whether a write of (lineage, epoch) may be applied now.
+  bool fence_allows(std::uint64_t lineage, std::uint64_t epoch);
+  static ucs_status_t on_fence_am(void* arg, const void* header, std::size_t header_length,
+                                  void* data, std::size_t length, const ucp_am_recv_param_t* param);
+  static void on_fence_sent(void* request, ucs_status_t status, void* user_data);
   static ucs_status_t on_scatter_am(void* arg, const void* header, std::size_t header_length,
                                     void* data, std::size_t length,
                                     const ucp_am_recv_param_t* param);
@@ -155,6 +181,7 @@ class UcxLane {
   static void on_ack_sent(void* request, ucs_status_t status, void* user_data);
 
   // ucx_engine.cc
+  void publish_rkey();
   Xfer* acquire_xfer();
   void unref(Xfer* xfer);
   void drain_requests(const char* why);
@@ -168,12 +195,36 @@ class UcxLane {
   UcxSettings settings_;
   bool want_progress_thread_ = true;
   std::size_t scatter_max_runs_ = kMaxScatterRuns;
+  // UCX's header limit leaves room for scatter messages (always, over TCP).
+  bool scatter_ok_ = true;
 
   // Peers by handle. Connect runs on the core's registration worker while
   // transfers run on callers' threads, so the map has its own lock. Never
   // taken inside a UCX callback.
   mutable std::mutex peers_mu_;
   std::unordered_map<PeerHandle, std::shared_ptr<UcxPeer>> peers_;
+
+  // Initiator: our lineage and registration count per target (its agent
+  // name and token), for the life of the lane (wire/fence.h).
+  struct Lineage {
+    std::uint64_t id = 0;
+    std::uint64_t gen = 0;
+  };
+  std::mutex lineage_mu_;
+  std::map<std::pair<std::string, std::uint64_t>, Lineage> lineages_;
+
+  // Target: the newest fence per initiator lineage. Bounded: when full, the
+  // least recently fenced lineage goes (its writes are then refused, never
+  // misapplied). Taken by the fence handler and around the scatter handler's
+  // check and copy.
+  struct FenceEntry {
+    std::uint64_t gen = 0;
+    std::uint64_t epoch = 0;
+    std::uint64_t stamp = 0;
+  };
+  std::mutex fence_mu_;
+  std::unordered_map<std::uint64_t, FenceEntry> fences_;
+  std::uint64_t fence_stamp_ = 0;
 
   // Transfer handles: a pool that only grows to the peak number in flight.
   std::mutex pool_mu_;
@@ -185,15 +236,13 @@ class UcxLane {
   // before it). As target: whether the handler may write the region.
   std::mutex am_mu_;
   std::vector<Xfer*> slots_;
-  // Starts at random, so that no peer can guess another peer's sequences
-  // and ack its writes.
-  std::uint64_t next_am_seq_ = random_u64();
   std::atomic<bool> accepting_writes_{false};
   std::mutex ack_mu_;
   std::deque<AckMsg> acks_;
   std::vector<AckMsg*> free_acks_;
 
   std::atomic<std::uint64_t> live_rkeys_{0};
+  std::atomic<std::uint64_t> live_peers_{0};  // connected through this lane
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
   // Running totals for counters().
@@ -203,6 +252,10 @@ class UcxLane {
   std::atomic<std::uint64_t> scatter_refused_{0};
   std::atomic<std::uint64_t> scatter_received_{0};
   std::atomic<std::uint64_t> scatter_rejected_{0};
+  std::atomic<std::uint64_t> scatter_fenced_{0};
+  std::atomic<std::uint64_t> fences_received_{0};
+  std::atomic<std::uint64_t> fences_ignored_{0};
+  std::atomic<std::uint64_t> acks_ignored_{0};
 
   // Declared last, destroyed first: the pool registration goes before the
   // worker, and the worker (whose destruction completes what UCX still holds

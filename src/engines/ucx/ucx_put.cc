@@ -1,10 +1,18 @@
 // Writes as puts: one ucp_put_nbx per run of consecutive blocks, then one
 // ucp_ep_flush_nbx whose completion means the bytes are in the peer's memory
 // (a put that completed locally is not yet visible remotely).
+#include <chrono>
+
 #include "common/log.h"
 #include "engines/ucx/ucx_engine.h"
 
 namespace kvxfer::internal::ucx {
+namespace {
+
+// How long a post that failed part-way waits for its puts to be flushed.
+constexpr auto kPostFlushTimeout = std::chrono::seconds(2);
+
+}  // namespace
 
 Status UcxLane::post_puts(UcxPeer& p, std::span<const std::int64_t> local,
                           std::span<const std::int64_t> remote, Xfer* xfer) {
@@ -35,11 +43,33 @@ Status UcxLane::post_puts(UcxPeer& p, std::span<const std::int64_t> local,
     log().warn("kvxfer UCX {}: put to peer {} failed: {}", agent_name_, p.agent_name,
                ucs_status_string(put_status));
     if (is_disconnect(put_status)) p.mark_failed();
-    // Puts already posted keep going; a flush owned by UCX alone accounts
-    // for them (as a request) and returns the handle when they are done.
-    xfer->refs.store(1, std::memory_order_relaxed);
+    // Puts already posted read the caller's blocks until they are done: wait
+    // (bounded) for a flush to cover them before returning the error, and
+    // force-close the endpoint if it does not complete in time.
+    xfer->refs.store(1, std::memory_order_relaxed);  // ours
     ucs_status_t immediate = UCS_OK;
-    if (!any_posted || !flush(p, xfer, &immediate)) unref(xfer);
+    if (any_posted) {
+      xfer->refs.store(2, std::memory_order_relaxed);  // ours and the flush's
+      if (flush(p, xfer, &immediate)) {
+        const auto deadline = std::chrono::steady_clock::now() + kPostFlushTimeout;
+        while (xfer->result.load(std::memory_order_acquire) == UCS_INPROGRESS &&
+               std::chrono::steady_clock::now() < deadline) {
+          worker_.progress_once();
+        }
+        if (xfer->result.load(std::memory_order_acquire) == UCS_INPROGRESS) {
+          log().warn(
+              "kvxfer UCX {}: puts of a failed write to peer {} not flushed in time; "
+              "force-closing the endpoint",
+              agent_name_, p.agent_name);
+          p.mark_failed();
+          [[maybe_unused]] const Status closed = close_endpoint(p);
+        }
+      } else {
+        unref(xfer);  // the flush's: it completed at once
+      }
+    }
+    xfer->result.store(put_status, std::memory_order_relaxed);
+    unref(xfer);
     return map_post_error(put_status);
   }
 

@@ -1,6 +1,9 @@
 // Scatter writes (wire/scatter.h): the initiator's messages and their acks,
 // and the target's handler that checks every run, copies it into place and
-// acks.
+// acks; and fences (wire/fence.h), sent first on every endpoint, which the
+// target's handler keeps per initiator lineage.
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -8,11 +11,121 @@
 #include "engines/ucx/ucx_engine.h"
 
 namespace kvxfer::internal::ucx {
+namespace {
+
+// How long a post that failed part-way waits for the messages it did send
+// to leave (they read the caller's blocks until then) before it force-closes
+// the endpoint instead.
+constexpr auto kPostDrainTimeout = std::chrono::seconds(2);
+
+}  // namespace
 
 void UcxLane::register_scatter_handlers() {
   worker_.set_am_handler(kScatterAmId, &UcxLane::on_scatter_am, this);
   worker_.set_am_handler(kScatterAckAmId, &UcxLane::on_ack_am, this);
+  worker_.set_am_handler(kFenceAmId, &UcxLane::on_fence_am, this);
 }
+
+// ---------------------------------------------------------------------------
+// Fences
+// ---------------------------------------------------------------------------
+
+// Initiator: the first message on a new endpoint. Later sends on the same
+// endpoint reach the peer after it, so there is nothing to wait for.
+Status UcxLane::send_fence(UcxPeer& p) {
+  {
+    std::lock_guard lock(lineage_mu_);
+    Lineage& lineage = lineages_[{p.agent_name, p.token}];
+    if (lineage.id == 0) lineage.id = fresh_random();
+    p.lineage = lineage.id;
+    p.gen = ++lineage.gen;
+  }
+  p.epoch = fresh_random();
+  encode_fence(p.fence_bytes.data(), Fence{p.token, p.lineage, p.gen, p.epoch});
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &UcxLane::on_fence_sent;
+  param.user_data = this;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  live_requests_.fetch_add(1, std::memory_order_relaxed);
+  ucs_status_ptr_t request = ucp_am_send_nbx(p.ep.get(), kFenceAmId, p.fence_bytes.data(),
+                                             p.fence_bytes.size(), nullptr, 0, &param);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) return Status::kSuccess;
+  live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  if (UCS_PTR_IS_ERR(request)) {
+    log().warn("kvxfer UCX {}: cannot send the fence to peer {}: {}", agent_name_, p.agent_name,
+               ucs_status_string(UCS_PTR_STATUS(request)));
+    return map_post_error(UCS_PTR_STATUS(request));
+  }
+  return Status::kSuccess;
+}
+
+void UcxLane::on_fence_sent(void* request, ucs_status_t /*status*/, void* user_data) {
+  // A fence that never left means a failed endpoint, whose error handler
+  // fails the peer; writes sent after it are refused by the peer anyway.
+  auto* lane = static_cast<UcxLane*>(user_data);
+  ucp_request_free(request);
+  lane->live_requests_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Target: an initiator's fence. Kept when it is for us and newer than what
+// we hold for its lineage; anything else is ignored and counted.
+ucs_status_t UcxLane::on_fence_am(void* arg, const void* header, std::size_t header_length,
+                                  void* data, std::size_t /*length*/,
+                                  const ucp_am_recv_param_t* param) {
+  auto* lane = static_cast<UcxLane*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    ucp_am_data_release(lane->worker_.worker(), data);
+  }
+  lane->fences_received_.fetch_add(1, std::memory_order_relaxed);
+  Fence f;
+  if (!decode_fence({static_cast<const std::uint8_t*>(header), header_length}, &f)) {
+    lane->fences_ignored_.fetch_add(1, std::memory_order_relaxed);
+    log().warn("kvxfer UCX {}: dropped a malformed fence ({} header bytes)", lane->agent_name_,
+               header_length);
+    return UCS_OK;
+  }
+  if (f.token != lane->token_) {
+    lane->fences_ignored_.fetch_add(1, std::memory_order_relaxed);
+    log().warn("kvxfer UCX {}: ignored a fence meant for another engine", lane->agent_name_);
+    return UCS_OK;
+  }
+  std::lock_guard lock(lane->fence_mu_);
+  auto it = lane->fences_.find(f.lineage);
+  if (it == lane->fences_.end()) {
+    if (lane->fences_.size() >= kMaxFences) {
+      // The least recently fenced lineage goes; its writes are refused from
+      // now on (an unknown lineage is never written).
+      auto oldest = std::min_element(
+          lane->fences_.begin(), lane->fences_.end(),
+          [](const auto& a, const auto& b) { return a.second.stamp < b.second.stamp; });
+      lane->fences_.erase(oldest);
+    }
+    lane->fences_.emplace(f.lineage, FenceEntry{f.gen, f.epoch, ++lane->fence_stamp_});
+    return UCS_OK;
+  }
+  if (f.gen > it->second.gen) {
+    it->second = FenceEntry{f.gen, f.epoch, ++lane->fence_stamp_};
+    return UCS_OK;
+  }
+  // An older (or repeated) registration's fence, e.g. one still in a
+  // connection that was given up: it must not reopen that registration.
+  lane->fences_ignored_.fetch_add(1, std::memory_order_relaxed);
+  log().debug("kvxfer UCX {}: ignored a stale fence (gen {} <= {})", lane->agent_name_, f.gen,
+              it->second.gen);
+  return UCS_OK;
+}
+
+// Caller holds fence_mu_.
+bool UcxLane::fence_allows(std::uint64_t lineage, std::uint64_t epoch) {
+  const auto it = fences_.find(lineage);
+  return it != fences_.end() && epoch != 0 && it->second.epoch == epoch;
+}
+
+// ---------------------------------------------------------------------------
+// Scatter writes
+// ---------------------------------------------------------------------------
 
 // Sends a write as scatter messages. The transfer holds one reference for
 // the acks (until every message is acked, one fails, or the peer goes) and
@@ -58,12 +171,13 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   const std::size_t n = xfer->am_chunks.size();
   scatter_writes_.fetch_add(1, std::memory_order_relaxed);
   scatter_messages_.fetch_add(n, std::memory_order_relaxed);
-  std::uint64_t seq = 0;
+  // Fresh and random per write (never 0, which means "not awaiting acks"):
+  // an ack must name it, and no one but the target it was sent to sees it.
+  const std::uint64_t seq = fresh_random();
   xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the acks'
+  xfer->sends_pending.store(0, std::memory_order_relaxed);
   {
     std::lock_guard lock(am_mu_);
-    seq = next_am_seq_++;
-    if (seq == 0) seq = next_am_seq_++;  // 0 means "not awaiting acks"
     xfer->am_seq = seq;
     xfer->am_left = static_cast<int>(n);
     xfer->am_status = UCS_OK;
@@ -71,7 +185,8 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   for (const Chunk& chunk : xfer->am_chunks) {
     put_scatter_fixed(xfer->am_headers.data() + chunk.header_offset,
-                      static_cast<std::uint16_t>(chunk.runs), p.token, seq, xfer->slot);
+                      static_cast<std::uint16_t>(chunk.runs), p.token, seq, xfer->slot, p.lineage,
+                      p.epoch);
   }
 
   ucp_request_param_t param{};
@@ -89,6 +204,7 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
     const std::size_t iov_end =
         sent + 1 < n ? xfer->am_chunks[sent + 1].iov_offset : xfer->am_iov.size();
     xfer->refs.fetch_add(1, std::memory_order_relaxed);
+    xfer->sends_pending.fetch_add(1, std::memory_order_relaxed);
     live_requests_.fetch_add(1, std::memory_order_relaxed);
     ucs_status_ptr_t request =
         ucp_am_send_nbx(p.ep.get(), kScatterAmId, xfer->am_headers.data() + chunk.header_offset,
@@ -96,6 +212,7 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
                         iov_end - chunk.iov_offset, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) continue;  // on_am_sent lets go
     live_requests_.fetch_sub(1, std::memory_order_relaxed);
+    xfer->sends_pending.fetch_sub(1, std::memory_order_relaxed);
     xfer->refs.fetch_sub(1, std::memory_order_relaxed);  // the core's keeps it above zero
     if (UCS_PTR_IS_ERR(request)) {
       send_status = UCS_PTR_STATUS(request);
@@ -104,8 +221,8 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   }
   if (send_status == UCS_OK) return Status::kSuccess;
 
-  log().warn("kvxfer UCX {}: scatter write to peer {} failed: {}", agent_name_, p.agent_name,
-             ucs_status_string(send_status));
+  log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
+             agent_name_, p.agent_name, sent, n, ucs_status_string(send_status));
   if (is_disconnect(send_status)) p.mark_failed();
   // Messages already sent keep going and are still acked; the ones never
   // sent will not be.
@@ -122,8 +239,31 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
     }
   }
   if (settle) end_scatter(xfer, send_status);
+  // The messages already sent read the caller's blocks until UCX is done
+  // with them: none may still do so once the post returned its error.
+  if (sent > 0) wait_sends(p, xfer);
   unref(xfer);  // the core's: the write failed
   return map_post_error(send_status);
+}
+
+// Drives the worker (bounded) until UCX holds none of `xfer`'s messages; if
+// they do not leave in time (a stalled peer), force-closes the endpoint,
+// which completes them. The caller holds a reference to `xfer`.
+void UcxLane::wait_sends(UcxPeer& p, Xfer* xfer) {
+  const auto deadline = std::chrono::steady_clock::now() + kPostDrainTimeout;
+  while (xfer->sends_pending.load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    worker_.progress_once();
+  }
+  if (xfer->sends_pending.load(std::memory_order_acquire) == 0) return;
+  log().warn(
+      "kvxfer UCX {}: a failed write to peer {} still has {} message(s) in UCX after {} ms; "
+      "force-closing the endpoint",
+      agent_name_, p.agent_name, xfer->sends_pending.load(std::memory_order_relaxed),
+      std::chrono::duration_cast<std::chrono::milliseconds>(kPostDrainTimeout).count());
+  p.mark_failed();
+  [[maybe_unused]] const Status closed = close_endpoint(p);
+  fail_peer_scatters(&p, UCS_ERR_CANCELED);
 }
 
 // Ends a transfer's wait for acks with `status`, unless it already ended.
@@ -167,14 +307,28 @@ void UcxLane::on_am_sent(void* request, ucs_status_t status, void* user_data) {
   if (status != UCS_OK) lane->fail_scatter(xfer, status);
   ucp_request_free(request);
   lane->live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  xfer->sends_pending.fetch_sub(1, std::memory_order_release);
   lane->unref(xfer);
 }
 
-// Initiator: an ack from a target's scatter handler.
+// Initiator: an ack from a target's scatter handler. Taken only from the
+// endpoint of the peer the write went to (the target acks with a reply
+// endpoint) and only when it names the write's random sequence: no other
+// peer can complete or fail it.
 ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t header_length,
-                                void* /*data*/, std::size_t /*length*/,
-                                const ucp_am_recv_param_t* /*param*/) {
+                                void* data, std::size_t /*length*/,
+                                const ucp_am_recv_param_t* param) {
   auto* lane = static_cast<UcxLane*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    ucp_am_data_release(lane->worker_.worker(), data);
+  }
+  const ucp_ep_h from =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
+  if (from == nullptr) {
+    lane->acks_ignored_.fetch_add(1, std::memory_order_relaxed);
+    log().warn("kvxfer UCX {}: dropped a scatter ack without a reply endpoint", lane->agent_name_);
+    return UCS_OK;
+  }
   ScatterAck ack;
   if (!decode_ack({static_cast<const std::uint8_t*>(header), header_length}, &ack)) {
     log().warn("kvxfer UCX {}: dropped a malformed scatter ack ({} bytes)", lane->agent_name_,
@@ -184,7 +338,7 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
   // Only the statuses a handler sends; anything else is an I/O error.
   ucs_status_t status = UCS_ERR_IO_ERROR;
   for (const ucs_status_t known :
-       {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_REJECTED, UCS_ERR_UNSUPPORTED}) {
+       {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_REJECTED, UCS_ERR_UNSUPPORTED, UCS_ERR_CANCELED}) {
     if (ack.status == static_cast<std::int32_t>(known)) status = known;
   }
   Xfer* done = nullptr;
@@ -194,6 +348,15 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
     if (ack.slot >= lane->slots_.size()) return UCS_OK;
     Xfer* xfer = lane->slots_[ack.slot];
     if (xfer->am_seq == 0 || xfer->am_seq != ack.sequence) return UCS_OK;  // it already ended
+    // Awaiting acks, so the transfer holds its peer.
+    if (xfer->peer->ep_id != from) {
+      lane->acks_ignored_.fetch_add(1, std::memory_order_relaxed);
+      log().warn(
+          "kvxfer UCX {}: ignored a scatter ack for transfer {} from an endpoint other "
+          "than its peer's",
+          lane->agent_name_, xfer->id);
+      return UCS_OK;
+    }
     if (status != UCS_OK && xfer->am_status == UCS_OK) xfer->am_status = status;
     if (--xfer->am_left > 0) return UCS_OK;
     xfer->am_seq = 0;
@@ -236,12 +399,22 @@ ucs_status_t UcxLane::on_scatter_am(void* arg, const void* header, std::size_t h
   } else if (!scatter_runs_fit(h, region_len, length)) {
     status = UCS_ERR_INVALID_PARAM;
   } else {
-    auto* const region = static_cast<std::uint8_t*>(lane->region_.base);
-    const auto* src = static_cast<const std::uint8_t*>(data);
-    for (std::size_t i = 0; i < h.run_count(); ++i) {
-      const ScatterRun r = h.run(i);
-      std::memcpy(region + r.offset, src, r.length);
-      src += r.length;
+    // The fence check and the copy under one lock: a fence handled between
+    // them could otherwise let an old registration's bytes land after it.
+    // (UCX already runs this worker's handlers one at a time; the lock makes
+    // it not depend on that.)
+    std::lock_guard lock(lane->fence_mu_);
+    if (!lane->fence_allows(h.lineage, h.epoch)) {
+      status = UCS_ERR_CANCELED;
+      lane->scatter_fenced_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      auto* const region = static_cast<std::uint8_t*>(lane->region_.base);
+      const auto* src = static_cast<const std::uint8_t*>(data);
+      for (std::size_t i = 0; i < h.run_count(); ++i) {
+        const ScatterRun r = h.run(i);
+        std::memcpy(region + r.offset, src, r.length);
+        src += r.length;
+      }
     }
   }
   if (status != UCS_OK) {
@@ -276,7 +449,9 @@ void UcxLane::send_ack(const ucp_am_recv_param_t* param, const ScatterAck& ack) 
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   send.cb.send = &UcxLane::on_ack_sent;
   send.user_data = msg;
-  send.flags = UCP_AM_SEND_FLAG_EAGER;
+  // REPLY: the initiator learns which endpoint the ack came through, and
+  // takes it only from the peer it wrote to.
+  send.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
   ucs_status_ptr_t request = ucp_am_send_nbx(param->reply_ep, kScatterAckAmId, msg->bytes.data(),
                                              msg->bytes.size(), nullptr, 0, &send);
   if (request != nullptr && !UCS_PTR_IS_ERR(request)) return;  // on_ack_sent returns msg

@@ -29,6 +29,13 @@ constexpr auto kWorkerFlushTimeout = std::chrono::milliseconds(500);
 constexpr std::int64_t kCallerGraceNs = 2'000'000;
 // How long one progress() call may drive the worker.
 constexpr std::int64_t kCallerProgressBudgetNs = 200'000;
+// Without the progress thread a caller's progress() drains the worker, but a
+// worker that always has more to do (a peer streaming to us) must not keep
+// the caller, which holds the core's lock, forever.
+constexpr std::int64_t kCallerDrainBudgetNs = 20'000'000;
+// The progress thread drains the worker before sleeping; it looks at its
+// stop flag and at callers at least this often.
+constexpr std::int64_t kThreadDrainBudgetNs = 10'000'000;
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -46,7 +53,8 @@ void Fd::reset(int fd) {
   fd_ = fd;
 }
 
-UcxWorker::UcxWorker(std::string agent_name, const std::map<std::string, std::string>& overrides)
+UcxWorker::UcxWorker(std::string agent_name, const std::map<std::string, std::string>& overrides,
+                     bool rma)
     : agent_name_(std::move(agent_name)) {
   ConfigHandle config;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, config.out());
@@ -61,7 +69,9 @@ UcxWorker::UcxWorker(std::string agent_name, const std::map<std::string, std::st
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  // Without UCP_FEATURE_RMA, UCP installs no software put/get handlers: no
+  // message a peer sends makes this worker write an address it names.
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | (rma ? UCP_FEATURE_RMA : 0);
   params.name = agent_name_.c_str();
   st = ucp_init(&params, config.get(), context_.out());
   if (st != UCS_OK) {
@@ -187,8 +197,15 @@ void UcxWorker::progress_loop() {
       }
       continue;
     }
-    while (ucp_worker_progress(worker_.get()) != 0) {
+    const std::int64_t start = now_ns();
+    bool busy = false;
+    for (unsigned n = 1; ucp_worker_progress(worker_.get()) != 0; ++n) {
+      if (n % 8 == 0 && now_ns() - start > kThreadDrainBudgetNs) {
+        busy = true;
+        break;
+      }
     }
+    if (busy) continue;  // more to do: look at stop and callers, then go on
     const ucs_status_t st = ucp_worker_arm(worker_.get());
     if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
     // An arm failure would make the fd useless; fall back to a slow poll.
@@ -218,7 +235,9 @@ void UcxWorker::stop_progress_thread() {
 void UcxWorker::progress_from_caller() {
   if (!worker_) return;
   if (!thread_.joinable()) {
-    while (ucp_worker_progress(worker_.get()) != 0) {
+    const std::int64_t start = now_ns();
+    for (unsigned n = 1; ucp_worker_progress(worker_.get()) != 0; ++n) {
+      if (n % 8 == 0 && now_ns() - start > kCallerDrainBudgetNs) break;
     }
     return;
   }

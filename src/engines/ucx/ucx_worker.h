@@ -34,9 +34,9 @@ class Fd {
 class UcxWorker {
  public:
   // Reads UCX's configuration, applies `overrides` (ucp_config_modify keys),
-  // creates the context (RMA, AM, wakeup) and a multi-threaded worker. Throws
-  // std::runtime_error when any step fails.
-  UcxWorker(std::string agent_name, const std::map<std::string, std::string>& overrides);
+  // creates the context (AM, wakeup, and RMA only when `rma`) and a
+  // multi-threaded worker. Throws std::runtime_error when any step fails.
+  UcxWorker(std::string agent_name, const std::map<std::string, std::string>& overrides, bool rma);
   ~UcxWorker() { destroy(); }
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
@@ -55,7 +55,8 @@ class UcxWorker {
 
   // A polling caller's turn: with the progress thread on, drives the worker
   // for at most kCallerProgressBudgetNs and keeps the thread off it for a
-  // grace period; with it off, progresses until the worker is idle.
+  // grace period; with it off, progresses until the worker is idle or
+  // kCallerDrainBudgetNs passed.
   void progress_from_caller();
   // One ucp_worker_progress, for loops that wait on UCX.
   unsigned progress_once() { return ucp_worker_progress(worker_.get()); }
