@@ -149,6 +149,8 @@ class TransportState {
   std::unordered_map<std::string, std::unique_ptr<Peer>, StringHash, std::equal_to<>> peers_;
   std::unordered_map<TransferId, Inflight> inflight_;
   // Reused across calls so the hot path allocates nothing per block.
+  // write() copies the caller's index lists here once and then reads only
+  // these; they stay under mu_ until post_write has returned.
   std::vector<std::int64_t> scratch_local_;
   std::vector<std::int64_t> scratch_remote_;
   IndexSet scratch_seen_;
