@@ -71,7 +71,9 @@ class Lanes final : public Engine {
     Lane lane = lane_for(remote, b);
     if (lane == Lane::kCma) {
       const Status st = cma_.connect(remote, b.cookie_addr, b.cookie_epoch, &handle);
-      if (st == Status::kRemoteDisconnect) return st;
+      // Gone, or metadata that does not describe the pool the target
+      // registered: no lane may write there.
+      if (st == Status::kRemoteDisconnect || st == Status::kMismatch) return st;
       // Anything else (no ptrace permission, seccomp): UCX may still reach it.
       if (st != Status::kSuccess) lane = Lane::kUcx;
     }
