@@ -1,6 +1,7 @@
 // Transfers: the in-flight table, write (the caller's indices copied once,
-// the copy checked, then posted), poll (classify, then let PeerPolicy judge the peers) and
-// cancel. write and poll are the hot path: nothing here allocates per block.
+// the copy checked, then posted), poll (classify, then let PeerPolicy judge
+// the peers) and cancel. write and poll are the hot path: nothing here
+// allocates per block.
 // May touch the engine interface and src/common/.
 #include <algorithm>
 #include <mutex>

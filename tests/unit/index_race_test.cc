@@ -66,7 +66,8 @@ class GuardedPool {
   // Offset into the guard of its first byte that is not `value`, or -1.
   [[nodiscard]] std::int64_t guard_mismatch(std::uint8_t value) const {
     const auto begin = bytes_.begin() + static_cast<std::ptrdiff_t>(kRaceBlocks * kRaceBlockLen);
-    const auto at = std::find_if(begin, bytes_.end(), [value](std::uint8_t b) { return b != value; });
+    const auto at =
+        std::find_if(begin, bytes_.end(), [value](std::uint8_t b) { return b != value; });
     return at == bytes_.end() ? -1 : at - begin;
   }
   // True when some byte of the registered pool is `value`.
@@ -141,8 +142,8 @@ class IndexRaceTest : public ::testing::Test {
     const auto deadline = std::chrono::steady_clock::now() + duration;
     for (std::uint64_t n = 0; std::chrono::steady_clock::now() < deadline || n < 1000; ++n) {
       try {
-        const auto id = initiator_.write_blocks("t", std::span<const Int>(local),
-                                                std::span<const Int>(remote));
+        const auto id =
+            initiator_.write_blocks("t", std::span<const Int>(local), std::span<const Int>(remote));
         ++(id ? out.posted : out.not_posted);
       } catch (const std::invalid_argument&) {
         ++out.refused;

@@ -58,9 +58,10 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
     return st;
   }
   if (st == Status::kMismatch) {
-    log().warn("kvxfer UCX {}: refusing peer {} (pid {}): its metadata names cookie address {:#x}, "
-               "which is not a cookie page",
-               agent_name_, peer->agent_name, peer->pid, peer->cookie_addr);
+    log().warn(
+        "kvxfer UCX {}: refusing peer {} (pid {}): its metadata names cookie address {:#x}, "
+        "which is not a cookie page",
+        agent_name_, peer->agent_name, peer->pid, peer->cookie_addr);
     return st;
   }
   if (st != Status::kSuccess) {
