@@ -72,7 +72,7 @@ test-tsan: deps
 
 # libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus.
 FUZZ_SECONDS ?= 60
-FUZZERS = metadata handshake scatter ucx_blob loopback_blob
+FUZZERS = metadata handshake scatter scatter_fit ack ucx_blob loopback_blob
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DKVXFER_FUZZ=ON -DKVXFER_BUILD_PYTHON=OFF \
 	  -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -81,7 +81,7 @@ fuzz: deps
 	  mkdir -p build-fuzz/corpus/$$f; \
 	  echo "fuzz: $$f for $(FUZZ_SECONDS) s"; \
 	  build-fuzz/tests/fuzz/$${f}_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
-	    build-fuzz/corpus/$$f tests/fuzz/corpus/$$f > build-fuzz/$$f.log 2>&1 \
+	    build-fuzz/corpus/$$f tests/fuzz/corpus/$$f/valid tests/fuzz/corpus/$$f/invalid > build-fuzz/$$f.log 2>&1 \
 	    || { tail -n 80 build-fuzz/$$f.log; echo "fuzz: $$f FAILED"; exit 1; }; \
 	  grep -E '^(Done|stat::number_of_executed_units)' build-fuzz/$$f.log; \
 	done

@@ -41,14 +41,18 @@ class Engine {
 
   // Connects to a peer and prepares to write into its region. May block
   // (address exchange, wireup); never called with the core's lock held.
-  // O(1) in remote.num_blocks.
+  // O(1) in remote.num_blocks. On failure, *reason (when given) says why in
+  // words the caller can act on (what is missing, what to set); the core
+  // puts it in the exception add_remote_peer throws.
   [[nodiscard]] virtual Status connect(std::span<const std::uint8_t> blob,
-                                       const RemoteRegion& remote,
-                                       PeerHandle* out) = 0;
+                                       const RemoteRegion& remote, PeerHandle* out,
+                                       std::string* reason = nullptr) = 0;
 
   // Releases a peer: its remote key and its endpoint, each attempted even if
   // the other fails (each failure logged). Returns the first failure. Any
-  // transfer still posted to the peer is forced to finish.
+  // transfer still posted to the peer is forced to finish. May wait (a frozen
+  // or cut-off peer); never called with the core's lock held, so it runs
+  // alongside posts, checks and progress for other peers.
   [[nodiscard]] virtual Status disconnect(PeerHandle peer) = 0;
 
   // Posts one WRITE of local block local[i] to remote block remote[i] for

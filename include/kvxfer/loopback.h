@@ -24,6 +24,13 @@ class FaultPlan {
  public:
   // The next `count` posts fail with `status` (nothing is written).
   void fail_next_posts(Status status, int count = 1);
+  // The next `count` posts fail with `status` part-way, after the WRITEs of
+  // their first `started` blocks were issued, as a real engine's post can.
+  // The engine settles what it issued before write_blocks returns nullopt:
+  // those blocks land then (or, if the post was held by hold_next(), are
+  // cancelled and never land), the others are never written, and nothing of
+  // the post reads the caller's local blocks afterwards.
+  void fail_next_posts_partway(Status status, int started, int count = 1);
   // Every state check of `id` reports `status` as a check error, until
   // clear_check_error(). The WRITE itself is unaffected.
   void fail_checks(TransferId id, Status status);
@@ -37,7 +44,8 @@ class FaultPlan {
   void hold_next(int count = 1);
   void land(TransferId id);
   // The next `count` releases of a transfer handle fail with `status`; the
-  // handle stays live.
+  // handle stays live (and counted in stats().live) until a release of it
+  // succeeds. Handles still live when the transport closes stay counted.
   void fail_next_releases(Status status, int count = 1);
   // The next `count` peer registrations (connects) fail with `status`.
   void fail_next_connects(Status status, int count = 1);
@@ -53,6 +61,12 @@ class FaultPlan {
   // Makes every registration (connect) take at least `delay_ms`, so tests can
   // race removals against in-flight async registrations.
   void set_connect_delay_ms(int delay_ms);
+  // While paused, every peer teardown (remove_remote_peer, a re-registration,
+  // close) waits in the engine's disconnect, as one to a frozen or cut-off
+  // peer can, until resume_disconnects(). Lets tests check that such a wait
+  // holds up no other peer.
+  void pause_disconnects();
+  void resume_disconnects();
   // How many transfer state checks the engine has made so far (lets a test
   // see what a poll cost).
   [[nodiscard]] std::uint64_t check_count() const;

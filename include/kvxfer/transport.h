@@ -34,24 +34,38 @@ struct Options {
   // Fields that must agree between peers (model, dtype, layout...). Only
   // their fingerprint travels; see Transport::config_fingerprint().
   std::map<std::string, std::string> config_fields;
+  // The same for fields whose values are not all strings (numbers, bools,
+  // null, nested lists and objects): the fields as canonical JSON text, i.e.
+  // exactly what Python's json.dumps(fields, sort_keys=True,
+  // separators=(",", ":")) writes (ASCII only, no spaces). The fingerprint is
+  // the SHA-256 of these bytes as given, so text that is not in that form
+  // gets a fingerprint no Python peer computes. "" or "{}": no fields. Set
+  // at most one of config_fields and config_json.
+  std::string config_json;
   // Engines to use, first one wins: "UCX" (default) or "LOOPBACK".
   std::vector<std::string> backends{"UCX"};
   // Engine worker threads (UCX: copier threads for same-host peers, capped at
-  // the core count).
+  // the core count). At least 1.
   int num_threads = 4;
   // UCX: a thread that sleeps on the worker's event fd and progresses it, so
   // TCP puts land at a target that never calls poll().
   bool progress_thread = true;
-  // Consecutive transfer failures that fault a peer.
+  // Consecutive transfer failures that fault a peer. At least 1.
   int strike_limit = 3;
   // A transfer still in progress this long after its post faults its peer
   // ("stalled"); the transfer itself stays in flight, since its WRITE may
-  // still land, until the peer is removed. Zero disables the check.
+  // still land, until the peer is removed. Zero disables the check; at
+  // most kMaxStallTimeout.
   std::chrono::milliseconds stall_timeout{30000};
   // Engine configuration overrides, e.g. {"TLS", "sm,self"} for UCX
   // (applied with ucp_config_modify; the environment still applies).
   std::map<std::string, std::string> engine_config;
 };
+
+// The largest Options::stall_timeout (a year): anything longer is no
+// timeout at all (use 0), and durations this long still add to clock times
+// without overflow.
+inline constexpr std::chrono::milliseconds kMaxStallTimeout{365LL * 24 * 3600 * 1000};
 
 struct PollResult {
   std::vector<TransferId> done;
@@ -176,6 +190,13 @@ class Transport {
       std::string_view peer_id, std::span<const std::int32_t> local_idxs,
       std::span<const std::int32_t> remote_idxs);
 
+  // Counts a post the caller could not make (for instance, indices a
+  // reference-compatible wrapper refuses without throwing) against the peer
+  // exactly as a failed post: logged, post_failures + 1, one strike. Returns
+  // false, and records nothing, when the peer is unknown. Throws
+  // std::logic_error after close().
+  [[nodiscard]] bool record_post_failure(std::string_view peer_id, std::string_view cause);
+
   // Scoped to peer_id when given (costs O(that peer's in-flight)); nullopt
   // checks every peer (shutdown drain).
   [[nodiscard]] PollResult poll(
@@ -202,6 +223,11 @@ class Transport {
 // The fingerprint function on its own (what config_fingerprint() returns).
 [[nodiscard]] std::string config_fingerprint(
     const std::map<std::string, std::string>& fields);
+// The same from canonical JSON text (see Options::config_json): the first
+// 16 hex chars of the SHA-256 of those bytes; "" for "" and "{}". Throws
+// std::invalid_argument for text that cannot be canonical JSON of an object
+// (not {...}, or a byte outside printable ASCII).
+[[nodiscard]] std::string config_fingerprint_json(std::string_view canonical_json);
 
 // "kvxfer X.Y.Z".
 [[nodiscard]] std::string_view version() noexcept;

@@ -1,6 +1,7 @@
 """kvxfer: one-sided WRITEs of KV-cache blocks between LLM-serving processes.
 
-A drop-in for vLLM's NixlTransport::
+kvxfer.NixlTransport is the drop-in for vLLM's NixlTransport;
+kvxfer.Transport is the same with strict argument checks::
 
     import numpy as np
     import kvxfer
@@ -21,10 +22,9 @@ from ._kvxfer import (
     Status,
     SupersededError,
     __version__,
-    config_fingerprint,
     sync_log_level,
 )
-from ._transport import NixlTransport, PollResult, Transport
+from ._transport import NixlTransport, PollResult, Transport, config_fingerprint
 from . import loopback
 
 __all__ = [

@@ -1,20 +1,29 @@
 """kvxfer.Transport: the reference NixlTransport's interface over the C++ core.
 
-The hot calls (write_blocks, poll, cancel) are the C++ methods themselves;
-this class adds only what is Python by nature: keyword options, the
-concurrent.futures.Future of add_remote_peer_async, and the context manager.
+The hot calls (write_blocks, poll, cancel) of Transport are the C++ methods
+themselves; the class adds only what is Python by nature: keyword options and
+their checks, the concurrent.futures.Future of add_remote_peer_async, and the
+context manager. NixlTransport, the drop-in, wraps the calls where the
+reference answers where Transport raises (see python/README.md).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
+import logging
+import math
+import numbers
+import operator
 import queue
 import threading
 import weakref
 from concurrent.futures import Future
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from . import _kvxfer
+
+_logger = logging.getLogger("kvxfer")
 
 
 class PollResult(NamedTuple):
@@ -45,9 +54,74 @@ _OPTION_DEFAULTS: dict[str, Any] = {
 _open_transports: "weakref.WeakSet[Transport]" = weakref.WeakSet()
 
 
+# The C++ options are ints: larger values cannot be handed over.
+_INT_MAX = 2**31 - 1
+
+
+def _int_option(name: str, value: Any, minimum: int) -> int:
+    """An integer option, checked before C++ converts it (which would raise a
+    TypeError that names no option, or wrap)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__})")
+    number = operator.index(value)
+    if not minimum <= number <= _INT_MAX:
+        raise ValueError(f"{name} must be from {minimum} to {_INT_MAX}; got {number}")
+    return number
+
+
+def _seconds_option(name: str, value: Any, maximum: float) -> float:
+    """A duration in seconds: finite, from 0 to maximum."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a number of seconds; got {value!r} ({type(value).__name__})"
+        )
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too big for a float
+        raise ValueError(f"{name} is too large: {value!r} seconds") from None
+    if not math.isfinite(seconds) or not 0.0 <= seconds <= maximum:
+        raise ValueError(
+            f"{name} must be a finite number of seconds from 0 (off) to {maximum:.0f} "
+            f"(a year); got {value!r}"
+        )
+    return seconds
+
+
+def _bool_option(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _config_json(fields: Optional[Mapping[str, Any]]) -> str:
+    """The fields as the reference hashes them:
+    json.dumps(fields, sort_keys=True, separators=(",", ":")); "" for none."""
+    if fields is None:
+        return ""
+    if not isinstance(fields, Mapping):
+        raise TypeError(
+            f"config_fields must be a dict; got {fields!r} ({type(fields).__name__})"
+        )
+    if not fields:
+        return ""
+    try:
+        return json.dumps(dict(fields), sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"config_fields must be JSON-serialisable: {exc}") from exc
+
+
+def config_fingerprint(fields: Optional[Mapping[str, Any]]) -> str:
+    """The reference's fingerprint of config_fields: the first 16 hex chars of
+    sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"))); "" for
+    no fields. Values may be anything json.dumps takes."""
+    return _kvxfer._config_fingerprint_json(_config_json(fields))
+
+
 def _string_map(name: str, fields: Optional[Mapping[str, str]]) -> dict[str, str]:
     if fields is None:
         return {}
+    if not isinstance(fields, Mapping):
+        raise TypeError(f"{name} must be a dict; got {fields!r} ({type(fields).__name__})")
     out = dict(fields)
     for key, value in out.items():
         if not isinstance(key, str) or not isinstance(value, str):
@@ -115,19 +189,27 @@ class Transport(_kvxfer.Transport):
     The transport keeps the buffer exported (alive, not resizable) while it
     exists.
 
+    ``config_fields``: settings both sides must agree on, any
+    JSON-serialisable values; only their fingerprint travels (see
+    kvxfer.config_fingerprint).
+
     Options: ``progress_thread`` (UCX progress thread, default True),
     ``strike_limit`` (consecutive transfer failures that fault a peer,
     default 3), ``stall_timeout`` (seconds a transfer may stay in progress
     before its peer is faulted as stalled, default 30.0, 0 disables) and
     ``engine_config`` (engine settings, e.g.
-    ``{"TLS": "sm,self"}`` for UCX).
+    ``{"TLS": "sm,self"}`` for UCX). A bad value raises ValueError (TypeError
+    for a wrong type) naming the option.
+
+    This class is strict: caller mistakes raise. ``kvxfer.NixlTransport`` is
+    the drop-in that answers like the reference instead.
     """
 
     def __init__(
         self,
         agent_name: str,
         view: Any,
-        config_fields: Optional[Mapping[str, str]] = None,
+        config_fields: Optional[Mapping[str, Any]] = None,
         backends: Optional[Sequence[str]] = None,
         num_threads: int = 4,
         **options: Any,
@@ -135,19 +217,23 @@ class Transport(_kvxfer.Transport):
         unknown = sorted(options.keys() - _OPTION_DEFAULTS.keys())
         if unknown:
             raise TypeError(
-                f"Transport() got unexpected keyword argument(s): {', '.join(unknown)} "
-                f"(options: {', '.join(_OPTION_DEFAULTS)})"
+                f"{type(self).__name__}() got unexpected keyword argument(s): "
+                f"{', '.join(unknown)} (options: {', '.join(_OPTION_DEFAULTS)})"
             )
         opts = {**_OPTION_DEFAULTS, **options}
+        if isinstance(backends, str):
+            raise TypeError(f"backends must be a list of names; got {backends!r}")
         super().__init__(
             agent_name,
             view,
-            config_fields=_string_map("config_fields", config_fields),
+            config_json=_config_json(config_fields),
             backends=list(backends) if backends else ["UCX"],
-            num_threads=num_threads,
-            progress_thread=bool(opts["progress_thread"]),
-            strike_limit=opts["strike_limit"],
-            stall_timeout=float(opts["stall_timeout"]),
+            num_threads=_int_option("num_threads", num_threads, 1),
+            progress_thread=_bool_option("progress_thread", opts["progress_thread"]),
+            strike_limit=_int_option("strike_limit", opts["strike_limit"], 1),
+            stall_timeout=_seconds_option(
+                "stall_timeout", opts["stall_timeout"], _kvxfer._MAX_STALL_TIMEOUT_S
+            ),
             engine_config=_string_map("engine_config", opts["engine_config"]),
         )
         self._waiter: Optional[_RegistrationWaiter] = None
@@ -206,14 +292,143 @@ class Transport(_kvxfer.Transport):
         self.close()
 
     def __repr__(self) -> str:
+        if "_closed" not in self.__dict__:
+            # __init__ raised (a bad option): there is no C++ transport to
+            # ask, and asking would crash. Tracebacks repr such objects.
+            return f"<kvxfer.{type(self).__name__} (not constructed)>"
         state = "open" if self.available else "closed"
         return (
-            f"<kvxfer.Transport {self.agent_name!r} {self.backend} "
+            f"<kvxfer.{type(self).__name__} {self.agent_name!r} {self.backend} "
             f"{self.num_blocks}x{self.block_len} {state}>"
         )
 
 
-NixlTransport = Transport
+_native_write_blocks = _kvxfer.Transport.write_blocks
+_native_poll = _kvxfer.Transport.poll
+_native_cancel = _kvxfer.Transport.cancel
+_native_remove_remote_peer = _kvxfer.Transport.remove_remote_peer
+
+
+def _could_be_an_id(value: Any) -> bool:
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        and 0 <= value < 2**63
+    )
+
+
+class _ReferencePollResult(NamedTuple):
+    """PollResult as the reference returns it: done and failed are lists."""
+
+    done: list[int]
+    failed: list[int]
+    peer_fault: Optional[str] = None
+
+
+# Like the reference, every empty poll returns this one value: do not change
+# its lists.
+_EMPTY_REFERENCE_POLL_RESULT = _ReferencePollResult(done=[], failed=[])
+
+
+class NixlTransport(Transport):
+    """The drop-in for vLLM's NixlTransport: Transport, answering like the
+    reference wherever Transport is deliberately stricter.
+
+    - add_remote_peer returns quietly when a concurrent remove or
+      re-registration supersedes it (the async Future still fails).
+    - write_blocks never raises for the indices' values: lists of different
+      lengths, an empty write, an index outside either pool or a remote block
+      named twice make the post fail, which is logged, counted against the
+      peer as a failed post (one strike), and answered with None. An unknown
+      peer is None without a strike. (Entries that are not integers still
+      raise TypeError, as the reference's numpy conversion does.)
+    - poll returns done/failed as lists; after close() it is empty.
+    - write_blocks after close() returns None, cancel returns [],
+      remove_remote_peer does nothing.
+    - cancel treats any mode other than "immediate" as "wait", and skips ids
+      that are not ints (it never issued them).
+
+    python/README.md lists every difference that remains.
+    """
+
+    def add_remote_peer(
+        self,
+        peer_id: str,
+        agent_metadata: bytes,
+        base_addr: int,
+        num_blocks: int,
+        block_len: int,
+    ) -> None:
+        try:
+            super().add_remote_peer(peer_id, agent_metadata, base_addr, num_blocks, block_len)
+        except _kvxfer.SupersededError:
+            # The reference's synchronous registration ignores a lost race:
+            # the peer was removed or registered again meanwhile, so nothing
+            # is published (the core logged it), and it returns.
+            return
+
+    def write_blocks(self, peer_id: str, local_idxs: Any, remote_idxs: Any) -> Optional[int]:
+        try:
+            return _native_write_blocks(self, peer_id, local_idxs, remote_idxs)
+        except ValueError as exc:
+            # The reference hands any indices to NIXL, whose post then fails.
+            cause = f"invalid indices: {exc}"
+        except RuntimeError:
+            if self.available:
+                raise
+            return None  # closed: the reference has no peers left to write to
+        try:
+            if self._record_post_failure(peer_id, cause):
+                return None
+        except RuntimeError:
+            if self.available:
+                raise
+            return None
+        _logger.warning(
+            "kvxfer %s: write_blocks to unknown peer=%s (known peers: %s)",
+            self.agent_name,
+            peer_id,
+            self.peers(),
+        )
+        return None
+
+    def poll(self, peer_id: Optional[str] = None) -> _ReferencePollResult:
+        try:
+            result = _native_poll(self, peer_id)
+        except RuntimeError:
+            if self.available:
+                raise
+            return _EMPTY_REFERENCE_POLL_RESULT
+        if result is _EMPTY_POLL_RESULT:
+            return _EMPTY_REFERENCE_POLL_RESULT
+        return _ReferencePollResult(list(result.done), list(result.failed), result.peer_fault)
+
+    def cancel(self, transfer_ids: Iterable[int], mode: str = "immediate") -> list[int]:
+        # The reference tests for "immediate" and takes anything else as "wait".
+        native_mode = "immediate" if mode == "immediate" else "wait"
+        if not isinstance(transfer_ids, (list, tuple)):
+            transfer_ids = list(transfer_ids)  # read twice if it is not all ids
+        try:
+            try:
+                return _native_cancel(self, transfer_ids, native_mode)
+            except (TypeError, ValueError):
+                # The reference looks each id up and skips what it never
+                # issued: anything but an int64 it could have issued.
+                ids = [t for t in transfer_ids if _could_be_an_id(t)]
+                return _native_cancel(self, ids, native_mode)
+        except RuntimeError:
+            if self.available:
+                raise
+            return []
+
+    def remove_remote_peer(self, peer_id: str) -> None:
+        if not self.available:
+            return  # close() removed every peer already
+        try:
+            _native_remove_remote_peer(self, peer_id)
+        except RuntimeError:
+            if self.available:
+                raise
 
 
 @atexit.register

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <map>
 #include <memory>
@@ -107,6 +108,21 @@ py::dict stats_to_python(const Stats& s) {
   return out;
 }
 
+// Seconds (a Python float) to the core's milliseconds. The value is checked
+// before the conversion, which is undefined for inf, nan and out-of-range
+// values; a positive timeout shorter than 1 ms rounds up, not to 0 (off).
+std::chrono::milliseconds stall_timeout_ms(double seconds) {
+  constexpr double kMaxSeconds = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;
+  if (!std::isfinite(seconds) || seconds < 0.0 || seconds > kMaxSeconds) {
+    throw py::value_error(fmt::format(
+        "stall_timeout must be a number of seconds from 0 (off) to {:.0f} (a year); got {}",
+        kMaxSeconds, seconds));
+  }
+  // Nearest, not up: 0.07 * 1000.0 is 70.00000000000001.
+  const auto ms = static_cast<std::int64_t>(std::llround(seconds * 1000.0));
+  return std::chrono::milliseconds(seconds > 0.0 && ms == 0 ? 1 : ms);
+}
+
 constexpr std::array kStatuses{
     Status::kInProgress,   Status::kSuccess,  Status::kNotPosted,    Status::kInvalidParam,
     Status::kBackend,      Status::kNotFound, Status::kMismatch,     Status::kNotAllowed,
@@ -162,27 +178,22 @@ PYBIND11_MODULE(_kvxfer, m) {
 
   py::class_<PyTransport> transport(m, "Transport");
   transport
-      .def(py::init([](std::string agent_name, py::handle view,
-                       std::map<std::string, std::string> config_fields,
+      .def(py::init([](std::string agent_name, py::handle view, std::string config_json,
                        std::vector<std::string> backends, int num_threads, bool progress_thread,
                        int strike_limit, double stall_timeout,
                        std::map<std::string, std::string> engine_config) {
              sync_log_level();
              Options options;
-             options.config_fields = std::move(config_fields);
+             options.config_json = std::move(config_json);
              options.backends = std::move(backends);
              options.num_threads = num_threads;
              options.progress_thread = progress_thread;
              options.strike_limit = strike_limit;
-             if (!(stall_timeout >= 0.0)) {
-               throw py::value_error("stall_timeout must be >= 0 seconds (0 disables it)");
-             }
-             options.stall_timeout = std::chrono::milliseconds(
-                 static_cast<std::int64_t>(stall_timeout * 1000.0 + 0.5));
+             options.stall_timeout = stall_timeout_ms(stall_timeout);
              options.engine_config = std::move(engine_config);
              return std::make_unique<PyTransport>(std::move(agent_name), view, std::move(options));
            }),
-           py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_fields"),
+           py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_json"),
            py::arg("backends"), py::arg("num_threads"), py::arg("progress_thread"),
            py::arg("strike_limit"), py::arg("stall_timeout"), py::arg("engine_config"))
       .def_property_readonly("available",
@@ -246,6 +257,13 @@ PYBIND11_MODULE(_kvxfer, m) {
           py::arg("peer_id"), release_gil())
       .def(
           "peers", [](PyTransport& self) { return self.get().peers(); }, release_gil())
+      .def(
+          "_record_post_failure",
+          [](PyTransport& self, const std::string& peer_id, const std::string& cause) {
+            return self.get().record_post_failure(peer_id, cause);
+          },
+          py::arg("peer_id"), py::arg("cause"), release_gil(),
+          "Counts a post the caller could not make against the peer, as a failed post.")
       .def("cancel", &cancel, py::arg("transfer_ids"), py::arg("mode") = "immediate")
       .def(
           "close", [](PyTransport& self) { self.get().close(); }, release_gil())
@@ -262,8 +280,9 @@ PYBIND11_MODULE(_kvxfer, m) {
 
   m.def("_set_poll_result", &set_poll_result, py::arg("type"), py::arg("empty"),
         "Hands over the PollResult class and its shared empty value.");
-  m.def("config_fingerprint", &config_fingerprint, py::arg("fields"),
-        "First 16 hex chars of sha256 of the fields as compact sorted-key JSON.");
+  m.def("_config_fingerprint_json", &config_fingerprint_json, py::arg("canonical_json"),
+        "First 16 hex chars of sha256 of canonical JSON text (kvxfer.config_fingerprint).");
+  m.attr("_MAX_STALL_TIMEOUT_S") = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;
   m.def("sync_log_level", &sync_log_level,
         "Sets the library's log level from logging.getLogger('kvxfer').");
 

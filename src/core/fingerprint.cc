@@ -1,14 +1,18 @@
 // config_fingerprint: byte-identical to the reference's
 //   hashlib.sha256(json.dumps(fields, sort_keys=True,
 //                  separators=(",", ":")).encode()).hexdigest()[:16]
-// for a string -> string map. json.dumps escapes non-ASCII as \uXXXX
-// (ensure_ascii), so we do too; nlohmann::json would emit raw UTF-8.
+// for a string -> string map, which we write as that JSON ourselves.
+// json.dumps escapes non-ASCII as \uXXXX (ensure_ascii), so we do too;
+// nlohmann::json would emit raw UTF-8. Fields of any JSON value come as the
+// canonical text itself (config_fingerprint_json): writing Python's float
+// repr in C++ is not worth it when the caller already has json.dumps.
 #include <openssl/evp.h>
 
 #include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -65,7 +69,40 @@ void append_json_string(std::string& out, const std::string& s) {
   out.push_back('"');
 }
 
+std::string sha256_prefix(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("config_fingerprint: SHA-256 failed");
+  }
+  std::string hex;
+  for (unsigned int k = 0; k < 8; ++k) hex += fmt::format("{:02x}", digest[k]);
+  return hex;
+}
+
 }  // namespace
+
+std::string config_fingerprint_json(std::string_view canonical_json) {
+  if (canonical_json.empty() || canonical_json == "{}") return {};
+  // Cheap shape checks only: json.dumps with ensure_ascii writes printable
+  // ASCII (every other character is escaped), and fields are an object.
+  if (canonical_json.size() < 2 || canonical_json.front() != '{' ||
+      canonical_json.back() != '}') {
+    throw std::invalid_argument(
+        "config_json must be a JSON object as json.dumps(fields, sort_keys=True, "
+        "separators=(\",\", \":\")) writes it: {...}");
+  }
+  for (std::size_t i = 0; i < canonical_json.size(); ++i) {
+    const auto c = static_cast<unsigned char>(canonical_json[i]);
+    if (c < 0x20 || c > 0x7E) {
+      throw std::invalid_argument(fmt::format(
+          "config_json byte {} is {:#04x}: canonical JSON (ensure_ascii) is printable ASCII "
+          "only",
+          i, c));
+    }
+  }
+  return sha256_prefix(canonical_json);
+}
 
 std::string config_fingerprint(const std::map<std::string, std::string>& fields) {
   if (fields.empty()) return {};
@@ -82,15 +119,7 @@ std::string config_fingerprint(const std::map<std::string, std::string>& fields)
     append_json_string(json, value);
   }
   json.push_back('}');
-
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(json.data(), json.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
-    throw std::runtime_error("config_fingerprint: SHA-256 failed");
-  }
-  std::string hex;
-  for (unsigned int k = 0; k < 8; ++k) hex += fmt::format("{:02x}", digest[k]);
-  return hex;
+  return sha256_prefix(json);
 }
 
 }  // namespace kvxfer

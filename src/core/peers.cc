@@ -1,7 +1,8 @@
 // Peers: validating what the control plane hands us, registering (sync and
 // on the registration worker), generations so a superseded registration is
-// released instead of published, removal and teardown. Connects run outside
-// the lock. May touch the engine interface, src/common/ and src/wire/.
+// released instead of published, removal and teardown. Connects and
+// disconnects run outside the lock. May touch the engine interface,
+// src/common/ and src/wire/.
 #include <algorithm>
 #include <exception>
 #include <memory>
@@ -60,16 +61,19 @@ TransportState::Registration TransportState::validate_peer(
   return reg;
 }
 
-std::uint64_t TransportState::begin_registration(const std::string& peer_id) {
+std::uint64_t TransportState::begin_registration(const std::string& peer_id,
+                                                 PeerHandle* old_handle) {
   // Caller holds mu_.
   const std::uint64_t gen = ++next_gen_;
   generations_[peer_id] = gen;
-  // Re-adding tears the old registration down first: no stale endpoint is
+  // Re-adding takes the old registration out first: no stale endpoint is
   // ever reused, and writes during the new registration see an unknown peer.
+  // The caller disconnects it, outside the lock, before it connects anew.
+  *old_handle = 0;
   if (auto it = peers_.find(peer_id); it != peers_.end()) {
-    auto old = std::move(it->second);
+    const std::unique_ptr<Peer> old = std::move(it->second);
     peers_.erase(it);
-    teardown_peer(std::move(old));
+    *old_handle = detach_peer(*old);
   }
   return gen;
 }
@@ -77,11 +81,15 @@ std::uint64_t TransportState::begin_registration(const std::string& peer_id) {
 void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t gen,
                                        const Registration& reg) {
   PeerHandle handle = 0;
-  const Status st = engine_->connect(reg.blob, reg.remote, &handle);
+  std::string reason;
+  const Status st = engine_->connect(reg.blob, reg.remote, &handle, &reason);
   std::unique_lock lock(mu_);
   if (st != Status::kSuccess) {
-    throw std::runtime_error(fmt::format("kvxfer {}: cannot register peer {}: {}", agent_name_,
-                                         peer_id, status_name(st)));
+    // The engine's reason, not only its status: the caller must learn what
+    // to change without reading our log.
+    throw std::runtime_error(fmt::format("kvxfer {}: cannot register peer {}: {}: {}",
+                                         agent_name_, peer_id, status_name(st),
+                                         reason.empty() ? "the engine gave no reason" : reason));
   }
   auto it = generations_.find(peer_id);
   const bool fresh = !closing_ && it != generations_.end() && it->second == gen;
@@ -114,19 +122,15 @@ void TransportState::add_peer(const std::string& peer_id, std::span<const std::u
                               std::uint64_t block_len) {
   Registration reg = validate_peer(peer_id, metadata, base_addr, num_blocks, block_len);
   std::uint64_t gen = 0;
+  PeerHandle old_handle = 0;
   {
     std::lock_guard lock(mu_);
     throw_if_closing();
-    gen = begin_registration(peer_id);
+    gen = begin_registration(peer_id, &old_handle);
     ++active_connects_;
   }
-  struct Done {
-    TransportState* self;
-    ~Done() {
-      std::lock_guard lock(self->mu_);
-      if (--self->active_connects_ == 0) self->connects_done_.notify_all();
-    }
-  } done{this};
+  const EngineCall call(*this, active_connects_);
+  if (old_handle != 0) disconnect_peer(old_handle, peer_id);
   build_and_publish(peer_id, gen, reg);
 }
 
@@ -139,37 +143,59 @@ std::future<void> TransportState::add_peer_async(const std::string& peer_id,
       validate_peer(peer_id, metadata, base_addr, num_blocks, block_len));
   auto promise = std::make_shared<std::promise<void>>();
   std::future<void> future = promise->get_future();
-  std::lock_guard lock(mu_);
-  throw_if_closing();
-  const std::uint64_t gen = begin_registration(peer_id);
-  const bool taken = worker_.submit([this, peer_id, gen, reg, promise](bool run) {
-    if (!run) {
-      promise->set_exception(std::make_exception_ptr(SupersededError(fmt::format(
-          "registration for peer {} was superseded (transport closed before it ran)", peer_id))));
-      return;
+  PeerHandle old_handle = 0;
+  bool taken = false;
+  {
+    std::lock_guard lock(mu_);
+    throw_if_closing();
+    const std::uint64_t gen = begin_registration(peer_id, &old_handle);
+    // The task owns the old registration's handle and disconnects it on the
+    // worker, whether it then connects or was abandoned by close().
+    taken = worker_.submit([this, peer_id, gen, reg, promise, old_handle](bool run) {
+      if (old_handle != 0) disconnect_peer(old_handle, peer_id);
+      if (!run) {
+        promise->set_exception(std::make_exception_ptr(SupersededError(fmt::format(
+            "registration for peer {} was superseded (transport closed before it ran)", peer_id))));
+        return;
+      }
+      try {
+        build_and_publish(peer_id, gen, *reg);
+        promise->set_value();
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    if (!taken && old_handle != 0) ++active_disconnects_;
+  }
+  if (!taken) {
+    if (old_handle != 0) {
+      const EngineCall call(*this, active_disconnects_);
+      disconnect_peer(old_handle, peer_id);
     }
-    try {
-      build_and_publish(peer_id, gen, *reg);
-      promise->set_value();
-    } catch (...) {
-      promise->set_exception(std::current_exception());
-    }
-  });
-  if (!taken) throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
+    throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
+  }
   return future;
 }
 
 void TransportState::remove_peer(const std::string& peer_id) {
-  std::lock_guard lock(mu_);
-  throw_if_closing();
-  // Invalidate any registration still being built so its worker releases
-  // the handles instead of publishing them.
-  generations_.erase(peer_id);
-  if (auto it = peers_.find(peer_id); it != peers_.end()) {
-    auto peer = std::move(it->second);
+  PeerHandle handle = 0;
+  {
+    std::lock_guard lock(mu_);
+    throw_if_closing();
+    // Invalidate any registration still being built so its worker releases
+    // the handles instead of publishing them.
+    generations_.erase(peer_id);
+    auto it = peers_.find(peer_id);
+    if (it == peers_.end()) return;
+    const std::unique_ptr<Peer> peer = std::move(it->second);
     peers_.erase(it);
-    teardown_peer(std::move(peer));
+    handle = detach_peer(*peer);
+    ++active_disconnects_;
   }
+  // The peer is out of every table: nothing else reaches its handle, and the
+  // disconnect (which waits on a frozen or cut-off peer) holds up no one.
+  const EngineCall call(*this, active_disconnects_);
+  disconnect_peer(handle, peer_id);
 }
 
 std::vector<std::string> TransportState::peer_ids() const {
@@ -181,14 +207,19 @@ std::vector<std::string> TransportState::peer_ids() const {
   return ids;
 }
 
-void TransportState::teardown_peer(std::unique_ptr<Peer> peer) {
+PeerHandle TransportState::detach_peer(Peer& peer) {
   // Caller holds mu_. Its transfers are drained: released, never reported.
-  while (peer->head != nullptr) release(peer->head);
-  if (const Status st = engine_->disconnect(peer->handle); st != Status::kSuccess) {
-    log().warn("kvxfer {}: releasing handles of peer={} failed: {}", agent_name_, peer->id,
+  while (peer.head != nullptr) release(peer.head);
+  return peer.handle;
+}
+
+void TransportState::disconnect_peer(PeerHandle handle, const std::string& peer_id) {
+  // Caller does not hold mu_.
+  if (const Status st = engine_->disconnect(handle); st != Status::kSuccess) {
+    log().warn("kvxfer {}: releasing handles of peer={} failed: {}", agent_name_, peer_id,
                status_name(st));
   }
-  log().info("kvxfer {}: removed peer={}", agent_name_, peer->id);
+  log().info("kvxfer {}: removed peer={}", agent_name_, peer_id);
 }
 
 }  // namespace kvxfer::internal

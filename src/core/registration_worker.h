@@ -14,7 +14,8 @@ namespace kvxfer::internal {
 class RegistrationWorker {
  public:
   // A task runs with run == true, or with run == false when the worker
-  // stopped before reaching it (it must then only fail its future).
+  // stopped before reaching it (it must then connect nothing: it only lets
+  // go of what it owns and fails its future).
   using Task = std::function<void(bool run)>;
 
   RegistrationWorker() = default;

@@ -36,15 +36,30 @@ void TransportState::unlink(Inflight* e) {
   --peer->inflight;
 }
 
-// Releases the handle (a failure is logged; the entry goes either way) and
-// forgets the transfer.
+// Releases the handle and forgets the transfer. The entry goes either way;
+// a handle whose release failed is still live in the engine, so it is kept
+// (and counted by stats().live) until close() tries it again.
 void TransportState::release(Inflight* e) {
   if (const Status st = engine_->release(e->handle); st != Status::kSuccess) {
-    log().warn("kvxfer {}: releasing transfer_id={} failed: {}", agent_name_, e->id,
-               status_name(st));
+    log().warn("kvxfer {}: releasing transfer_id={} failed: {}; retried at close", agent_name_,
+               e->id, status_name(st));
+    unreleased_.push_back(e->handle);
   }
   unlink(e);
   inflight_.erase(e->id);
+}
+
+std::size_t TransportState::retry_unreleased() {
+  // Caller holds mu_.
+  std::erase_if(unreleased_, [this](XferHandle handle) {
+    const Status st = engine_->release(handle);
+    if (st != Status::kSuccess) {
+      log().warn("kvxfer {}: releasing a transfer handle failed again: {}", agent_name_,
+                 status_name(st));
+    }
+    return st == Status::kSuccess;
+  });
+  return unreleased_.size();
 }
 
 template <typename Int>
@@ -156,14 +171,16 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
   std::lock_guard lock(mu_);
   throw_if_closing();
   Peer* scoped = nullptr;
+  // Always, even with nothing of ours in flight: without a progress thread
+  // this call is all that drives the engine, and a target receives WRITEs
+  // (over TCP, say) only while its worker is progressed.
+  engine_->progress();
   if (peer_id) {
     auto it = peers_.find(*peer_id);
     if (it == peers_.end()) return out;
     scoped = it->second.get();
   }
-  if (inflight_.empty() && scoped == nullptr) return out;
   if (!inflight_.empty()) {
-    engine_->progress();
     scratch_failures_.clear();
     scratch_finished_.clear();
     const auto now =

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -24,12 +26,43 @@
 
 namespace kvxfer {
 namespace internal {
+namespace {
+
+// Every numeric option is checked here, before anything reads it: the policy
+// and the engines take them as given.
+Options checked(Options options) {
+  if (options.num_threads < 1) {
+    throw std::invalid_argument(
+        fmt::format("Options::num_threads must be >= 1; got {}", options.num_threads));
+  }
+  if (options.strike_limit < 1) {
+    throw std::invalid_argument(
+        fmt::format("Options::strike_limit must be >= 1; got {}", options.strike_limit));
+  }
+  if (options.stall_timeout.count() < 0 || options.stall_timeout > kMaxStallTimeout) {
+    throw std::invalid_argument(fmt::format(
+        "Options::stall_timeout must be between 0 (off) and {} ms (a year); got {} ms",
+        kMaxStallTimeout.count(), options.stall_timeout.count()));
+  }
+  if (!options.config_fields.empty() && !options.config_json.empty()) {
+    throw std::invalid_argument(
+        "Options::config_fields and Options::config_json are both set; set one of them");
+  }
+  return options;
+}
+
+std::string fingerprint_of(const Options& options) {
+  return options.config_json.empty() ? config_fingerprint(options.config_fields)
+                                     : config_fingerprint_json(options.config_json);
+}
+
+}  // namespace
 
 TransportState::TransportState(std::string agent_name, Region region, Options options)
     : agent_name_(std::move(agent_name)),
       region_(region),
-      options_(std::move(options)),
-      fingerprint_(config_fingerprint(options_.config_fields)),
+      options_(checked(std::move(options))),
+      fingerprint_(fingerprint_of(options_)),
       boot_id_(boot_id()),
       policy_(agent_name_, options_.strike_limit, options_.stall_timeout) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
@@ -40,8 +73,6 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
                        region_.block_len)) {
     throw std::invalid_argument("region num_blocks * block_len overflows");
   }
-  if (options_.strike_limit < 1) throw std::invalid_argument("strike_limit must be >= 1");
-  if (options_.num_threads < 1) throw std::invalid_argument("num_threads must be >= 1");
 
   const EngineConfig config{agent_name_, region_, &options_};
   for (const auto& backend : options_.backends) {
@@ -83,6 +114,20 @@ std::vector<std::uint8_t> TransportState::metadata() const {
   return wire::encode(m);
 }
 
+bool TransportState::record_post_failure(std::string_view peer_id, std::string_view cause) {
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return false;
+  Peer& peer = *it->second;
+  log().warn("kvxfer {}: write_blocks failed for peer={}: {}", agent_name_, peer.id, cause);
+  ++peer.counters.post_failures;
+  // What a failed post of that kind costs: one strike (kInvalidParam is not
+  // a peer-scope status).
+  policy_.record_failure(peer.standing, peer.id, Status::kInvalidParam, cause);
+  return true;
+}
+
 void TransportState::close() {
   {
     std::lock_guard lock(mu_);
@@ -91,22 +136,33 @@ void TransportState::close() {
   }
   // Stop taking registrations; a running one finishes (and is discarded).
   worker_.stop();
-  std::unique_lock lock(mu_);
-  connects_done_.wait(lock, [this] { return active_connects_ == 0; });
-  for (auto& [id, e] : inflight_) {
-    if (const Status st = engine_->release(e.handle); st != Status::kSuccess) {
-      log().warn("kvxfer {}: releasing transfer_id={} failed: {}", agent_name_, id,
-                 status_name(st));
+  std::vector<std::pair<PeerHandle, std::string>> peers;
+  {
+    std::unique_lock lock(mu_);
+    // Connects and disconnects still running outside the lock finish first.
+    engine_calls_done_.wait(lock,
+                            [this] { return active_connects_ == 0 && active_disconnects_ == 0; });
+    for (auto& [id, e] : inflight_) {
+      if (const Status st = engine_->release(e.handle); st != Status::kSuccess) {
+        log().warn("kvxfer {}: releasing transfer_id={} failed: {}", agent_name_, id,
+                   status_name(st));
+        unreleased_.push_back(e.handle);
+      }
     }
+    inflight_.clear();
+    // Every handle whose release failed earlier gets one more try.
+    if (const std::size_t left = retry_unreleased(); left > 0) {
+      log().error("kvxfer {}: {} transfer handle(s) could not be released; they stay live",
+                  agent_name_, left);
+    }
+    peers.reserve(peers_.size());
+    for (auto& [id, peer] : peers_) peers.emplace_back(peer->handle, id);
+    peers_.clear();
+    generations_.clear();
   }
-  inflight_.clear();
-  for (auto& [id, peer] : peers_) {
-    peer->head = peer->tail = nullptr;
-    peer->inflight = 0;
-    teardown_peer(std::move(peer));
-  }
-  peers_.clear();
-  generations_.clear();
+  // Every other call now throws: the disconnects need not hold the lock.
+  for (const auto& [handle, id] : peers) disconnect_peer(handle, id);
+  std::lock_guard lock(mu_);
   engine_->shutdown();
   closed_ = true;
   log().info("kvxfer {}: closed", agent_name_);
@@ -186,6 +242,10 @@ std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
 
 PollResult Transport::poll(std::optional<std::string_view> peer_id) {
   return state_->poll(peer_id);
+}
+
+bool Transport::record_post_failure(std::string_view peer_id, std::string_view cause) {
+  return state_->record_post_failure(peer_id, cause);
 }
 
 std::vector<TransferId> Transport::cancel(std::span<const TransferId> ids, CancelMode mode) {

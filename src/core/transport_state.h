@@ -88,6 +88,7 @@ class TransportState {
   std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
 
   // transport.cc
+  bool record_post_failure(std::string_view peer_id, std::string_view cause);
   void close();
   Stats stats() const;
   std::vector<std::uint8_t> metadata() const;
@@ -117,19 +118,45 @@ class TransportState {
   Registration validate_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
                              std::uintptr_t base_addr, std::uint64_t num_blocks,
                              std::uint64_t block_len) const;
-  // Claims the next generation for peer_id and tears down what it had.
-  std::uint64_t begin_registration(const std::string& peer_id);
+  // Claims the next generation for peer_id and takes out what it had (its
+  // transfers released, its handle returned for disconnect_peer(), 0 if
+  // none). Caller holds mu_.
+  std::uint64_t begin_registration(const std::string& peer_id, PeerHandle* old_handle);
   // Connects outside the lock and publishes unless superseded. Throws
   // SupersededError when superseded, std::runtime_error when unreachable.
   void build_and_publish(const std::string& peer_id, std::uint64_t gen, const Registration& reg);
 
+  // Counts a connect or disconnect that runs outside mu_ (the caller
+  // incremented `counter` under mu_) until it ends, so close() can wait for it.
+  class EngineCall {
+   public:
+    EngineCall(TransportState& state, int& counter) : state_(state), counter_(counter) {}
+    ~EngineCall() {
+      std::lock_guard lock(state_.mu_);
+      if (--counter_ == 0) state_.engine_calls_done_.notify_all();
+    }
+    EngineCall(const EngineCall&) = delete;
+    EngineCall& operator=(const EngineCall&) = delete;
+
+   private:
+    TransportState& state_;
+    int& counter_;
+  };
+
   void throw_if_closing() const {
     if (closing_) throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
   }
-  void teardown_peer(std::unique_ptr<Peer> peer);
+  // Releases every transfer of a peer already out of peers_ and returns its
+  // engine handle. Caller holds mu_.
+  PeerHandle detach_peer(Peer& peer);
+  // The engine's disconnect, which may wait (a frozen or cut-off peer):
+  // called without mu_, so other peers' writes and polls go on meanwhile.
+  void disconnect_peer(PeerHandle handle, const std::string& peer_id);
   void link(Peer* peer, Inflight* e);
   void unlink(Inflight* e);
   void release(Inflight* e);
+  // Tries again every handle in unreleased_; returns how many are left.
+  std::size_t retry_unreleased();
   void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
 
   std::optional<TransferId> post(Peer* peer, std::span<const std::int64_t> local,
@@ -139,15 +166,21 @@ class TransportState {
   const PeerPolicy policy_;
 
   mutable std::mutex mu_;
-  std::condition_variable connects_done_;
+  // Signalled when the last connect or disconnect running outside mu_ is
+  // done: close() waits for them before it shuts the engine down.
+  std::condition_variable engine_calls_done_;
   bool closing_ = false;
   bool closed_ = false;
   int active_connects_ = 0;
+  int active_disconnects_ = 0;
   TransferId next_id_ = 1;
   std::uint64_t next_gen_ = 0;
   std::unordered_map<std::string, std::uint64_t, StringHash, std::equal_to<>> generations_;
   std::unordered_map<std::string, std::unique_ptr<Peer>, StringHash, std::equal_to<>> peers_;
   std::unordered_map<TransferId, Inflight> inflight_;
+  // Transfer handles whose release failed: forgotten by the table but still
+  // live in the engine, so retried at close() (and counted until then).
+  std::vector<XferHandle> unreleased_;
   // Reused across calls so the hot path allocates nothing per block.
   // write() copies the caller's index lists here once and then reads only
   // these; they stay under mu_ until post_write has returned.

@@ -7,8 +7,12 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "common/host.h"
 #include "common/log.h"
@@ -56,29 +60,47 @@ class Lanes final : public Engine {
   [[nodiscard]] std::vector<std::uint8_t> local_blob() const override { return blob_; }
 
   [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
-                               PeerHandle* out) override {
+                               PeerHandle* out, std::string* reason) override {
+    const auto refuse = [&](Status st, std::string why) {
+      log().warn("kvxfer UCX {}: {}", agent_name_, why);
+      if (reason != nullptr) *reason = std::move(why);
+      return st;
+    };
     ucx::Blob b;
     if (!ucx::decode_blob(blob, &b)) {
-      log().warn("kvxfer UCX {}: peer {} sent a malformed engine blob ({} bytes)", agent_name_,
-                 remote.agent_name, blob.size());
-      return Status::kInvalidParam;
+      return refuse(Status::kInvalidParam,
+                    fmt::format("peer {} sent a malformed engine blob ({} bytes)",
+                                remote.agent_name, blob.size()));
     }
     if (!region_is_valid(remote.base_addr, remote.num_blocks, remote.block_len)) {
-      log().warn("kvxfer UCX {}: peer {} has an impossible region", agent_name_, remote.agent_name);
-      return Status::kInvalidParam;
+      return refuse(Status::kInvalidParam,
+                    fmt::format("peer {} has an impossible region (base {:#x}, {} blocks of {})",
+                                remote.agent_name, remote.base_addr, remote.num_blocks,
+                                remote.block_len));
     }
     PeerHandle handle = 0;
     Lane lane = lane_for(remote, b);
     if (lane == Lane::kCma) {
-      const Status st = cma_.connect(remote, b.cookie_addr, b.cookie_epoch, &handle);
-      // Gone, or metadata that does not describe the pool the target
-      // registered: no lane may write there.
-      if (st == Status::kRemoteDisconnect || st == Status::kMismatch) return st;
+      std::string why;
+      const Status st = cma_.connect(remote, b.cookie_addr, b.cookie_epoch, &handle, &why);
+      if (st == Status::kRemoteDisconnect) {
+        // The lane logged the details (errno or a stale cookie).
+        if (reason != nullptr) {
+          *reason = fmt::format("peer {} is on this host but its process (pid {}) is gone",
+                                remote.agent_name, remote.pid);
+        }
+        return st;
+      }
+      // Metadata that does not describe the pool the target registered: no
+      // lane may write there.
+      if (st == Status::kMismatch) return refuse(st, std::move(why));
       // Anything else (no ptrace permission, seccomp): UCX may still reach it.
       if (st != Status::kSuccess) lane = Lane::kUcx;
     }
     if (lane == Lane::kUcx) {
-      if (const Status st = ucx_.connect(b, remote, &handle); st != Status::kSuccess) return st;
+      if (const Status st = ucx_.connect(b, remote, &handle, reason); st != Status::kSuccess) {
+        return st;
+      }
     }
     {
       std::lock_guard lock(lanes_mu_);

@@ -1,33 +1,36 @@
-// libFuzzer target for the bench handshake: a target's answer to OPEN, as the
+// Fuzz target for the bench handshake: a target's answer to OPEN, as the
 // initiator decodes it (READY line, hex metadata, then the metadata format
-// itself). Any input must decode or be refused with a kvxfer error type;
-// a crash, an over-read or another exception is a bug.
-#include <cstddef>
-#include <cstdint>
-#include <cstdlib>
-#include <span>
+// itself). Accepted: a READY line whose metadata decodes. Refused: anything
+// else, with a kvxfer error type (ChannelError, TargetRefused,
+// std::invalid_argument); a crash, an over-read or another exception is a
+// bug. The same text is also parsed as a host:port (a command-line value, so
+// it does not count for the verdict).
 #include <stdexcept>
 #include <string>
 
 #include "channel.h"
+#include "fuzz_target.h"
 #include "target_process.h"
 #include "wire/metadata.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string line(reinterpret_cast<const char*>(data), size);
+namespace kvxfer::fuzz {
+
+bool accepts(std::span<const std::uint8_t> input) {
+  const std::string line(reinterpret_cast<const char*>(input.data()), input.size());
   try {
-    const auto g = kvxfer::tools::parse_ready(line, "fuzz");
-    try {
-      (void)kvxfer::wire::decode(std::span<const std::uint8_t>(g.metadata));
-    } catch (const std::invalid_argument&) {
-    }
-  } catch (const kvxfer::tools::ChannelError&) {
-  } catch (const kvxfer::tools::TargetRefused&) {
-  }
-  try {
-    (void)kvxfer::tools::HostPort::parse(line);
+    (void)tools::HostPort::parse(line);
   } catch (const std::invalid_argument&) {
-  } catch (const kvxfer::tools::ChannelError&) {
+  } catch (const tools::ChannelError&) {
   }
-  return 0;
+  try {
+    const auto g = tools::parse_ready(line, "fuzz");
+    (void)wire::decode(std::span<const std::uint8_t>(g.metadata));
+    return true;
+  } catch (const std::invalid_argument&) {
+  } catch (const tools::ChannelError&) {
+  } catch (const tools::TargetRefused&) {
+  }
+  return false;
 }
+
+}  // namespace kvxfer::fuzz

@@ -1,13 +1,14 @@
-// libFuzzer target for the UCX engine's blob (wire/ucx_blob.h), which a peer
-// sends inside its metadata: any input either decodes to a blob that
-// re-encodes to the same bytes and decodes again to an equal blob, or is
-// refused. Anything else (a crash, an over-read under ASan, a mismatch) is a
-// bug.
+// Fuzz target for the UCX engine's blob (wire/ucx_blob.h), which a peer
+// sends inside its metadata: accepted inputs decode to a blob that
+// re-encodes to the same bytes and decodes again to an equal blob; every
+// other input is refused. Anything else (a crash, an over-read under ASan, a
+// mismatch) is a bug.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include "fuzz_target.h"
 #include "wire/ucx_blob.h"
 
 namespace {
@@ -32,10 +33,12 @@ bool inside(std::span<const std::uint8_t> field, std::span<const std::uint8_t> b
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::span<const std::uint8_t> bytes(data, size);
+namespace kvxfer::fuzz {
+
+bool accepts(std::span<const std::uint8_t> bytes) {
+  using namespace internal::ucx;
   Blob blob;
-  if (!decode_blob(bytes, &blob)) return 0;
+  if (!decode_blob(bytes, &blob)) return false;
   if (!inside(blob.worker_address, bytes) || !inside(blob.rkey, bytes)) __builtin_trap();
   if (blob.worker_address.size() > kMaxBlobField || blob.rkey.size() > kMaxBlobField)
     __builtin_trap();
@@ -43,5 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!same_bytes(again, bytes)) __builtin_trap();
   Blob twice;
   if (!decode_blob(again, &twice) || !same_blob(blob, twice)) __builtin_trap();
-  return 0;
+  return true;
 }
+
+}  // namespace kvxfer::fuzz

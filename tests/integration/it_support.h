@@ -33,6 +33,8 @@ struct TargetOptions {
   std::uint64_t block_len = 64 * 1024;
   std::string tls = "sm,self";
   bool progress_thread = true;
+  // A thread of the target calls poll() in a loop (--poll-loop).
+  bool poll_loop = false;
   // Extra engine_config entries (--config KEY=VALUE).
   std::map<std::string, std::string> engine_config;
   // Bytes of kGuardByte mapped right after the pool, not registered
@@ -129,6 +131,7 @@ class TargetProcess {
       args.emplace_back("--guard-bytes");
       args.emplace_back(std::to_string(options_.guard_bytes));
     }
+    if (options_.poll_loop) args.emplace_back("--poll-loop");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -1,9 +1,11 @@
 // kvxfer_it_target: the far side of the multi-process UCX tests.
 //
 //   kvxfer_it_target --name N --blocks B --block-len L --tls T [--no-progress-thread]
-//                    [--config KEY=VALUE]... [--guard-bytes G]
+//                    [--poll-loop] [--config KEY=VALUE]... [--guard-bytes G]
 //
 // --config adds an engine_config entry (e.g. NET_DEVICES=kvx0 on a netns host).
+// --poll-loop: a thread calls poll() in a loop for as long as the transport
+// is open, as an owner without a progress thread does.
 // --guard-bytes maps G bytes of it_pool.h's kGuardByte right after the pool,
 // in the same mapping but not registered (see the "guard" command).
 // Registers a zeroed pool of B blocks of L bytes with a UCX transport (UCX
@@ -19,6 +21,8 @@
 //   quit                        -> "bye", exit 0
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +31,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "it_pool.h"
@@ -42,6 +47,28 @@ KVXFER_IT_NO_TSAN std::uint64_t fnv1a(const std::uint8_t* data, std::uint64_t le
   }
   return h;
 }
+
+// Calls poll() on the transport in a loop until stopped.
+class Poller {
+ public:
+  explicit Poller(kvxfer::Transport& transport)
+      : thread_([this, &transport] {
+          while (!stop_.load()) {
+            (void)transport.poll();
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+        }) {}
+  ~Poller() {
+    stop_.store(true);
+    thread_.join();
+  }
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -83,6 +110,7 @@ int main(int argc, char** argv) {
   std::string tls = "sm,self";
   bool progress_thread = true;
   std::uint64_t guard_bytes = 0;
+  bool poll_loop = false;
   std::map<std::string, std::string> engine_config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -113,6 +141,8 @@ int main(int argc, char** argv) {
       guard_bytes = std::stoull(value());
     } else if (arg == "--no-progress-thread") {
       progress_thread = false;
+    } else if (arg == "--poll-loop") {
+      poll_loop = true;
     } else {
       std::cerr << "unknown argument " << arg << "\n";
       return 2;
@@ -127,6 +157,8 @@ int main(int argc, char** argv) {
   options.engine_config["TLS"] = tls;
   auto transport = std::make_unique<kvxfer::Transport>(
       name, kvxfer::Region{pool.base(), num_blocks, block_len}, options);
+  // Stopped before the transport closes (declared after it: destroyed first).
+  auto poller = poll_loop ? std::make_unique<Poller>(*transport) : nullptr;
   out.line("ready " + std::to_string(transport->base_addr()) + ' ' +
            std::to_string(transport->num_blocks()) + ' ' + std::to_string(transport->block_len()) +
            ' ' + kvxfer::it::to_hex(transport->agent_metadata()));
@@ -163,9 +195,11 @@ int main(int argc, char** argv) {
       const std::int64_t at = pool.guard_mismatch();
       out.line(at < 0 ? "guard ok" : "guard bad offset=" + std::to_string(at));
     } else if (cmd == "close") {
+      poller.reset();
       transport.reset();
       out.line("closed");
     } else if (cmd == "quit") {
+      poller.reset();
       transport.reset();
       out.line("bye");
       return 0;

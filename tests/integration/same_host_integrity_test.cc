@@ -179,8 +179,10 @@ class ForgedMetadataTest : public ::testing::Test {
     try {
       initiator.add_remote_peer("t", bytes, m.base_addr, m.num_blocks, m.block_len);
       accepted = true;
-    } catch (const std::runtime_error&) {
-      // Refused at connect.
+    } catch (const std::runtime_error& e) {
+      // Refused at connect, saying what the target registered.
+      EXPECT_NE(std::string(e.what()).find("the target registered"), std::string::npos)
+          << e.what();
     }
     EXPECT_FALSE(accepted) << "metadata with base " << m.base_addr << ", " << m.num_blocks
                            << " blocks of " << m.block_len << " was accepted";

@@ -398,6 +398,19 @@ def test_close_releases_everything(make_agent):
     a.close()  # idempotent
 
 
+def test_a_release_that_fails_stays_counted_until_close_releases_it(pair):
+    a, _ = pair
+    tid = a.write_blocks("b", [0], [0])
+    a.fault_plan.fail_next_releases(Status.BACKEND)
+    assert a.poll("b") == PollResult(done=(tid,), failed=())
+    assert a.stats()["inflight"] == 0
+    assert a.stats()["live"]["transfers"] == 1  # the engine still holds it
+
+    a.close()
+
+    assert set(a.stats()["live"].values()) == {0}
+
+
 def test_calls_after_close_raise_runtime_error(pair):
     a, b = pair
     a.close()

@@ -19,6 +19,16 @@ FIELDS = [
     {"quote": 'say "hi"', "backslash": "C:\\path\\to", "slash": "a/b"},
     {"controls": "tab\tnewline\ncr\rbell\x07nul\x00del\x7f", "ff": "\f\b"},
     {"": "", " ": " "},
+    # Any JSON-serialisable values, as the reference takes them.
+    {"block_size": 16},
+    {"model": "llama", "block_size": 16, "dtype": "bfloat16", "tp": 2, "use_mla": False},
+    {"none": None, "true": True, "false": False, "zero": 0, "neg": -7, "big": 2**80},
+    {"f": 1.5, "g": -0.0, "h": 1e100, "i": 1e-300, "j": 0.1 + 0.2, "k": 3.0},
+    {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")},
+    {"nested": {"b": [1, 2, {"z": None, "a": [True, 1.25]}], "a": {}}, "list": []},
+    {"unicode": {"ключ": ["値", "🚀"], "é": {"ü": "ß"}}},
+    {"layers": list(range(100)), "shape": [[1, 2], [3, 4]]},
+    {"tuple": (1, "two", 3.0)},  # json.dumps writes a tuple as a list
 ]
 
 
@@ -40,6 +50,23 @@ def test_fingerprint_matches_the_reference(fields):
 
 def test_no_fields_means_an_empty_fingerprint():
     assert kvxfer.config_fingerprint({}) == ""
+    assert kvxfer.config_fingerprint(None) == ""
+
+
+def test_an_integer_and_its_string_are_different_fields():
+    assert kvxfer.config_fingerprint({"block_size": 16}) != kvxfer.config_fingerprint(
+        {"block_size": "16"}
+    )
+
+
+def test_peers_with_non_string_fields_agree(make_agent):
+    fields = {"block_size": 16, "dtype": "bfloat16", "kv": {"layers": 32, "mla": False}}
+    a = make_agent(config_fields=fields)
+    same = make_agent(config_fields=dict(reversed(list(fields.items()))))
+    other = make_agent(config_fields={**fields, "block_size": 32})
+    connect(a, same, "same")
+    with pytest.raises(ValueError, match="fingerprint"):
+        connect(a, other, "other")
 
 
 def test_peers_with_different_fingerprints_are_refused(make_agent):

@@ -9,8 +9,9 @@ import kvxfer
 from kvxfer import PollResult
 
 
-def test_nixl_transport_is_transport():
-    assert kvxfer.NixlTransport is kvxfer.Transport
+def test_nixl_transport_is_the_drop_in_transport():
+    assert issubclass(kvxfer.NixlTransport, kvxfer.Transport)
+    assert kvxfer.NixlTransport is not kvxfer.Transport
 
 
 def test_poll_result_is_a_named_tuple_with_optional_fault():

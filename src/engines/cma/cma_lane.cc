@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
 
 namespace kvxfer::internal::cma {
@@ -35,7 +37,7 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
 // ---------------------------------------------------------------------------
 
 Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
-                        std::uint64_t cookie_epoch, PeerHandle* out) {
+                        std::uint64_t cookie_epoch, PeerHandle* out, std::string* mismatch) {
   auto peer = std::make_shared<Peer>();
   peer->agent_name = remote.agent_name;
   peer->remote_base = remote.base_addr;
@@ -58,10 +60,10 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
     return st;
   }
   if (st == Status::kMismatch) {
-    log().warn(
-        "kvxfer UCX {}: refusing peer {} (pid {}): its metadata names cookie address {:#x}, "
-        "which is not a cookie page",
-        agent_name_, peer->agent_name, peer->pid, peer->cookie_addr);
+    *mismatch = fmt::format(
+        "refusing peer {} (pid {}): its metadata names cookie address {:#x}, which is not a "
+        "cookie page",
+        peer->agent_name, peer->pid, peer->cookie_addr);
     return st;
   }
   if (st != Status::kSuccess) {
@@ -73,11 +75,11 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
   }
   if (declared.base_addr != remote.base_addr || declared.num_blocks != remote.num_blocks ||
       declared.block_len != remote.block_len) {
-    log().warn(
-        "kvxfer UCX {}: refusing peer {} (pid {}): its metadata describes a pool at {:#x} of {} "
-        "blocks of {} bytes, but the target registered {:#x} with {} blocks of {} bytes",
-        agent_name_, peer->agent_name, peer->pid, remote.base_addr, remote.num_blocks,
-        remote.block_len, declared.base_addr, declared.num_blocks, declared.block_len);
+    *mismatch = fmt::format(
+        "refusing peer {} (pid {}): its metadata describes a pool at {:#x} of {} blocks of {} "
+        "bytes, but the target registered {:#x} with {} blocks of {} bytes",
+        peer->agent_name, peer->pid, remote.base_addr, remote.num_blocks, remote.block_len,
+        declared.base_addr, declared.num_blocks, declared.block_len);
     return Status::kMismatch;
   }
   log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing with process_vm_writev",

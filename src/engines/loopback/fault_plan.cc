@@ -31,6 +31,11 @@ void FaultPlan::fail_next_posts(Status status, int count) {
   push_n(script_.post_failures_, status, count);
 }
 
+void FaultPlan::fail_next_posts_partway(Status status, int started, int count) {
+  std::lock_guard lock(script_.mu_);
+  for (int i = 0; i < count; ++i) script_.partway_failures_.emplace_back(status, started);
+}
+
 void FaultPlan::fail_checks(TransferId id, Status status) {
   std::lock_guard lock(script_.mu_);
   script_.check_errors_[id] = status;
@@ -93,6 +98,19 @@ void FaultPlan::set_connect_delay_ms(int delay_ms) {
   script_.connect_delay_ms_ = delay_ms > 0 ? delay_ms : 0;
 }
 
+void FaultPlan::pause_disconnects() {
+  std::lock_guard lock(script_.mu_);
+  script_.disconnects_paused_ = true;
+}
+
+void FaultPlan::resume_disconnects() {
+  {
+    std::lock_guard lock(script_.mu_);
+    script_.disconnects_paused_ = false;
+  }
+  script_.disconnects_resumed_.notify_all();
+}
+
 std::uint64_t FaultPlan::check_count() const {
   std::lock_guard lock(script_.mu_);
   return script_.checks_;
@@ -109,6 +127,14 @@ FaultScript::PostDecision FaultScript::on_post(const std::string& peer_agent) {
   if (disconnected_.contains(peer_agent)) return {Status::kRemoteDisconnect, false};
   if (const Status failure = pop_or_success(post_failures_); failure != Status::kSuccess) {
     return {failure, false};
+  }
+  if (!partway_failures_.empty()) {
+    const auto [failure, started] = partway_failures_.front();
+    partway_failures_.pop_front();
+    // A held post had its started blocks still in flight when it failed.
+    const bool held = holds_pending_ > 0;
+    if (held) --holds_pending_;
+    return {failure, held, started};
   }
   if (holds_pending_ > 0) {
     --holds_pending_;
@@ -157,6 +183,11 @@ Status FaultScript::on_connect(const std::string& peer_agent) {
 Status FaultScript::on_disconnect() {
   std::lock_guard lock(mu_);
   return pop_or_success(disconnect_failures_);
+}
+
+void FaultScript::wait_while_disconnects_paused() {
+  std::unique_lock lock(mu_);
+  disconnects_resumed_.wait(lock, [this] { return !disconnects_paused_; });
 }
 
 int FaultScript::connect_delay_ms() {

@@ -3,6 +3,7 @@
 // connect. Private to the loopback engine: users see only the FaultPlan.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "kvxfer/loopback.h"
 #include "kvxfer/status.h"
@@ -30,6 +32,8 @@ class FaultScript {
   struct PostDecision {
     Status status = Status::kSuccess;
     bool hold = false;
+    // A failed post's blocks issued before it failed (fail_next_posts_partway).
+    int started = 0;
   };
   PostDecision on_post(const std::string& peer_agent);
   // The check error scripted for `id`, else REMOTE_DISCONNECT when
@@ -42,6 +46,8 @@ class FaultScript {
   Status on_release();
   Status on_connect(const std::string& peer_agent);
   Status on_disconnect();
+  // Returns once disconnects are not paused (FaultPlan::pause_disconnects).
+  void wait_while_disconnects_paused();
   int connect_delay_ms();
   // The engine's hook for land(): called (outside the script's lock) with the
   // id, so bytes land when the test says so, without waiting for a check.
@@ -51,7 +57,10 @@ class FaultScript {
   friend class loopback::FaultPlan;  // writes the script
 
   mutable std::mutex mu_;
+  std::condition_variable disconnects_resumed_;
+  bool disconnects_paused_ = false;
   std::deque<Status> post_failures_;
+  std::deque<std::pair<Status, int>> partway_failures_;  // status, blocks started
   std::deque<Status> release_failures_;
   std::deque<Status> connect_failures_;
   std::deque<Status> disconnect_failures_;

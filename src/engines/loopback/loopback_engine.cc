@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
 #include "engine.h"
 #include "engines/loopback/fault_script.h"
@@ -129,33 +131,50 @@ class LoopbackEngine final : public Engine {
   }
 
   [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
-                               PeerHandle* out) override {
+                               PeerHandle* out, std::string* reason) override {
+    const auto refuse = [&](Status st, std::string why) {
+      if (reason != nullptr) *reason = std::move(why);
+      return st;
+    };
     // The delay stands in for wireup and runs unlocked, like real wireup.
     if (const int delay_ms = plan_.connect_delay_ms(); delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     }
     if (const Status scripted = plan_.on_connect(remote.agent_name); scripted != Status::kSuccess) {
       log().debug("loopback {}: connect to {} fails as scripted", agent_name_, remote.agent_name);
-      return scripted;
+      return refuse(scripted, "the fault plan scripted this connect to fail");
     }
     wire::LoopbackBlob where;
-    if (!wire::decode_loopback_blob(blob, &where)) return Status::kInvalidParam;
+    if (!wire::decode_loopback_blob(blob, &where)) {
+      return refuse(Status::kInvalidParam,
+                    fmt::format("peer {} sent a malformed loopback blob ({} bytes)",
+                                remote.agent_name, blob.size()));
+    }
     if (remote.pid != 0 && remote.pid != static_cast<std::uint32_t>(::getpid())) {
-      return Status::kNotFound;  // loopback peers live in this process only
+      return refuse(Status::kNotFound,
+                    fmt::format("peer {} lives in process {}: loopback peers must be in this "
+                                "process ({}); use backends=[\"UCX\"] across processes",
+                                remote.agent_name, remote.pid, ::getpid()));
     }
     std::shared_ptr<Pool> pool = PoolRegistry::instance().find(where.key, where.cookie);
-    if (pool == nullptr) return Status::kNotFound;
+    if (pool == nullptr) {
+      return refuse(Status::kNotFound,
+                    fmt::format("no loopback pool of peer {} is open in this process (closed?)",
+                                remote.agent_name));
+    }
     // We copy with our block length into the pool the registry knows, so
     // anything the metadata claims must match that pool exactly.
     if (pool->agent_name != remote.agent_name ||
         reinterpret_cast<std::uintptr_t>(pool->base) != remote.base_addr ||
         pool->num_blocks != remote.num_blocks || pool->block_len != remote.block_len ||
         pool->block_len != region_.block_len) {
-      return Status::kMismatch;
+      return refuse(Status::kMismatch,
+                    fmt::format("the metadata of peer {} does not match its loopback pool",
+                                remote.agent_name));
     }
 
     std::lock_guard lock(mu_);
-    if (shut_down_) return Status::kNotAllowed;
+    if (shut_down_) return refuse(Status::kNotAllowed, "this transport is closing");
     const PeerHandle handle = next_peer_++;
     peers_.emplace(handle, Peer{std::move(pool), remote.agent_name});
     *out = handle;
@@ -164,6 +183,9 @@ class LoopbackEngine final : public Engine {
   }
 
   [[nodiscard]] Status disconnect(PeerHandle peer) override {
+    // A paused teardown stands in for one waiting on a frozen peer; it waits
+    // unlocked, as a real engine's does.
+    plan_.wait_while_disconnects_paused();
     std::lock_guard lock(mu_);
     const auto it = peers_.find(peer);
     if (it == peers_.end()) return Status::kInvalidParam;
@@ -203,6 +225,14 @@ class LoopbackEngine final : public Engine {
     if (decision.status != Status::kSuccess) {
       log().debug("loopback {}: post of transfer {} to {} fails as scripted: {}", agent_name_, id,
                   target.agent_name, status_name(decision.status));
+      // Failing part-way, a real engine must settle what it already issued
+      // before it returns: nothing may read the caller's blocks once
+      // write_blocks has said no. Issued and not held, those blocks landed
+      // (we waited for them); held, they were still in flight: cancelled.
+      if (decision.started > 0 && !decision.hold) {
+        const std::size_t n = std::min(local.size(), static_cast<std::size_t>(decision.started));
+        (void)copy_blocks(*target.pool, local.first(n), remote.first(n));
+      }
       return decision.status;
     }
     if (!target.pool->alive.load()) return Status::kRemoteDisconnect;
@@ -294,13 +324,19 @@ class LoopbackEngine final : public Engine {
       local_->alive.store(false);
     }
     PoolRegistry::instance().remove(key_);
-    // Whatever the core did not release is gone with the engine.
-    peers_.clear();
-    for (Slot& slot : slots_) slot.in_use = false;
-    free_.clear();
-    slots_.clear();
-    live_transfers_ = 0;
-    pending_ = 0;
+    // Nothing reads our pool after this: a WRITE still held never lands.
+    for (Slot& slot : slots_) {
+      if (slot.in_use && slot.pending) {
+        finish_pending(slot, Status::kCanceled);
+        recycle_if_done(slot);
+      }
+    }
+    // Peers the core did not disconnect and transfers it did not release stay
+    // counted, so live() shows what a real engine would have leaked.
+    if (!peers_.empty() || live_transfers_ > 0) {
+      log().debug("loopback {}: shut down with {} peer(s) and {} transfer(s) still held",
+                  agent_name_, peers_.size(), live_transfers_);
+    }
     log().debug("loopback {}: shut down", agent_name_);
   }
 

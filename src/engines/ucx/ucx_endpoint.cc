@@ -1,7 +1,11 @@
 // Peers of the UCX lane: connect (endpoint + rkey), the endpoint's error
 // callback, and disconnect (forced close, then the rkey).
 #include <chrono>
+#include <string>
 #include <thread>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "common/log.h"
 #include "engines/ucx/ucx_engine.h"
@@ -13,11 +17,17 @@ constexpr auto kPeerReleaseTimeout = std::chrono::milliseconds(500);
 
 }  // namespace
 
-Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out) {
+Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out,
+                        std::string* reason) {
+  // Logs why a connect fails and hands the same words to the caller.
+  const auto refuse = [&](Status st, std::string why) {
+    log().warn("kvxfer UCX {}: {}", agent_name_, why);
+    if (reason != nullptr) *reason = std::move(why);
+    return st;
+  };
   if (blob.worker_address.empty() || blob.rkey.empty()) {
-    log().warn("kvxfer UCX {}: peer {} sent no worker address or rkey", agent_name_,
-               remote.agent_name);
-    return Status::kInvalidParam;
+    return refuse(Status::kInvalidParam,
+                  fmt::format("peer {} sent no worker address or rkey", remote.agent_name));
   }
   auto peer = std::make_shared<UcxPeer>();
   peer->lane = this;
@@ -37,20 +47,20 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
   params.err_handler.arg = peer.get();
   ucs_status_t st = peer->ep.create(worker_.worker(), params);
   if (st != UCS_OK) {
-    log().warn(
-        "kvxfer UCX {}: cannot create an endpoint to peer {}: {} (a transport with peer-failure "
-        "support, e.g. tcp, must reach it; shared memory serves same-host peers only through "
-        "process_vm_writev)",
-        agent_name_, peer->agent_name, ucs_status_string(st));
-    return st == UCS_ERR_UNREACHABLE ? Status::kNotSupported : Status::kBackend;
+    return refuse(
+        st == UCS_ERR_UNREACHABLE ? Status::kNotSupported : Status::kBackend,
+        fmt::format(
+            "cannot create an endpoint to peer {}: {} (a transport with peer-failure support, "
+            "e.g. tcp, must reach it: UCX_TLS here is \"{}\"; shared memory serves same-host "
+            "peers only through process_vm_writev)",
+            peer->agent_name, ucs_status_string(st), settings_.tls));
   }
   st = ucp_ep_rkey_unpack(peer->ep.get(), blob.rkey.data(), peer->rkey.out());
   if (st != UCS_OK) {
     *peer->rkey.out() = nullptr;
-    log().warn("kvxfer UCX {}: cannot unpack the rkey of peer {}: {}", agent_name_,
-               peer->agent_name, ucs_status_string(st));
     [[maybe_unused]] const Status closed = close_endpoint(*peer);
-    return Status::kInvalidParam;
+    return refuse(Status::kInvalidParam, fmt::format("cannot unpack the rkey of peer {}: {}",
+                                                     peer->agent_name, ucs_status_string(st)));
   }
   live_rkeys_.fetch_add(1, std::memory_order_relaxed);
   EndpointState connecting = EndpointState::kConnecting;

@@ -67,7 +67,9 @@ class UcxLane {
   }
   [[nodiscard]] const std::vector<std::uint8_t>& packed_rkey() const { return packed_rkey_; }
 
-  [[nodiscard]] Status connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out);
+  // On failure *reason (when given) says why, as the log does.
+  [[nodiscard]] Status connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out,
+                               std::string* reason = nullptr);
   [[nodiscard]] Status disconnect(PeerHandle peer);
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,

@@ -1,0 +1,316 @@
+// Writes the seed corpora of the fuzz targets (fuzz_target.h):
+// corpus/<target>/valid/* from the real encoders, corpus/<target>/invalid/*
+// from valid seeds broken one way each (truncated, one byte too many, bad
+// magic, another version, a length that lies, a reserved field set...).
+// Deterministic: running it again writes the same bytes.
+//   kvxfer_make_seeds <corpus dir>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wire/bytes.h"
+#include "wire/loopback_blob.h"
+#include "wire/metadata.h"
+#include "wire/scatter.h"
+#include "wire/ucx_blob.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<std::uint8_t>;
+using namespace kvxfer;
+using namespace kvxfer::internal::ucx;
+
+fs::path g_root;
+
+void write_seed(const std::string& target, bool valid, const std::string& name, const Bytes& b) {
+  const fs::path dir = g_root / target / (valid ? "valid" : "invalid");
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+Bytes text(std::string_view s) { return Bytes(s.begin(), s.end()); }
+
+Bytes pattern(std::size_t n, std::uint8_t seed) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::uint8_t>(seed + i * 31);
+  return b;
+}
+
+Bytes cut(Bytes b, std::size_t drop) {
+  b.resize(b.size() - drop);
+  return b;
+}
+
+Bytes plus_byte(Bytes b) {
+  b.push_back(0);
+  return b;
+}
+
+Bytes set_u16(Bytes b, std::size_t at, std::uint16_t v) {
+  wire::store_le(b.data() + at, v);
+  return b;
+}
+
+Bytes set_u32(Bytes b, std::size_t at, std::uint32_t v) {
+  wire::store_le(b.data() + at, v);
+  return b;
+}
+
+Bytes flip(Bytes b, std::size_t at) {
+  b[at] ^= 0x01;
+  return b;
+}
+
+// ---------------------------------------------------------------- blobs
+
+Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flags) {
+  static Bytes address;
+  static Bytes rkey;
+  address = pattern(address_len, 7);
+  rkey = pattern(rkey_len, 99);
+  Blob b;
+  b.flags = flags;
+  b.pidns_dev = 4;
+  b.pidns_ino = 4026531836;
+  b.cookie_addr = 0x7f0012345678;
+  b.cookie_epoch = 0x1234567890abcdef;
+  b.worker_address = address;
+  b.rkey = rkey;
+  return encode_blob(b);
+}
+
+void ucx_blob_seeds() {
+  const std::string t = "ucx_blob";
+  const Bytes valid = ucx_blob(72, 16, kBlobAcceptsCma | kBlobAcceptsScatter);
+  write_seed(t, true, "valid", valid);
+  write_seed(t, true, "valid_empty_fields", ucx_blob(0, 0, 0));
+  write_seed(t, true, "valid_4k_address", ucx_blob(4096, 75, kBlobAcceptsScatter));
+  write_seed(t, true, "valid_max_field", ucx_blob(kMaxBlobField, 1, 0));
+  constexpr std::size_t kAddressLenAt = 4 + 2 + 2 + 4 * 8;
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "truncated_header", Bytes(valid.begin(), valid.begin() + 20));
+  write_seed(t, false, "truncated_rkey", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  write_seed(t, false, "bad_magic", flip(valid, 0));
+  write_seed(t, false, "bad_version", set_u16(valid, 4, kBlobVersion + 1));
+  write_seed(t, false, "address_len_off_by_one", set_u32(valid, kAddressLenAt, 73));
+  write_seed(t, false, "huge_address_len", set_u32(valid, kAddressLenAt, 0xffffffff));
+  write_seed(t, false, "over_limit_address_len", set_u32(valid, kAddressLenAt, kMaxBlobField + 1));
+  write_seed(t, false, "huge_rkey_len", set_u32(valid, kAddressLenAt + 4 + 72, 0xffffffff));
+  write_seed(t, false, "loopback_blob", wire::encode_loopback_blob({1, 2}));
+}
+
+void loopback_blob_seeds() {
+  const std::string t = "loopback_blob";
+  const Bytes valid = wire::encode_loopback_blob({0x0102030405060708, 0x1122334455667788});
+  write_seed(t, true, "valid", valid);
+  write_seed(t, true, "valid_zero", wire::encode_loopback_blob({0, 0}));
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "magic_only", Bytes(valid.begin(), valid.begin() + 4));
+  write_seed(t, false, "truncated", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  Bytes two = valid;
+  two.insert(two.end(), valid.begin(), valid.end());
+  write_seed(t, false, "two_blobs", two);
+  write_seed(t, false, "bad_magic", flip(valid, 3));
+  write_seed(t, false, "ucx_magic", set_u32(valid, 0, kBlobMagic));
+}
+
+// ---------------------------------------------------------------- metadata
+
+wire::AgentMetadata agent(const std::string& engine, Bytes blob) {
+  wire::AgentMetadata m;
+  m.engine = engine;
+  m.agent_name = "agent-0";
+  m.config_fingerprint = "addf234ab11ac58f";
+  m.boot_id = "0f0e0d0c-0b0a-0908-0706-050403020100";
+  m.base_addr = 0x7f0000100000;
+  m.num_blocks = 16;
+  m.block_len = 4096;
+  m.pid = 4242;
+  m.engine_blob = std::move(blob);
+  return m;
+}
+
+void metadata_seeds() {
+  const std::string t = "metadata";
+  const Bytes valid = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsScatter)));
+  write_seed(t, true, "valid_ucx", valid);
+  write_seed(t, true, "valid_loopback",
+             wire::encode(agent("LOOPBACK", wire::encode_loopback_blob({1, 2}))));
+  write_seed(t, true, "valid_empty_fields", wire::encode(wire::AgentMetadata{}));
+  write_seed(t, true, "valid_big_blob", wire::encode(agent("UCX", pattern(2048, 3))));
+  constexpr std::size_t kVersionAt = 8;
+  constexpr std::size_t kHeaderLenAt = 10;
+  constexpr std::size_t kEngineLenAt = 12 + 32;
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "magic_only", text("KVXFMETA"));
+  write_seed(t, false, "truncated", Bytes(valid.begin(), valid.begin() + 30));
+  write_seed(t, false, "truncated_blob", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  write_seed(t, false, "bad_magic", flip(valid, 0));
+  write_seed(t, false, "bad_version", set_u16(valid, kVersionAt, wire::kMetadataVersion + 1));
+  write_seed(t, false, "bad_header_len", set_u16(valid, kHeaderLenAt, 41));
+  write_seed(t, false, "huge_len", set_u32(valid, kEngineLenAt, 0xffffffff));
+  write_seed(t, false, "bad_checksum", flip(valid, valid.size() - 1));
+  wire::AgentMetadata long_name = agent("UCX", {});
+  long_name.agent_name.assign(wire::kMaxNameLen + 1, 'a');
+  write_seed(t, false, "over_limit_name", wire::encode(long_name));
+}
+
+void handshake_seeds() {
+  const std::string t = "handshake";
+  const Bytes meta = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsScatter)));
+  std::string hex;
+  for (const std::uint8_t b : meta) hex += fmt::format("{:02x}", b);
+  const auto ready = [&](const std::string& metadata_hex, const std::string& rest) {
+    return text(fmt::format("READY metadata={} {}", metadata_hex, rest));
+  };
+  const std::string geometry = "base=139637976727552 num_blocks=16 block_len=4096";
+  write_seed(t, true, "ready", ready(hex, geometry + " fingerprint=addf234ab11ac58f"));
+  write_seed(t, true, "ready_no_fingerprint", ready(hex, geometry + " fingerprint="));
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "refused", text("REFUSED block length 4096 differs from ours (65536)"));
+  write_seed(t, false, "ready_bad_hex", ready("4b56zz", geometry + " fingerprint="));
+  write_seed(t, false, "ready_odd_hex", ready(hex.substr(1), geometry + " fingerprint="));
+  write_seed(t, false, "ready_missing", ready(hex, "base=1 fingerprint="));
+  write_seed(t, false, "ready_huge_number",
+             ready(hex, "base=99999999999999999999999 num_blocks=16 block_len=4096 fingerprint="));
+  std::string corrupt = hex;
+  corrupt.back() = corrupt.back() == '0' ? '1' : '0';
+  write_seed(t, false, "ready_corrupt_metadata", ready(corrupt, geometry + " fingerprint="));
+  write_seed(t, false, "hostport_v4", text("127.0.0.1:7000"));
+  write_seed(t, false, "hostport_v6", text("[::1]:7000"));
+}
+
+// ---------------------------------------------------------------- scatter
+
+struct Run {
+  std::uint64_t offset;
+  std::uint64_t length;
+};
+
+Bytes scatter_header(const std::vector<Run>& runs, std::uint64_t token = 0x1234567890abcdef) {
+  Bytes b(scatter_header_len(runs.size()));
+  put_scatter_fixed(b.data(), static_cast<std::uint16_t>(runs.size()), token, 7, 3);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    put_scatter_run(b.data(), i, runs[i].offset, runs[i].length);
+  }
+  return b;
+}
+
+std::vector<Run> runs_of(std::size_t count, std::uint64_t length) {
+  std::vector<Run> runs;
+  for (std::size_t i = 0; i < count; ++i) runs.push_back({i * 2 * length, length});
+  return runs;
+}
+
+Bytes ack(std::int32_t status) {
+  Bytes b(kAckLen);
+  encode_ack(b.data(), ScatterAck{3, 7, status});
+  return b;
+}
+
+void scatter_seeds() {
+  const std::string t = "scatter";
+  const Bytes three = scatter_header({{0, 4096}, {65536, 8192}, {1 << 20, 4096}});
+  write_seed(t, true, "valid_1run", scatter_header({{4096, 4096}}));
+  write_seed(t, true, "valid_3runs", three);
+  write_seed(t, true, "valid_64runs", scatter_header(runs_of(64, 4096)));
+  write_seed(t, true, "valid_max_runs", scatter_header(runs_of(kMaxScatterRuns, 4096)));
+  write_seed(t, true, "valid_runs_past_any_region", scatter_header({{~0ull - 1, 4096}}));
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "truncated_fixed", Bytes(three.begin(), three.begin() + 31));
+  write_seed(t, false, "truncated_run", cut(three, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(three));
+  write_seed(t, false, "bad_magic", flip(three, 0));
+  write_seed(t, false, "bad_version", set_u16(three, 4, kScatterVersion + 1));
+  write_seed(t, false, "zero_runs", set_u16(Bytes(three.begin(), three.begin() + 32), 6, 0));
+  write_seed(t, false, "count_says_more", set_u16(three, 6, 4));
+  write_seed(t, false, "count_says_fewer", set_u16(three, 6, 2));
+  write_seed(t, false, "too_many_runs", scatter_header(runs_of(kMaxScatterRuns + 1, 16)));
+  write_seed(t, false, "reserved_set", set_u32(three, 28, 1));
+  write_seed(t, false, "an_ack", ack(0));
+}
+
+Bytes fit_input(std::uint64_t region_len, std::uint64_t payload_len, const Bytes& header) {
+  Bytes b(16);
+  wire::store_le(b.data(), region_len);
+  wire::store_le(b.data() + 8, payload_len);
+  b.insert(b.end(), header.begin(), header.end());
+  return b;
+}
+
+void scatter_fit_seeds() {
+  const std::string t = "scatter_fit";
+  constexpr std::uint64_t kRegion = 1 << 30;
+  const Bytes three = scatter_header({{0, 4096}, {65536, 8192}, {1 << 20, 4096}});
+  write_seed(t, true, "fit_3runs", fit_input(kRegion, 16384, three));
+  write_seed(t, true, "fit_at_region_end",
+             fit_input(kRegion, 8192, scatter_header({{0, 4096}, {kRegion - 4096, 4096}})));
+  write_seed(t, true, "fit_whole_region",
+             fit_input(kRegion, kRegion, scatter_header({{0, kRegion}})));
+  write_seed(
+      t, true, "fit_max_runs",
+      fit_input(kRegion, kMaxScatterRuns * 4096, scatter_header(runs_of(kMaxScatterRuns, 4096))));
+  write_seed(t, false, "short_input", Bytes(15, 0));
+  write_seed(t, false, "lengths_only", fit_input(kRegion, 0, {}));
+  write_seed(t, false, "bad_header", fit_input(kRegion, 16384, flip(three, 0)));
+  write_seed(t, false, "run_past_region_end",
+             fit_input(kRegion, 8192, scatter_header({{kRegion - 4096, 8192}})));
+  write_seed(t, false, "overflow_run",
+             fit_input(kRegion, 4096, scatter_header({{~0ull - 100, 4096}})));
+  write_seed(t, false, "payload_short", fit_input(kRegion, 16383, three));
+  write_seed(t, false, "payload_long", fit_input(kRegion, 16385, three));
+  write_seed(t, false, "zero_length_run",
+             fit_input(kRegion, 4096, scatter_header({{0, 4096}, {8192, 0}})));
+  // Two runs whose lengths wrap to the payload in 64 bits.
+  write_seed(t, false, "overflow_sum",
+             fit_input(~0ull, 4096, scatter_header({{0, 1ull << 63}, {0, (1ull << 63) + 4096}})));
+  write_seed(t, false, "empty_region", fit_input(0, 4096, scatter_header({{0, 4096}})));
+}
+
+void ack_seeds() {
+  const std::string t = "ack";
+  write_seed(t, true, "ack", ack(0));
+  write_seed(t, true, "ack_error", ack(-25));
+  Bytes max(kAckLen);
+  encode_ack(max.data(), ScatterAck{0xffffffff, ~0ull, -1});
+  write_seed(t, true, "ack_max_fields", max);
+  const Bytes valid = ack(0);
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "truncated", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  write_seed(t, false, "bad_magic", flip(valid, 0));
+  write_seed(t, false, "scatter_magic", set_u32(valid, 0, kScatterMagic));
+  write_seed(t, false, "reserved_set", set_u32(valid, 20, 1));
+  write_seed(t, false, "a_write_header", scatter_header({{0, 8}}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  g_root = argv[1];
+  ucx_blob_seeds();
+  loopback_blob_seeds();
+  metadata_seeds();
+  handshake_seeds();
+  scatter_seeds();
+  scatter_fit_seeds();
+  ack_seeds();
+  std::printf("seeds written under %s\n", g_root.c_str());
+  return 0;
+}

@@ -1,0 +1,233 @@
+"""kvxfer.NixlTransport answers like the reference NixlTransport wherever
+the native kvxfer.Transport deliberately differs (python/README.md lists each
+difference); one test per difference, with the native answer beside it."""
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvxfer
+from conftest import connect
+
+
+@pytest.fixture
+def dropin(make_agent):
+    """(a, b): a drop-in NixlTransport with b (a plain Transport) as peer "b"."""
+    made = []
+
+    def make():
+        pool = np.random.default_rng(len(made)).integers(0, 256, (16, 64), dtype=np.uint8)
+        t = kvxfer.NixlTransport(f"dropin-{id(pool)}", memoryview(pool), backends=["LOOPBACK"])
+        t.pool = pool
+        made.append(t)
+        return t
+
+    a, b = make(), make_agent()
+    connect(a, b, "b")
+    yield a, b
+    for t in made:
+        t.close()
+
+
+# A failed post in the reference: NIXL refuses the indices.
+BAD_WRITES = [
+    ([16], [0], "local index past the end"),
+    ([0], [16], "remote index past the end"),
+    ([-1], [0], "negative local index"),
+    ([0], [-1], "negative remote index"),
+    ([0, 1], [0], "lists of different lengths"),
+    ([], [], "empty write"),
+    ([0, 1], [5, 5], "a remote block named twice"),
+    ([2**40], [0], "an index beyond int32"),
+]
+
+
+@pytest.mark.parametrize("local, remote, what", BAD_WRITES, ids=[w for *_, w in BAD_WRITES])
+def test_bad_indices_are_a_failed_post_not_an_exception(dropin, kvxfer_log, local, remote, what):
+    a, b = dropin
+    log = kvxfer_log(logging.WARNING)
+    before = b.pool.copy()
+    assert a.write_blocks("b", local, remote) is None
+    stats = a.stats()["peers"]["b"]
+    assert stats["post_failures"] == 1
+    assert stats["strikes"] == 1
+    assert any("write_blocks failed for peer=b" in r.getMessage() for r in log.records)
+    assert np.array_equal(b.pool, before) and a.stats()["inflight"] == 0
+
+
+def test_native_transport_still_raises_for_bad_indices(pair):
+    a, _ = pair
+    for local, remote, _ in BAD_WRITES:
+        with pytest.raises(ValueError):
+            a.write_blocks("b", local, remote)
+    assert a.stats()["peers"]["b"]["post_failures"] == 0
+
+
+def test_strike_limit_failed_posts_fault_the_peer(dropin):
+    a, _ = dropin
+    for _ in range(3):
+        assert a.write_blocks("b", [99], [0]) is None
+    fault = a.poll("b").peer_fault
+    assert fault is not None and "3 consecutive transfer failures" in fault
+    assert "out of range" in fault
+
+
+def test_a_good_write_between_failed_posts_resets_the_strikes(dropin):
+    a, b = dropin
+    assert a.write_blocks("b", [99], [0]) is None
+    assert a.write_blocks("b", [99], [0]) is None
+    tid = a.write_blocks("b", [1], [2])
+    assert a.poll("b").done == [tid]
+    assert np.array_equal(b.pool[2], a.pool[1])
+    assert a.write_blocks("b", [99], [0]) is None
+    assert a.poll("b").peer_fault is None
+
+
+def test_bad_indices_to_an_unknown_peer_are_none_without_a_strike(dropin, kvxfer_log):
+    a, _ = dropin
+    log = kvxfer_log(logging.WARNING)
+    assert a.write_blocks("nobody", [99], [0]) is None
+    assert a.stats()["peers"]["b"]["post_failures"] == 0
+    assert any("unknown peer=nobody" in r.getMessage() for r in log.records)
+
+
+def test_entries_that_are_not_integers_still_raise(dropin):
+    # The reference's np.asarray(..., dtype=np.int32) raises before the post.
+    a, _ = dropin
+    with pytest.raises(TypeError):
+        a.write_blocks("b", [None], [0])
+
+
+def test_poll_returns_lists_like_the_reference(dropin):
+    a, _ = dropin
+    tid = a.write_blocks("b", [0, 1], [3, 4])
+    result = a.poll("b")
+    assert result.done == [tid] and result.failed == []
+    assert isinstance(result.done, list) and isinstance(result.failed, list)
+    empty = a.poll("b")
+    assert empty.done == [] and empty.failed == [] and empty.peer_fault is None
+    assert a.poll("b") is empty  # like the reference, one shared empty result
+
+
+def test_native_poll_returns_tuples(pair):
+    a, _ = pair
+    tid = a.write_blocks("b", [0], [1])
+    assert a.poll("b").done == (tid,)
+
+
+def test_failed_transfers_come_back_as_a_list(dropin):
+    a, _ = dropin
+    a.fault_plan.fail_next_posts(kvxfer.Status.BACKEND)  # a post the engine fails
+    assert a.write_blocks("b", [0], [0]) is None
+    a.fault_plan.hold_next()
+    tid = a.write_blocks("b", [0], [0])
+    a.fault_plan.finish_with(tid, kvxfer.Status.BACKEND)
+    assert a.poll("b").failed == [tid]
+
+
+def test_calls_after_close_answer_like_the_reference(dropin):
+    a, _ = dropin
+    tid = a.write_blocks("b", [0], [1])
+    a.close()
+    assert a.write_blocks("b", [0], [1]) is None
+    assert a.write_blocks("b", [99], [1]) is None
+    result = a.poll("b")
+    assert result.done == [] and result.failed == [] and result.peer_fault is None
+    assert a.poll() == result
+    assert a.cancel([tid]) == []
+    assert a.cancel([tid], mode="wait") == []
+    a.remove_remote_peer("b")  # nothing to remove: no exception
+
+
+def test_native_calls_after_close_raise(pair):
+    a, _ = pair
+    a.close()
+    for call in (
+        lambda: a.write_blocks("b", [0], [1]),
+        lambda: a.poll("b"),
+        lambda: a.cancel([1]),
+        lambda: a.remove_remote_peer("b"),
+    ):
+        with pytest.raises(RuntimeError):
+            call()
+
+
+def test_cancel_takes_any_mode_but_immediate_as_wait(dropin):
+    a, _ = dropin
+    a.fault_plan.hold_next()
+    held = a.write_blocks("b", [0], [1])
+    # "wait" keeps a transfer that can still land; "immediate" would drop it.
+    assert a.cancel([held], mode="WAIT") == [held]
+    assert a.cancel([held], mode=None) == [held]
+    assert a.cancel([held]) == []
+    assert a.stats()["inflight"] == 0
+
+
+def test_cancel_skips_ids_that_are_not_ints(dropin):
+    a, _ = dropin
+    a.fault_plan.hold_next()
+    held = a.write_blocks("b", [0], [1])
+    assert a.cancel([None, "x", held, 1.5, 2**70, -1, True], mode="wait") == [held]
+    assert a.cancel(iter([None, held])) == []
+    assert a.stats()["inflight"] == 0
+
+
+def test_native_cancel_refuses_ids_that_are_not_ints(pair):
+    a, _ = pair
+    with pytest.raises(TypeError, match="transfer_ids"):
+        a.cancel([None])
+
+
+def test_native_cancel_refuses_an_unknown_mode(pair):
+    a, _ = pair
+    with pytest.raises(ValueError, match="mode"):
+        a.cancel([1], mode="WAIT")
+
+
+def superseded_registration(a, b):
+    """Registers b on a again and, while that registration connects, removes
+    the peer from this thread. Returns what the registration raised."""
+    outcome = []
+    a.fault_plan.set_connect_delay_ms(2000)
+
+    def register():
+        try:
+            connect(a, b, "b")
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=register)
+    thread.start()
+    # Registering again tears the old registration down first: once "b" is
+    # gone, the new one is connecting.
+    deadline = time.monotonic() + 30
+    while "b" in a.peers() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    a.remove_remote_peer("b")
+    thread.join()
+    a.fault_plan.set_connect_delay_ms(0)
+    return outcome[0]
+
+
+def test_a_superseded_registration_returns_quietly(dropin):
+    a, b = dropin
+    assert superseded_registration(a, b) is None
+    assert a.peers() == []
+
+
+def test_native_superseded_registration_raises(pair):
+    a, b = pair
+    assert isinstance(superseded_registration(a, b), kvxfer.SupersededError)
+    assert a.peers() == []
+
+
+def test_good_writes_work_as_in_the_native_transport(dropin):
+    a, b = dropin
+    tid = a.write_blocks("b", np.array([3, 4], np.int64), np.array([7, 8], np.int64))
+    assert a.poll("b").done == [tid]
+    assert np.array_equal(b.pool[[7, 8]], a.pool[[3, 4]])
+    assert a.write_blocks("nobody", [0], [0]) is None
