@@ -180,7 +180,10 @@ class Transport {
 
   // Posts one WRITE of local block local_idxs[i] to remote block
   // remote_idxs[i] for every i. Returns the transfer id, or nullopt when the
-  // peer is unknown or the post failed (recorded against the peer).
+  // peer is unknown or the post failed (recorded against the peer). Each list
+  // is read exactly once (copied, then the copy checked and posted), so
+  // another thread changing it during the call cannot get an unchecked index
+  // posted.
   [[nodiscard]] std::optional<TransferId> write_blocks(
       std::string_view peer_id, std::span<const std::int64_t> local_idxs,
       std::span<const std::int64_t> remote_idxs);

@@ -49,8 +49,10 @@ class ByteArg {
 };
 
 // One index list of write_blocks. A 1-D C-contiguous int32 or int64 buffer
-// (a numpy array) is read in place; anything else (list, tuple, other
-// dtypes, strided arrays) is copied into `scratch` as int64.
+// (a numpy array) is handed on as a view, which the core reads exactly once
+// (into the copy it checks and posts: another thread may be writing to the
+// array); anything else (list, tuple, other dtypes, strided arrays) is
+// copied into `scratch` as int64.
 class IndexArg {
  public:
   enum class Kind { kInt32, kInt64 };

@@ -190,7 +190,8 @@ PyMethodDef g_write_blocks_def{
     "write_blocks($self, peer_id, local_idxs, remote_idxs)\n--\n\n"
     "Posts one WRITE of local block local_idxs[i] to remote block remote_idxs[i] for\n"
     "every i. The index lists are lists, tuples or 1-D integer arrays (int32/int64\n"
-    "numpy arrays are read in place). Returns the transfer id, or None when the\n"
+    "numpy arrays are not converted: their memory is read exactly once, into the\n"
+    "copy that is then checked and posted). Returns the transfer id, or None when the\n"
     "peer is unknown or the post failed (counted against the peer)."};
 
 PyMethodDef g_poll_def{

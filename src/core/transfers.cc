@@ -1,11 +1,11 @@
-// Transfers: the in-flight table, write (the caller's indices checked, then
-// posted), poll (classify, then let PeerPolicy judge the peers) and
-// cancel. write and poll are the hot path: nothing here allocates per block.
+// Transfers: the in-flight table, write (the caller's indices copied once,
+// the copy checked, then posted), poll (classify, then let PeerPolicy judge
+// the peers) and cancel. write and poll are the hot path: nothing here
+// allocates per block.
 // May touch the engine interface and src/common/.
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
-#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -71,9 +71,17 @@ std::optional<TransferId> TransportState::write(std::string_view peer_id,
                                             local.size(), remote.size()));
   }
   if (local.empty()) throw std::invalid_argument("write_blocks needs at least one block");
-  check_range(local, region_.num_blocks, "local_idxs");
 
   std::lock_guard lock(mu_);
+  // The caller's lists are read exactly once, here: another thread may be
+  // changing them (a numpy array it writes to), and an index that changed
+  // between our check and our post would aim the WRITE outside a pool. Every
+  // check below and the post read only this copy, which mu_ guards and which
+  // keeps its capacity from call to call.
+  scratch_local_.assign(local.begin(), local.end());
+  scratch_remote_.assign(remote.begin(), remote.end());
+  check_range(scratch_local_, region_.num_blocks, "local_idxs");
+
   throw_if_closing();
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) {
@@ -84,18 +92,12 @@ std::optional<TransferId> TransportState::write(std::string_view peer_id,
     return std::nullopt;
   }
   Peer* peer = it->second.get();
-  check_range(remote, peer->num_blocks, "remote_idxs");
+  check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
 
   // Two pairs writing one remote block would race; refuse the write.
-  check_no_duplicates(remote, scratch_seen_, "remote_idxs");
+  check_no_duplicates(scratch_remote_, scratch_seen_, "remote_idxs");
 
-  if constexpr (std::is_same_v<Int, std::int64_t>) {
-    return post(peer, local, remote);
-  } else {
-    scratch_local_.assign(local.begin(), local.end());
-    scratch_remote_.assign(remote.begin(), remote.end());
-    return post(peer, scratch_local_, scratch_remote_);
-  }
+  return post(peer, scratch_local_, scratch_remote_);
 }
 
 std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::int64_t> local,

@@ -183,6 +183,8 @@ class TransportState {
   // live in the engine, so retried at close() (and counted until then).
   std::vector<XferHandle> unreleased_;
   // Reused across calls so the hot path allocates nothing per block.
+  // write() copies the caller's index lists here once and then reads only
+  // these; they stay under mu_ until post_write has returned.
   std::vector<std::int64_t> scratch_local_;
   std::vector<std::int64_t> scratch_remote_;
   IndexSet scratch_seen_;

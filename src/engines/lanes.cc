@@ -81,7 +81,8 @@ class Lanes final : public Engine {
     PeerHandle handle = 0;
     Lane lane = lane_for(remote, b);
     if (lane == Lane::kCma) {
-      const Status st = cma_.connect(remote, b.cookie_addr, b.cookie_epoch, &handle);
+      std::string why;
+      const Status st = cma_.connect(remote, b.cookie_addr, b.cookie_epoch, &handle, &why);
       if (st == Status::kRemoteDisconnect) {
         // The lane logged the details (errno or a stale cookie).
         if (reason != nullptr) {
@@ -90,6 +91,9 @@ class Lanes final : public Engine {
         }
         return st;
       }
+      // Metadata that does not describe the pool the target registered: no
+      // lane may write there.
+      if (st == Status::kMismatch) return refuse(st, std::move(why));
       // Anything else (no ptrace permission, seccomp): UCX may still reach it.
       if (st != Status::kSuccess) lane = Lane::kUcx;
     }

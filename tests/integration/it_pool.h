@@ -69,17 +69,28 @@ KVXFER_IT_NO_TSAN inline std::int64_t first_mismatch(const std::uint8_t* block,
   return -1;
 }
 
-// Page-aligned, zeroed, every page touched; unmapped on destruction.
+// What a guard region holds: bytes nobody registered, so any change there
+// is a WRITE that escaped its pool.
+inline constexpr std::uint8_t kGuardByte = 0xA5;
+
+// Page-aligned, zeroed, every page touched; unmapped on destruction. With
+// `guard_len` > 0 the same mapping continues past the pool with that many
+// bytes of kGuardByte, which are not part of the pool.
 class MappedPool {
  public:
-  MappedPool(std::uint64_t num_blocks, std::uint64_t block_len)
-      : num_blocks_(num_blocks), block_len_(block_len), len_(num_blocks * block_len) {
-    void* p = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  MappedPool(std::uint64_t num_blocks, std::uint64_t block_len, std::uint64_t guard_len = 0)
+      : num_blocks_(num_blocks),
+        block_len_(block_len),
+        len_(num_blocks * block_len),
+        guard_len_(guard_len) {
+    void* p = ::mmap(nullptr, len_ + guard_len_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("mmap of the pool failed");
     base_ = static_cast<std::uint8_t*>(p);
     std::memset(base_, 0, len_);
+    std::memset(base_ + len_, kGuardByte, guard_len_);
   }
-  ~MappedPool() { ::munmap(base_, len_); }
+  ~MappedPool() { ::munmap(base_, len_ + guard_len_); }
   MappedPool(const MappedPool&) = delete;
   MappedPool& operator=(const MappedPool&) = delete;
 
@@ -91,6 +102,14 @@ class MappedPool {
   [[nodiscard]] std::uint64_t block_len() const { return block_len_; }
   [[nodiscard]] std::uint64_t len() const { return len_; }
 
+  // Offset into the guard of its first byte that is not kGuardByte, or -1.
+  KVXFER_IT_NO_TSAN std::int64_t guard_mismatch() const {
+    for (std::uint64_t i = 0; i < guard_len_; ++i) {
+      if (base_[len_ + i] != kGuardByte) return static_cast<std::int64_t>(i);
+    }
+    return -1;
+  }
+
   void fill_generation(std::uint64_t gen) {
     for (std::uint64_t i = 0; i < num_blocks_; ++i) fill_block(block(i), block_len_, gen, i);
   }
@@ -99,6 +118,7 @@ class MappedPool {
   std::uint64_t num_blocks_;
   std::uint64_t block_len_;
   std::uint64_t len_;
+  std::uint64_t guard_len_;
   std::uint8_t* base_ = nullptr;
 };
 

@@ -37,6 +37,9 @@ struct TargetOptions {
   bool poll_loop = false;
   // Extra engine_config entries (--config KEY=VALUE).
   std::map<std::string, std::string> engine_config;
+  // Bytes of kGuardByte mapped right after the pool, not registered
+  // (--guard-bytes; the "guard" command checks them).
+  std::uint64_t guard_bytes = 0;
   // Network namespace to run in (`ip netns exec NETNS ...`, which execs, so
   // pid() is still the target's own pid); empty: this one.
   std::string netns;
@@ -124,6 +127,10 @@ class TargetProcess {
       args.emplace_back(key + "=" + value);
     }
     if (!options_.progress_thread) args.emplace_back("--no-progress-thread");
+    if (options_.guard_bytes > 0) {
+      args.emplace_back("--guard-bytes");
+      args.emplace_back(std::to_string(options_.guard_bytes));
+    }
     if (options_.poll_loop) args.emplace_back("--poll-loop");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -1,17 +1,21 @@
 // kvxfer_it_target: the far side of the multi-process UCX tests.
 //
 //   kvxfer_it_target --name N --blocks B --block-len L --tls T [--no-progress-thread]
-//                    [--poll-loop] [--config KEY=VALUE]...
+//                    [--poll-loop] [--config KEY=VALUE]... [--guard-bytes G]
 //
 // --config adds an engine_config entry (e.g. NET_DEVICES=kvx0 on a netns host).
 // --poll-loop: a thread calls poll() in a loop for as long as the transport
 // is open, as an owner without a progress thread does.
+// --guard-bytes maps G bytes of it_pool.h's kGuardByte right after the pool,
+// in the same mapping but not registered (see the "guard" command).
 // Registers a zeroed pool of B blocks of L bytes with a UCX transport (UCX
 // TLS = T), prints "ready <base> <num_blocks> <block_len> <metadata hex>",
 // then reads commands from stdin, answering each with one line:
 //   verify G N l1 r1 ... lN rN  -> "ok" when block ri holds the pattern of
 //                                  block li in generation G, else "bad ..."
 //   checksum                    -> "sum <fnv-1a of the whole pool>"
+//   guard                       -> "guard ok" when the guard region is as
+//                                  mapped, else "guard bad offset=<first change>"
 //   close                       -> closes the transport (the pool stays
 //                                  mapped, the process alive); "closed"
 //   quit                        -> "bye", exit 0
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   std::uint64_t block_len = 64 * 1024;
   std::string tls = "sm,self";
   bool progress_thread = true;
+  std::uint64_t guard_bytes = 0;
   bool poll_loop = false;
   std::map<std::string, std::string> engine_config;
   for (int i = 1; i < argc; ++i) {
@@ -132,6 +137,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       engine_config[kv.substr(0, eq)] = kv.substr(eq + 1);
+    } else if (arg == "--guard-bytes") {
+      guard_bytes = std::stoull(value());
     } else if (arg == "--no-progress-thread") {
       progress_thread = false;
     } else if (arg == "--poll-loop") {
@@ -142,7 +149,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  kvxfer::it::MappedPool pool(num_blocks, block_len);
+  kvxfer::it::MappedPool pool(num_blocks, block_len, guard_bytes);
   kvxfer::Options options;
   options.backends = {"UCX"};
   options.progress_thread = progress_thread;
@@ -184,6 +191,9 @@ int main(int argc, char** argv) {
       out.line(reply);
     } else if (cmd == "checksum") {
       out.line("sum " + std::to_string(fnv1a(pool.base(), pool.len())));
+    } else if (cmd == "guard") {
+      const std::int64_t at = pool.guard_mismatch();
+      out.line(at < 0 ? "guard ok" : "guard bad offset=" + std::to_string(at));
     } else if (cmd == "close") {
       poller.reset();
       transport.reset();

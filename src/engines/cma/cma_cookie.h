@@ -1,6 +1,7 @@
 // How a same-host peer proves it still is the agent that published its
-// metadata: a cookie page it keeps while its engine is up, read back with
-// process_vm_readv; and the pid namespace both sides must share.
+// metadata, and which pool it registered: a cookie page it keeps while its
+// engine is up, read back with process_vm_readv; and the pid namespace both
+// sides must share.
 #pragma once
 
 #include <sys/types.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "kvxfer/status.h"
+#include "kvxfer/transport.h"
 
 namespace kvxfer::internal::cma {
 
@@ -20,24 +22,40 @@ struct PidNamespace {
 // This process's pid namespace, or {0, 0} where it cannot be read.
 PidNamespace own_pid_namespace();
 
-// A page holding a random epoch while the engine is up. Peers on this host
-// read it back before and after each write: a pid that was reused, or an
-// engine that shut down (page unmapped or cleared), no longer matches.
+// What the cookie page holds, in the owner's native layout (both sides run
+// on one host): the epoch, then the pool its engine registered. Metadata
+// names the page; the page, written by the target itself, says which pool
+// may be written, so metadata can name no other.
+struct Declaration {
+  std::uint64_t epoch = 0;
+  std::uint64_t base_addr = 0;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t block_len = 0;
+};
+
+// A page holding a random epoch and the registered pool while the engine is
+// up. Peers read the declaration at connect and the epoch before and after
+// each write: a pid that was reused, or an engine that shut down (page
+// unmapped or cleared), no longer matches.
 class Cookie {
  public:
-  Cookie();
+  explicit Cookie(const Region& pool);
   ~Cookie() { retire(); }
   Cookie(const Cookie&) = delete;
   Cookie& operator=(const Cookie&) = delete;
 
-  [[nodiscard]] std::uint64_t addr() const { return reinterpret_cast<std::uintptr_t>(word_); }
+  [[nodiscard]] std::uint64_t addr() const { return reinterpret_cast<std::uintptr_t>(page_); }
   [[nodiscard]] std::uint64_t epoch() const { return epoch_; }
 
   void retire();
 
+  // The page is page-aligned, so a declaration read from an address that is
+  // not cannot be a cookie (and never straddles two pages).
+  static constexpr std::uint64_t kAlign = 4096;
+
  private:
   static constexpr std::size_t kPageLen = 4096;
-  std::uint64_t* word_ = nullptr;
+  Declaration* page_ = nullptr;
   std::uint64_t epoch_ = 0;
 };
 
@@ -45,5 +63,10 @@ class Cookie {
 // kRemoteDisconnect (gone, or its engine shut down), kNotAllowed (no ptrace
 // permission, e.g. Yama) or kBackend. *err: the errno, or 0.
 Status read_cookie(pid_t pid, std::uint64_t addr, std::uint64_t epoch, int* err);
+
+// Reads the whole declaration at `addr` in `pid`. kSuccess (with *out
+// written), kRemoteDisconnect (gone), kNotAllowed or kBackend, as above;
+// kMismatch when `addr` is not aligned as a cookie page is. *err as above.
+Status read_declaration(pid_t pid, std::uint64_t addr, Declaration* out, int* err);
 
 }  // namespace kvxfer::internal::cma

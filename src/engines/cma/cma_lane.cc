@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
 
 namespace kvxfer::internal::cma {
@@ -21,7 +23,10 @@ constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 }  // namespace
 
 CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
-    : agent_name_(std::move(agent_name)), region_(region), pidns_(own_pid_namespace()) {
+    : agent_name_(std::move(agent_name)),
+      region_(region),
+      pidns_(own_pid_namespace()),
+      cookie_(region) {
   // More copiers than cores would only make them take turns.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_copiers_ = std::clamp(num_threads, 1, cores);
@@ -32,7 +37,7 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
 // ---------------------------------------------------------------------------
 
 Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
-                        std::uint64_t cookie_epoch, PeerHandle* out) {
+                        std::uint64_t cookie_epoch, PeerHandle* out, std::string* mismatch) {
   auto peer = std::make_shared<Peer>();
   peer->agent_name = remote.agent_name;
   peer->remote_base = remote.base_addr;
@@ -40,11 +45,25 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
   peer->pid = static_cast<pid_t>(remote.pid);
   peer->cookie_addr = cookie_addr;
   peer->cookie_epoch = cookie_epoch;
+  // The metadata says where the pool is; only the target's own cookie page
+  // says which pool it registered. Writes go where the metadata says, so the
+  // two must agree exactly.
+  Declaration declared;
   int err = 0;
-  const Status st = read_cookie(peer->pid, peer->cookie_addr, peer->cookie_epoch, &err);
+  Status st = read_declaration(peer->pid, peer->cookie_addr, &declared, &err);
+  if (st == Status::kSuccess && declared.epoch != peer->cookie_epoch) {
+    st = Status::kRemoteDisconnect;
+  }
   if (st == Status::kRemoteDisconnect) {
     log().warn("kvxfer UCX {}: peer {} (pid {}) is gone: {}", agent_name_, peer->agent_name,
                peer->pid, err != 0 ? std::strerror(err) : "its engine's cookie does not match");
+    return st;
+  }
+  if (st == Status::kMismatch) {
+    *mismatch = fmt::format(
+        "refusing peer {} (pid {}): its metadata names cookie address {:#x}, which is not a "
+        "cookie page",
+        peer->agent_name, peer->pid, peer->cookie_addr);
     return st;
   }
   if (st != Status::kSuccess) {
@@ -53,6 +72,15 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
         "using a UCX endpoint",
         agent_name_, peer->agent_name, peer->pid, std::strerror(err));
     return st;
+  }
+  if (declared.base_addr != remote.base_addr || declared.num_blocks != remote.num_blocks ||
+      declared.block_len != remote.block_len) {
+    *mismatch = fmt::format(
+        "refusing peer {} (pid {}): its metadata describes a pool at {:#x} of {} blocks of {} "
+        "bytes, but the target registered {:#x} with {} blocks of {} bytes",
+        peer->agent_name, peer->pid, remote.base_addr, remote.num_blocks, remote.block_len,
+        declared.base_addr, declared.num_blocks, declared.block_len);
+    return Status::kMismatch;
   }
   log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing with process_vm_writev",
              agent_name_, peer->agent_name, peer->pid);

@@ -50,11 +50,15 @@ class CmaLane {
   [[nodiscard]] std::uint64_t cookie_addr() const { return cookie_.addr(); }
   [[nodiscard]] std::uint64_t cookie_epoch() const { return cookie_.epoch(); }
 
-  // Reads the peer's cookie and, when it matches, adds the peer (and starts
-  // the copiers). kRemoteDisconnect: the peer is gone. Anything else: this
+  // Reads the peer's cookie and, when its epoch matches and the pool it
+  // declares is exactly `remote`'s, adds the peer (and starts the copiers).
+  // kRemoteDisconnect: the peer is gone. kMismatch: the metadata does not
+  // describe what the target registered (refuse the peer; *mismatch says
+  // what differs, for the caller to log and report). Anything else: this
   // lane cannot reach it (no ptrace permission, seccomp).
   [[nodiscard]] Status connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
-                               std::uint64_t cookie_epoch, PeerHandle* out);
+                               std::uint64_t cookie_epoch, PeerHandle* out,
+                               std::string* mismatch);
   [[nodiscard]] Status disconnect(PeerHandle peer);
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,

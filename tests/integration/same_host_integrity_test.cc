@@ -1,0 +1,292 @@
+// Nothing outside the target's pool, from our own side, on the same-host lane
+// (process_vm_writev): every target here maps a guard region right after its
+// pool, in the same mapping, and never registers it; a WRITE that escaped the
+// pool would land there, so "guard ok" from the target is the verdict.
+//  - indices the caller changes while write_blocks reads them;
+//  - metadata whose base or geometry is not what the target registered;
+//  - copies still running when the peer is removed.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "it_support.h"
+#include "kvxfer/transport.h"
+#include "wire/metadata.h"
+
+namespace kvxfer::it {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+
+constexpr std::uint64_t kGen = 1;
+
+// A UCX transport over `pool` with shared memory allowed, so that a target
+// on this host gets the same-host lane.
+Transport make_initiator(MappedPool& pool, const std::string& name = "initiator") {
+  pool.fill_generation(kGen);
+  Options options;
+  options.backends = {"UCX"};
+  options.engine_config = {{"TLS", "sm,self"}};
+  return Transport(name, Region{pool.base(), pool.num_blocks(), pool.block_len()}, options);
+}
+
+TargetOptions guarded_target(std::uint64_t num_blocks, std::uint64_t block_len,
+                             std::uint64_t guard_bytes) {
+  TargetOptions t;
+  t.num_blocks = num_blocks;
+  t.block_len = block_len;
+  t.guard_bytes = guard_bytes;
+  return t;
+}
+
+// Polls `peer_id` until nothing of it is in flight (or 30 s pass).
+void drain(Transport& transport, const std::string& peer_id) {
+  const auto deadline = Clock::now() + 30s;
+  for (;;) {
+    (void)transport.poll(peer_id);
+    std::uint64_t inflight = 0;
+    for (const PeerStats& p : transport.stats().peers) {
+      if (p.peer_id == peer_id) inflight = p.inflight;
+    }
+    if (inflight == 0 || Clock::now() > deadline) return;
+    std::this_thread::sleep_for(200us);
+  }
+}
+
+std::uint64_t cma_writes(const Transport& transport) {
+  const auto counters = transport.stats().engine_counters;
+  const auto it = counters.find("cma_writes");
+  return it == counters.end() ? 0 : it->second;
+}
+
+// ---------------------------------------------------------------------------
+// A: indices changed under write_blocks
+// ---------------------------------------------------------------------------
+
+// Spins for a while that varies with k (0 to about a microsecond).
+void hold(std::uint64_t k) {
+  for (std::uint64_t i = (k * 2654435761u) % 1024; i > 0; --i) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+}
+
+// One thread flips the last remote index between a valid block and one past
+// the pool while this one loops write_blocks: every write is refused (the
+// caller's mistake) or posts the indices that were checked.
+TEST(SameHostIntegrityTest, RemoteIndexChangedDuringWritesNeverWritesPastThePool) {
+  if (kThreadSanitizer) GTEST_SKIP() << "the test races index reads on purpose";
+  constexpr std::uint64_t kBlocks = 64;
+  constexpr std::uint64_t kBlockLen = 4096;
+  constexpr std::uint64_t kGuardBlocks = 8;
+  TargetProcess target(guarded_target(kBlocks, kBlockLen, kGuardBlocks * kBlockLen));
+  MappedPool pool(kBlocks, kBlockLen);
+  Transport initiator = make_initiator(pool);
+  initiator.add_remote_peer("t", target.metadata(), target.base_addr(), target.num_blocks(),
+                            target.block_len());
+
+  constexpr std::size_t kPerWrite = 16;
+  std::vector<std::int64_t> local(kPerWrite);
+  std::vector<std::int64_t> remote(kPerWrite);
+  for (std::size_t i = 0; i < kPerWrite; ++i) {
+    local[i] = static_cast<std::int64_t>(i);
+    remote[i] = static_cast<std::int64_t>(kBlocks - kPerWrite + i);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> flips{0};
+  std::thread flipper([&] {
+    std::atomic_ref<std::int64_t> last(remote.back());
+    const std::int64_t valid = last.load();
+    // Each value is held for a varying while, from nothing to about a
+    // write's length, so some flips fall between any two reads of it.
+    for (std::uint64_t k = 0; !stop.load(std::memory_order_relaxed); ++k) {
+      last.store(static_cast<std::int64_t>(kBlocks + k % kGuardBlocks), std::memory_order_relaxed);
+      hold(k);
+      last.store(valid, std::memory_order_relaxed);
+      hold(k * 7);
+      flips.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (flips.load() == 0) std::this_thread::yield();
+
+  std::uint64_t posted = 0;
+  std::uint64_t refused = 0;
+  std::uint64_t not_posted = 0;
+  const auto deadline = Clock::now() + 2500ms;
+  for (std::uint64_t n = 0; Clock::now() < deadline || n < 1000; ++n) {
+    try {
+      const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(local),
+                                             std::span<const std::int64_t>(remote));
+      ++(id ? posted : not_posted);
+    } catch (const std::invalid_argument&) {
+      ++refused;
+    }
+    (void)initiator.poll("t");
+  }
+  stop = true;
+  flipper.join();
+  drain(initiator, "t");
+
+  EXPECT_EQ(target.request("guard"), "guard ok")
+      << posted << " writes posted, " << refused << " refused";
+  EXPECT_EQ(not_posted, 0u);
+  EXPECT_GT(cma_writes(initiator), 0u) << "the writes did not take the same-host lane";
+}
+
+// ---------------------------------------------------------------------------
+// B: metadata that does not describe the pool the target registered
+// ---------------------------------------------------------------------------
+
+class ForgedMetadataTest : public ::testing::Test {
+ protected:
+  static constexpr std::uint64_t kBlocks = 64;
+  static constexpr std::uint64_t kBlockLen = 4096;
+  // As large as the pool, so that any geometry below aims into it.
+  static constexpr std::uint64_t kGuardBytes = kBlocks * kBlockLen;
+
+  ForgedMetadataTest() : target_(guarded_target(kBlocks, kBlockLen, kGuardBytes)) {}
+
+  // The target's real metadata with `change` applied, re-encoded.
+  template <typename F>
+  wire::AgentMetadata forged(F change) const {
+    wire::AgentMetadata m = wire::decode(target_.metadata());
+    change(m);
+    return m;
+  }
+
+  // Registers `m` with an initiator whose blocks are `block_len` long; if
+  // that is accepted, writes `local` -> `remote` the way the forged geometry
+  // allows. The registration must be refused, and the guard stay untouched.
+  void expect_refused(const wire::AgentMetadata& m, std::uint64_t block_len,
+                      std::int64_t remote_block) {
+    MappedPool pool(kBlocks, block_len);
+    Transport initiator = make_initiator(pool);
+    const std::vector<std::uint8_t> bytes = wire::encode(m);
+    bool accepted = false;
+    try {
+      initiator.add_remote_peer("t", bytes, m.base_addr, m.num_blocks, m.block_len);
+      accepted = true;
+    } catch (const std::runtime_error& e) {
+      // Refused at connect, saying what the target registered.
+      EXPECT_NE(std::string(e.what()).find("the target registered"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(accepted) << "metadata with base " << m.base_addr << ", " << m.num_blocks
+                           << " blocks of " << m.block_len << " was accepted";
+    if (accepted) {
+      const std::vector<std::int64_t> local{0};
+      const std::vector<std::int64_t> remote{remote_block};
+      const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(local),
+                                             std::span<const std::int64_t>(remote));
+      if (id) drain(initiator, "t");
+    }
+    EXPECT_EQ(target_.request("guard"), "guard ok");
+    EXPECT_TRUE(initiator.peers().empty());
+  }
+
+  TargetProcess target_;
+};
+
+TEST_F(ForgedMetadataTest, BaseMovedPastThePoolEndIsRefused) {
+  const auto m = forged([](wire::AgentMetadata& x) { x.base_addr += kBlocks * kBlockLen; });
+  expect_refused(m, kBlockLen, 0);
+}
+
+TEST_F(ForgedMetadataTest, BaseMovedByOneBlockIsRefused) {
+  const auto m = forged([](wire::AgentMetadata& x) { x.base_addr += kBlockLen; });
+  expect_refused(m, kBlockLen, kBlocks - 1);
+}
+
+TEST_F(ForgedMetadataTest, MoreBlocksThanRegisteredIsRefused) {
+  const auto m = forged([](wire::AgentMetadata& x) { x.num_blocks += 8; });
+  expect_refused(m, kBlockLen, kBlocks + 7);
+}
+
+TEST_F(ForgedMetadataTest, FewerBlocksThanRegisteredIsRefused) {
+  // Harmless for the bytes, but not what the target registered either.
+  const auto m = forged([](wire::AgentMetadata& x) { x.num_blocks -= 8; });
+  expect_refused(m, kBlockLen, 0);
+}
+
+TEST_F(ForgedMetadataTest, LongerBlocksThanRegisteredAreRefused) {
+  const auto m = forged([](wire::AgentMetadata& x) { x.block_len *= 2; });
+  expect_refused(m, kBlockLen * 2, kBlocks - 1);
+}
+
+TEST_F(ForgedMetadataTest, TheRealMetadataIsAccepted) {
+  MappedPool pool(kBlocks, kBlockLen);
+  Transport initiator = make_initiator(pool);
+  initiator.add_remote_peer("t", target_.metadata(), target_.base_addr(), kBlocks, kBlockLen);
+  const std::vector<std::int64_t> local{3};
+  const std::vector<std::int64_t> remote{kBlocks - 1};
+  const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(local),
+                                         std::span<const std::int64_t>(remote));
+  ASSERT_TRUE(id.has_value());
+  drain(initiator, "t");
+  EXPECT_EQ(target_.verify(kGen, local, remote), "ok");
+  EXPECT_EQ(target_.request("guard"), "guard ok");
+  EXPECT_GT(cma_writes(initiator), 0u) << "the write did not take the same-host lane";
+}
+
+// ---------------------------------------------------------------------------
+// C: removal with copies in flight
+// ---------------------------------------------------------------------------
+
+// Many large writes are queued when the peer is removed. After
+// remove_remote_peer returns, the initiator rewrites its pool twice (new
+// generations), so a copy still running or started later would land bytes
+// the target never held before the removal: its pool must not change
+// between two snapshots, and no block may hold either new generation.
+TEST(SameHostIntegrityTest, NoByteLandsAfterRemoveReturns) {
+  constexpr std::uint64_t kBlocks = 64;
+  constexpr std::uint64_t kBlockLen = 1024 * 1024;
+  TargetProcess target(guarded_target(kBlocks, kBlockLen, kBlockLen));
+  MappedPool pool(kBlocks, kBlockLen);
+  Transport initiator = make_initiator(pool);
+  initiator.add_remote_peer("t", target.metadata(), target.base_addr(), kBlocks, kBlockLen);
+
+  std::vector<std::int64_t> all(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) all[i] = static_cast<std::int64_t>(i);
+  for (int i = 0; i < 128; ++i) {  // 8 GiB of copying: seconds of it
+    ASSERT_TRUE(initiator
+                    .write_blocks("t", std::span<const std::int64_t>(all),
+                                  std::span<const std::int64_t>(all))
+                    .has_value());
+  }
+  const std::uint64_t requests_before = initiator.stats().live.requests;
+  initiator.remove_remote_peer("t");
+  const HandleCounts after = initiator.stats().live;
+  pool.fill_generation(kGen + 1);
+  const std::string first = target.request("checksum");
+  pool.fill_generation(kGen + 2);
+  std::this_thread::sleep_for(500ms);
+  const std::string second = target.request("checksum");
+
+  EXPECT_GT(requests_before, 0u) << "no copy was in flight when the peer was removed";
+  EXPECT_EQ(after.requests, 0u) << "copies still queued or running after remove returned";
+  EXPECT_EQ(after.transfers, 0u);
+  EXPECT_EQ(first, second) << "the target's pool changed after remove_remote_peer returned";
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kBlocks); ++i) {
+    for (const std::uint64_t gen : {kGen + 1, kGen + 2}) {
+      EXPECT_NE(target.verify(gen, {i}, {i}), "ok")
+          << "block " << i << " holds what the initiator wrote after the removal";
+    }
+  }
+  EXPECT_EQ(target.request("guard"), "guard ok");
+}
+
+}  // namespace
+}  // namespace kvxfer::it
