@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,7 @@
 #include "it_support.h"
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
+#include "wire/ucx_blob.h"
 
 namespace kvxfer::it {
 namespace {
@@ -239,6 +241,60 @@ TEST_F(ForgedMetadataTest, TheRealMetadataIsAccepted) {
   EXPECT_EQ(target_.verify(kGen, local, remote), "ok");
   EXPECT_EQ(target_.request("guard"), "guard ok");
   EXPECT_GT(cma_writes(initiator), 0u) << "the write did not take the same-host lane";
+}
+
+// A registered peer writes bytes that look like a cookie declaration (an
+// epoch, then a pool that starts at the target's guard) into a block of the
+// target's pool; metadata then names that block as the cookie page and the
+// guard as the pool. The declaration matches the metadata, but the page is
+// not a cookie page (not the one-page memfd a Cookie maps): refused.
+TEST_F(ForgedMetadataTest, ACookieForgedInsideThePoolIsRefused) {
+  constexpr std::int64_t kFakeBlock = 5;
+  constexpr std::uint64_t kFakeEpoch = 0x6b7678666f726765;
+  const std::uint64_t guard_base = target_.base_addr() + kBlocks * kBlockLen;
+  {
+    MappedPool pool(kBlocks, kBlockLen);
+    Transport writer = make_initiator(pool, "writer");
+    const std::uint64_t fake[4] = {kFakeEpoch, guard_base, kBlocks, kBlockLen};
+    std::memcpy(pool.block(0), fake, sizeof(fake));
+    writer.add_remote_peer("t", target_.metadata(), target_.base_addr(), kBlocks, kBlockLen);
+    const std::vector<std::int64_t> local{0};
+    const std::vector<std::int64_t> remote{kFakeBlock};
+    ASSERT_TRUE(writer
+                    .write_blocks("t", std::span<const std::int64_t>(local),
+                                  std::span<const std::int64_t>(remote))
+                    .has_value());
+    drain(writer, "t");
+    ASSERT_EQ(writer.stats().peers.at(0).transfers_done, 1u);
+  }
+  wire::AgentMetadata m = wire::decode(target_.metadata());
+  internal::ucx::Blob blob;
+  ASSERT_TRUE(internal::ucx::decode_blob(m.engine_blob, &blob));
+  blob.cookie_addr = target_.base_addr() + kFakeBlock * kBlockLen;
+  blob.cookie_epoch = kFakeEpoch;
+  // Re-encode while the blob's views still point into m.engine_blob.
+  std::vector<std::uint8_t> forged_blob = internal::ucx::encode_blob(blob);
+  m.engine_blob = std::move(forged_blob);
+  m.base_addr = guard_base;
+
+  MappedPool pool(kBlocks, kBlockLen);
+  Transport initiator = make_initiator(pool);
+  bool accepted = false;
+  try {
+    initiator.add_remote_peer("t", wire::encode(m), m.base_addr, m.num_blocks, m.block_len);
+    accepted = true;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a cookie page"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(accepted) << "a declaration written into the pool was taken for a cookie";
+  if (accepted) {
+    const std::vector<std::int64_t> local{0};
+    const std::vector<std::int64_t> remote{0};
+    const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(local),
+                                           std::span<const std::int64_t>(remote));
+    if (id) drain(initiator, "t");
+  }
+  EXPECT_EQ(target_.request("guard"), "guard ok");
 }
 
 // ---------------------------------------------------------------------------

@@ -4,8 +4,15 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include "engines/lanes.h"
 
@@ -23,6 +30,46 @@ Status read_words(pid_t pid, std::uint64_t addr, void* out, std::size_t len, int
   return Status::kBackend;
 }
 
+// What /proc/<pid>/maps names a page created by Cookie: a memfd no pool
+// can be, since only the target's kvxfer names one so.
+constexpr const char* kCookieMapping = "/memfd:kvxfer-cookie (deleted)";
+
+// kSuccess when the mapping of `pid` that starts at `addr` is exactly one
+// cookie page (a memfd named as Cookie names it); kMismatch for anything
+// else, e.g. a page of the pool whose bytes were written to look like a
+// declaration. Reads the maps up to that address only.
+Status check_cookie_mapping(pid_t pid, std::uint64_t addr, int* err) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/maps";
+  std::FILE* maps = std::fopen(path.c_str(), "re");
+  if (maps == nullptr) {
+    *err = errno;
+    if (errno == ENOENT || errno == ESRCH) return Status::kRemoteDisconnect;
+    if (errno == EACCES || errno == EPERM) return Status::kNotAllowed;
+    return Status::kBackend;
+  }
+  Status st = Status::kMismatch;
+  char line[512];
+  while (std::fgets(line, sizeof(line), maps) != nullptr) {
+    char* rest = nullptr;
+    const std::uint64_t start = std::strtoull(line, &rest, 16);
+    if (rest == nullptr || *rest != '-') break;
+    const std::uint64_t end = std::strtoull(rest + 1, &rest, 16);
+    if (start > addr) break;
+    if (addr >= end) continue;
+    // Found: the page must be the whole mapping, and a cookie's.
+    std::string text(line);
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    const std::string name(kCookieMapping);
+    if (start == addr && end - start == 4096 && text.size() >= name.size() &&
+        text.compare(text.size() - name.size(), name.size(), name) == 0) {
+      st = Status::kSuccess;
+    }
+    break;
+  }
+  std::fclose(maps);
+  return st;
+}
+
 }  // namespace
 
 PidNamespace own_pid_namespace() {
@@ -33,8 +80,15 @@ PidNamespace own_pid_namespace() {
 
 Cookie::Cookie(const Region& pool) {
   static_assert(sizeof(Declaration) <= kPageLen && kPageLen % kAlign == 0);
-  void* page =
-      ::mmap(nullptr, kPageLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // A memfd of its own name, so that peers can tell the page from any other
+  // memory of this process (check_cookie_mapping).
+  const int fd = ::memfd_create("kvxfer-cookie", MFD_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("kvxfer UCX: memfd_create of the cookie page failed");
+  void* page = MAP_FAILED;
+  if (::ftruncate(fd, kPageLen) == 0) {
+    page = ::mmap(nullptr, kPageLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  ::close(fd);
   if (page == MAP_FAILED) throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
   page_ = static_cast<Declaration*>(page);
   while (epoch_ == 0) epoch_ = random_u64();
@@ -59,6 +113,7 @@ Status read_cookie(pid_t pid, std::uint64_t addr, std::uint64_t epoch, int* err)
 Status read_declaration(pid_t pid, std::uint64_t addr, Declaration* out, int* err) {
   *err = 0;
   if (addr % Cookie::kAlign != 0) return Status::kMismatch;
+  if (const Status st = check_cookie_mapping(pid, addr, err); st != Status::kSuccess) return st;
   return read_words(pid, addr, out, sizeof(*out), err);
 }
 

@@ -66,7 +66,10 @@ Status read_cookie(pid_t pid, std::uint64_t addr, std::uint64_t epoch, int* err)
 
 // Reads the whole declaration at `addr` in `pid`. kSuccess (with *out
 // written), kRemoteDisconnect (gone), kNotAllowed or kBackend, as above;
-// kMismatch when `addr` is not aligned as a cookie page is. *err as above.
+// kMismatch when `addr` is not a cookie page: not aligned as one is, or not
+// the start of a one-page mapping of the memfd Cookie creates (per
+// /proc/<pid>/maps), so that bytes a peer wrote into the target's pool to
+// look like a declaration are not taken for one. *err as above.
 Status read_declaration(pid_t pid, std::uint64_t addr, Declaration* out, int* err);
 
 }  // namespace kvxfer::internal::cma
