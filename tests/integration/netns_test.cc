@@ -468,9 +468,10 @@ TEST_F(NetnsTest, ReRegisteredFrozenPeerNeverGetsOldBytes) {
   std::cout << "[stale] " << StaleScenario::summary(rounds) << std::endl;
   ASSERT_GE(static_cast<int>(rounds.size()), config.min_rounds);
   for (const StaleRound& r : rounds) {
-    EXPECT_EQ(r.stale, 0u) << "round " << r.round << ": " << r.stale
-                           << " blocks overwritten by the removed registration after NEW was "
-                              "reported done";
+    EXPECT_EQ(r.stale, 0u)
+        << "round " << r.round << ": " << r.stale
+        << " blocks did not hold the NEW pattern 1 s after it was reported done (" << r.old_blocks
+        << " held the OLD pattern of the removed registration)";
   }
 }
 

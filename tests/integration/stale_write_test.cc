@@ -33,9 +33,10 @@ void expect_no_stale(const std::vector<StaleRound>& rounds, int min_rounds) {
   std::cout << "[stale] " << StaleScenario::summary(rounds) << std::endl;
   ASSERT_GE(static_cast<int>(rounds.size()), min_rounds);
   for (const StaleRound& r : rounds) {
-    EXPECT_EQ(r.stale, 0u) << "round " << r.round << ": " << r.stale
-                           << " blocks were overwritten by writes of the removed registration ("
-                           << r.old_blocks << " whole blocks of OLD) after NEW was reported done";
+    EXPECT_EQ(r.stale, 0u)
+        << "round " << r.round << ": " << r.stale
+        << " blocks did not hold the NEW pattern 1 s after it was reported done (" << r.old_blocks
+        << " held the OLD pattern of the removed registration)";
   }
 }
 
