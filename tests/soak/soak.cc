@@ -1,7 +1,7 @@
 // kvxfer_soak: random writes, cancels (both modes), polls, peer removals and
 // re-additions against three kvxfer_it_target processes, one of which is
 // killed (or restarted) at random, and one of the two TCP ones frozen
-// (SIGSTOP) until stall_timeout faults it, for a given time. Every block of
+// (SIGSTOP) every 2-5 s until stall_timeout faults it, for a given time. Every block of
 // every transfer reported done is checked on its target, and every block
 // whose last write was checked is checked again (an audit) every second and
 // at the end. It touches only the public API and the integration tests'
@@ -218,7 +218,7 @@ class Soak {
       }
       if (now >= next_freeze) {
         freeze_one();
-        next_freeze = now + std::chrono::milliseconds(3000 + rng_() % 5000);
+        next_freeze = now + std::chrono::milliseconds(2000 + rng_() % 3000);
       }
       if (now >= next_report) {
         std::cout << "soak: " << std::chrono::duration_cast<std::chrono::seconds>(now - t0).count()
@@ -384,7 +384,9 @@ class Soak {
       // target still works through the old bytes in its socket; the audit
       // looks at them again soon after.
       const auto ti = static_cast<std::size_t>(&t - targets_.data());
-      for (std::size_t i = 0; i < kDepthPerTarget; ++i) post(ti);
+      // Short writes: done within milliseconds, before the old bytes are
+      // through.
+      for (std::size_t i = 0; i < kDepthPerTarget; ++i) post(ti, 4);
       t.next_audit = Clock::now() + 100ms;
     }
     check_deferred(t);
@@ -597,9 +599,9 @@ class Soak {
     return l;
   }
 
-  void post(std::size_t ti) {
+  void post(std::size_t ti, std::size_t max_blocks = kMaxBlocksPerWrite) {
     Target& t = targets_[ti];
-    const std::size_t n = 1 + rng_() % kMaxBlocksPerWrite;
+    const std::size_t n = 1 + rng_() % max_blocks;
     if (t.free_blocks.size() < n) return;
     Pending p{ti, {}, {}, t.killed};
     while (p.remote.size() < n) {
