@@ -195,10 +195,10 @@ class StaleScenario {
     }
   }
 
-  // The next write of the OLD stream. Shapes alternate so both of the UCX
-  // lane's write paths carry old bytes: one block (one put), 16
-  // consecutive blocks (one put of a long run), eight scattered blocks (a
-  // scatter write).
+  // The next write of the OLD stream. Shapes alternate so that, where the
+  // UCX lane sends single runs as puts, both of its write paths carry old
+  // bytes: one block, 16 consecutive blocks (one run), eight scattered
+  // blocks (a scatter write).
   std::vector<std::int64_t> next_old_shape() {
     const std::size_t n = config_.blocks;
     std::vector<std::int64_t> remote;
