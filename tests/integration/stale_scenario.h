@@ -104,6 +104,7 @@ struct StaleRound {
   std::size_t inflight_blocks_at_drop = 0;
   double drop_ms = 0;      // SIGSTOP to fault (kStall) or to cancel (kCancelImmediate)
   double new_done_ms = 0;  // SIGCONT to the NEW pattern reported done
+  bool skipped = false;    // nothing was left in flight to stall
   std::string fault;
 };
 
@@ -125,14 +126,23 @@ class StaleScenario {
 
   std::vector<StaleRound> run() {
     std::vector<StaleRound> rounds;
+    int skipped = 0;
     add();
     const auto t0 = Clock::now();
     for (int r = 0; r < config_.max_rounds; ++r) {
-      if (r >= config_.min_rounds && Clock::now() - t0 > config_.budget) break;
+      if (static_cast<int>(rounds.size()) >= config_.min_rounds &&
+          Clock::now() - t0 > config_.budget) {
+        break;
+      }
       StaleRound round;
       round.round = r;
       play(round);
       if (::testing::Test::HasFatalFailure()) break;
+      if (round.skipped) {
+        ++skipped;
+        EXPECT_LE(skipped, config_.max_rounds / 4) << "too many rounds had nothing in flight";
+        continue;
+      }
       std::cout << "[stale] round " << r << ": " << round.stale << " of " << config_.blocks
                 << " blocks stale (" << round.old_blocks << " with this round's OLD pattern); "
                 << round.inflight_at_drop << " old writes (" << round.inflight_blocks_at_drop
@@ -304,15 +314,30 @@ class StaleScenario {
 
     // 3. Drop the old writes.
     if (config_.drop == StaleDrop::kStall) {
+      const std::size_t done_at_freeze = done_;
       const auto deadline = Clock::now() + config_.stall_timeout + 15s;
-      while (!fault && Clock::now() < deadline) {
+      while (!fault && !inflight_.empty() && Clock::now() < deadline) {
         poll_once(nullptr, fault);
         std::this_thread::sleep_for(1ms);
       }
       round.drop_ms = std::chrono::duration<double, std::milli>(Clock::now() - stopped_at).count();
+      if (!fault && inflight_.empty()) {
+        // Every old write was reported (done or failed) although the target
+        // was stopped: nothing was left to stall, so this round cannot show
+        // the bug. Seen once in about 130 rounds on main; say so and skip.
+        std::cout << "[stale] round " << r << ": nothing left in flight " << round.drop_ms
+                  << " ms after SIGSTOP (" << done_ - done_at_freeze
+                  << " old writes reported done since); round skipped" << std::endl;
+        target_.send_signal(SIGCONT);
+        transport_.remove_remote_peer("t");
+        add();
+        round.skipped = true;
+        return;
+      }
       if (!fault) {
         target_.send_signal(SIGCONT);
-        FAIL() << "round " << r << ": the frozen peer was not faulted";
+        FAIL() << "round " << r << ": the frozen peer was not faulted " << round.drop_ms
+               << " ms after SIGSTOP with " << inflight_.size() << " old writes in flight";
       }
       round.fault = *fault;
       EXPECT_NE(fault->find("STALLED"), std::string::npos) << *fault;
