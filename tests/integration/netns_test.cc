@@ -29,6 +29,7 @@
 
 #include "it_support.h"
 #include "kvxfer/transport.h"
+#include "stale_scenario.h"
 
 namespace kvxfer::it {
 namespace {
@@ -443,6 +444,35 @@ TEST_F(NetnsTest, RestartedTargetRefusesTheOldRegistrationAndTakesTheNewOne) {
   EXPECT_TRUE(out.done.empty()) << "a write to the old process's pool was reported landed";
   a.add("h2", *h2);
   EXPECT_TRUE(a.write_and_verify("h2", *h2, kRecoveryBlocks));
+}
+
+// Issue 10 across hosts (see stale_scenario.h): a frozen target on kvx-h2 is
+// faulted by stall_timeout, removed, resumed and registered again; the NEW
+// pattern written on the new registration must be all its 64 blocks hold a
+// second after it was reported done. Fewer rounds than the loopback test.
+TEST_F(NetnsTest, ReRegisteredFrozenPeerNeverGetsOldBytes) {
+  StaleConfig config;
+  config.drop = StaleDrop::kStall;
+  config.stall_timeout = 500ms;
+  config.engine_config = {{"TLS", "tcp"}, {"NET_DEVICES", kDevice}};
+  config.min_rounds = 4;
+  config.max_rounds = 8;
+  config.budget = 20s;
+  TargetOptions options = on_host("kvx-h2", "stale-target");
+  options.num_blocks = config.blocks;
+  options.block_len = config.block_len;
+  options.engine_config.merge(stale_socket_config(config));
+  TargetProcess h2(options);
+  StaleScenario scenario(config, h2);
+  const std::vector<StaleRound> rounds = scenario.run();
+  std::cout << "[stale] " << StaleScenario::summary(rounds) << std::endl;
+  ASSERT_GE(static_cast<int>(rounds.size()), config.min_rounds);
+  for (const StaleRound& r : rounds) {
+    EXPECT_EQ(r.stale, 0u)
+        << "round " << r.round << ": " << r.stale
+        << " blocks did not hold the NEW pattern 1 s after it was reported done (" << r.old_blocks
+        << " held the OLD pattern of the removed registration)";
+  }
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // kvxfer_soak: random writes, cancels (both modes), polls, peer removals and
 // re-additions against three kvxfer_it_target processes, one of which is
-// killed (or restarted) at random, for a given time. Every block of every
-// transfer reported done is checked on its target. It touches only the public
-// API and the integration tests' target (tests/integration/it_support.h).
+// killed (or restarted) at random, and one of the two TCP ones frozen
+// (SIGSTOP) every 2-5 s until stall_timeout faults it, for a given time. Every block of
+// every transfer reported done is checked on its target, and every block
+// whose last write was checked is checked again (an audit) every second and
+// at the end. It touches only the public API and the integration tests'
+// target (tests/integration/it_support.h).
 //
 //   kvxfer_soak [--seconds S] [--seed N] [--rss-bound-mib M]
 //
@@ -12,14 +15,26 @@
 //
 // Why the verification is exact: a remote block is lent to one transfer at a
 // time. A transfer reported done has its blocks checked before they are lent
-// again, and the next write to a block always carries another local block,
-// so stale content cannot pass for new. A transfer that is cancelled, fails,
-// or is dropped with its peer may still land later (bytes already in the
-// target's socket buffer are applied when it runs again), so its blocks are
-// never lent again in that target process; when a target runs short of
-// blocks it is restarted, which gives a new, zeroed pool.
+// again, and the next write to a block always carries a local block that no
+// write which might still land there carries (neither the last checked one
+// nor any of a dropped transfer), so stale content cannot pass for new.
+//
+// A transfer that is cancelled, fails, or is dropped with its peer may still
+// land while its peer's registration lives, so its blocks are not lent again
+// until the peer was removed. Once remove_remote_peer() returned, nothing
+// posted on the old registration may land after a write on the new one was
+// reported done (docs/contract.md); so after each removal those blocks are
+// lent again on the new registration ("reused"), and the audit catches old
+// bytes that land after the new write was checked. A freeze (SIGSTOP of a TCP
+// target with writes in flight, until stall_timeout faults it; then remove,
+// SIGCONT, register again) is the way such old bytes are left in a target's
+// socket buffer. When a target runs short of blocks (blocks whose content an
+// audit found wrong are never lent again) it is restarted for a new, zeroed
+// pool.
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -54,6 +69,9 @@ constexpr std::uint64_t kBlockLen = 16 * 1024;
 constexpr std::uint64_t kGen = 1;
 constexpr std::size_t kMaxBlocksPerWrite = 32;
 constexpr std::size_t kDepthPerTarget = 12;
+// While a target is frozen its writes pile up to this depth, so that its
+// socket buffers fill and old bytes are left in them.
+constexpr std::size_t kDepthFrozen = 256;
 // Sanitizer runtimes keep freed memory in quarantine and grow shadow
 // memory, so RSS says nothing about leaks there; LeakSanitizer does.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -68,6 +86,9 @@ constexpr bool kSanitized = false;
 constexpr bool kSanitized = false;
 #endif
 
+constexpr auto kStallTimeout = std::chrono::milliseconds(2000);
+// A frozen target no fault brought back is resumed after this long.
+constexpr auto kMaxFreeze = std::chrono::milliseconds(15000);
 // Below this many free remote blocks a target is restarted for a new pool.
 constexpr std::size_t kRefreshBelow = kBlocks / 4;
 
@@ -100,8 +121,21 @@ struct Counters {
   std::uint64_t unverifiable_blocks = 0;  // done, but its target was killed first
   std::uint64_t protocol_errors = 0;      // a target's reply that answers no check
   std::uint64_t done_after_kill = 0;      // posted to a dead target, reported done
+  std::uint64_t freezes = 0;              // SIGSTOPs of a TCP target
+  std::uint64_t freeze_faults = 0;        // ... that ended in a fault (then removal)
+  std::uint64_t reused_blocks = 0;        // lent again after their peer's removal
+  std::uint64_t audits = 0;
+  std::uint64_t audited_blocks = 0;
+  std::uint64_t stale_blocks = 0;  // an audit found a checked block changed
   std::map<std::string, std::uint64_t> fault_kinds;
   std::map<std::string, std::uint64_t> verified_by_target;
+};
+
+struct Pending {
+  std::size_t target;
+  std::vector<std::int64_t> local;
+  std::vector<std::int64_t> remote;
+  bool posted_after_kill = false;  // its target was already SIGKILLed
 };
 
 struct Target {
@@ -113,15 +147,25 @@ struct Target {
   bool registered = false;
   std::optional<std::future<void>> adding;
   std::vector<std::int64_t> free_blocks;
-  std::vector<std::int64_t> last_local;  // per remote block; -1: zero
+  // Blocks of transfers that may still land on this registration; free
+  // again once the peer was removed.
+  std::vector<std::int64_t> held_blocks;
+  // Blocks freed by the last removal: the next writes take them first, so
+  // the new registration rewrites the blocks the old one was writing.
+  std::vector<std::int64_t> reuse_first;
+  std::vector<std::int64_t> last_local;  // per remote block; -1: zero or unknown
+  // Per remote block: whether it holds its last_local's pattern as checked
+  // (what the audit checks again), and the local blocks of dropped
+  // transfers that may have written it since.
+  std::vector<bool> checked;
+  std::vector<std::vector<std::int64_t>> maybe_local;
   std::size_t inflight = 0;
-};
-
-struct Pending {
-  std::size_t target;
-  std::vector<std::int64_t> local;
-  std::vector<std::int64_t> remote;
-  bool posted_after_kill = false;  // its target was already SIGKILLed
+  bool frozen = false;  // SIGSTOPped by us
+  Clock::time_point frozen_at;
+  // Transfers reported done while the target was frozen: checked once it
+  // runs again.
+  std::vector<std::pair<TransferId, Pending>> deferred;
+  Clock::time_point next_audit;
 };
 
 class Soak {
@@ -131,10 +175,15 @@ class Soak {
     pool_.fill_generation(kGen);
     Options options;
     options.backends = {"UCX"};
-    options.stall_timeout = 5s;
+    // Short enough that a frozen target is faulted within a few seconds,
+    // long enough that a loaded two-core machine rarely trips it otherwise
+    // (when it does, the peer is recovered like any faulted one).
+    options.stall_timeout = kStallTimeout;
     // Shared memory and TCP: the same-host target gets the process_vm_writev
     // lane, the tcp-only ones UCX endpoints.
-    options.engine_config = {{"TLS", "sm,self,tcp"}};
+    // Big socket buffers (both sides): more old bytes in them when a target
+    // freezes.
+    options.engine_config = {{"TLS", "sm,self,tcp"}, {"TCP_SNDBUF", "8m"}, {"TCP_RCVBUF", "8m"}};
     transport_ = std::make_unique<Transport>(
         "soak", Region{pool_.base(), pool_.num_blocks(), pool_.block_len()}, options);
     const char* tls[] = {"sm,self", "tcp", "tcp"};
@@ -145,6 +194,7 @@ class Soak {
       t.options.num_blocks = kBlocks;
       t.options.block_len = kBlockLen;
       t.options.tls = tls[i];
+      t.options.engine_config = {{"TCP_SNDBUF", "8m"}, {"TCP_RCVBUF", "8m"}};
       start(t);
       add_sync(t);
     }
@@ -156,6 +206,7 @@ class Soak {
     const auto warm_until = t0 + std::max<Clock::duration>(5s, duration_ / 10);
     std::optional<std::uint64_t> rss_warm;
     auto next_kill = t0 + duration_ * 3 / 10;
+    auto next_freeze = t0 + 4s;
     auto next_report = t0 + 30s;
     while (Clock::now() < end) {
       step();
@@ -165,15 +216,24 @@ class Soak {
         kill_one();
         next_kill = now + std::chrono::milliseconds(10000 + rng_() % 40000);
       }
+      if (now >= next_freeze) {
+        freeze_one();
+        next_freeze = now + std::chrono::milliseconds(2000 + rng_() % 3000);
+      }
       if (now >= next_report) {
         std::cout << "soak: " << std::chrono::duration_cast<std::chrono::seconds>(now - t0).count()
                   << " s, " << c_.transfers_done << " done, " << c_.verified_blocks
-                  << " blocks verified, " << c_.corrupt_blocks << " corrupt, " << c_.faults
-                  << " faults" << std::endl;
+                  << " blocks verified, " << c_.corrupt_blocks << " corrupt (" << c_.stale_blocks
+                  << " stale), " << c_.faults << " faults, " << c_.freezes << " freezes, "
+                  << c_.reused_blocks << " blocks reused" << std::endl;
         next_report = now + 30s;
       }
     }
     drain();
+    // Whatever a removed registration might still write has had the drain's
+    // time to land: every checked block must still hold what was checked.
+    std::this_thread::sleep_for(1s);
+    for (Target& t : targets_) audit(t);
     const std::uint64_t rss_end = rss_bytes();
     for (const TransferId id : ids_of_all()) forget(id, /*poison=*/true);
     const auto engine_counters = transport_->stats().engine_counters;
@@ -199,6 +259,12 @@ class Soak {
               << "  peer removals       " << c_.removals << " (async re-adds " << c_.async_adds
               << ")\n"
               << "  kills               " << c_.kills << ", restarts " << c_.restarts << "\n"
+              << "  freezes             " << c_.freezes << " (faulted, removed, resumed, "
+              << "registered again: " << c_.freeze_faults << ")\n"
+              << "  reused blocks       " << c_.reused_blocks
+              << " (lent again after their peer's removal)\n"
+              << "  audits              " << c_.audits << " (" << c_.audited_blocks
+              << " blocks checked again)\n"
               << "  engine              ";
     for (const auto& [name, n] : engine_counters) std::cout << " " << name << "=" << n;
     std::cout << "\n"
@@ -208,7 +274,8 @@ class Soak {
               << "  verified blocks     " << c_.verified_blocks;
     for (const auto& [peer, n] : c_.verified_by_target) std::cout << ", " << peer << " " << n;
     std::cout << "\n"
-              << "  corrupt blocks      " << c_.corrupt_blocks << "\n"
+              << "  corrupt blocks      " << c_.corrupt_blocks
+              << " (of them stale, found by an audit: " << c_.stale_blocks << ")\n"
               << "  unverifiable blocks " << c_.unverifiable_blocks
               << " (done, target killed before the check)\n"
               << "  protocol errors     " << c_.protocol_errors << "\n"
@@ -244,9 +311,16 @@ class Soak {
   void start(Target& t) {
     t.process = std::make_unique<TargetProcess>(t.options);
     t.killed = false;
+    t.frozen = false;
     t.free_blocks.resize(kBlocks);
     for (std::uint64_t i = 0; i < kBlocks; ++i) t.free_blocks[i] = static_cast<std::int64_t>(i);
+    t.held_blocks.clear();
+    t.reuse_first.clear();
     t.last_local.assign(kBlocks, -1);
+    t.checked.assign(kBlocks, false);
+    t.maybe_local.assign(kBlocks, {});
+    t.deferred.clear();
+    t.next_audit = Clock::now() + 1s;
   }
 
   void add_sync(Target& t) {
@@ -262,7 +336,9 @@ class Soak {
     ++c_.async_adds;
   }
 
-  // Removing a peer drops its transfers; their WRITEs may still land.
+  // Removing a peer drops its transfers. Nothing posted on the removed
+  // registration may land once a write on the next one is reported done, so
+  // the blocks held back for that reason are lent again from here on.
   void remove(Target& t) {
     transport_->remove_remote_peer(t.peer_id);
     t.registered = false;
@@ -275,32 +351,113 @@ class Soak {
       ++c_.dropped_with_peer;
       forget(id, /*poison=*/true);
     }
+    c_.reused_blocks += t.held_blocks.size();
+    t.free_blocks.insert(t.free_blocks.end(), t.held_blocks.begin(), t.held_blocks.end());
+    t.reuse_first = std::move(t.held_blocks);
+    std::shuffle(t.reuse_first.begin(), t.reuse_first.end(), rng_);
+    t.held_blocks.clear();
   }
 
   // The peer is faulted (or its process is gone): take it out and bring it
   // back, restarting the process when it was killed or runs short of blocks.
+  // A frozen target resumes after the removal and before the new
+  // registration: the order of the issue that made removal a fence.
   void recover(Target& t) {
     ++c_.removals;
     remove(t);
+    const bool was_frozen = t.frozen;
+    resume(t);
     if (t.killed || t.free_blocks.size() < kRefreshBelow) {
+      check_deferred(t);
       t.process.reset();  // quit, or reap the killed one
       start(t);
       ++c_.restarts;
     }
-    if (rng_() % 2 == 0) {
+    if (was_frozen || rng_() % 2 == 0) {
       add_sync(t);
     } else {
       add_async(t);
     }
+    if (was_frozen) {
+      // At once, as the owner in the issue did: the new registration
+      // rewrites the blocks the old one was writing (reuse_first) while the
+      // target still works through the old bytes in its socket; the audit
+      // looks at them again soon after.
+      const auto ti = static_cast<std::size_t>(&t - targets_.data());
+      // Short writes: done within milliseconds, before the old bytes are
+      // through.
+      for (std::size_t i = 0; i < kDepthPerTarget; ++i) post(ti, 4);
+      t.next_audit = Clock::now() + 100ms;
+    }
+    check_deferred(t);
   }
 
   void kill_one() {
     Target& t = targets_[rng_() % targets_.size()];
     if (t.killed) return;
-    t.process->kill9();
+    t.process->kill9();  // a stopped process dies of SIGKILL too
     t.killed = true;
+    t.frozen = false;
     t.killed_at = Clock::now();
     ++c_.kills;
+    for (const auto& [id, p] : t.deferred) {
+      c_.unverifiable_blocks += p.local.size();
+      release(t, p, /*poison=*/true);
+    }
+    t.deferred.clear();
+  }
+
+  // SIGSTOP of a TCP target that takes writes: they pile up in its socket
+  // buffers until stall_timeout faults the peer (see recover()).
+  void freeze_one() {
+    std::vector<Target*> candidates;
+    for (Target& t : targets_) {
+      if (t.options.tls == "tcp" && t.registered && !t.adding && !t.killed && !t.frozen) {
+        candidates.push_back(&t);
+      }
+    }
+    if (candidates.empty()) return;
+    Target& t = *candidates[rng_() % candidates.size()];
+    t.process->send_signal(SIGSTOP);
+    t.frozen = true;
+    t.frozen_at = Clock::now();
+    ++c_.freezes;
+  }
+
+  // Resumes a frozen target and checks what was reported done meanwhile.
+  void thaw(Target& t) {
+    resume(t);
+    check_deferred(t);
+  }
+
+  void resume(Target& t) {
+    if (!t.frozen) return;
+    t.process->send_signal(SIGCONT);
+    t.frozen = false;
+  }
+
+  void check_deferred(Target& t) {
+    std::vector<std::pair<TransferId, Pending>> deferred;
+    deferred.swap(t.deferred);
+    for (const auto& [id, p] : deferred) check(t, id, p);
+  }
+
+  // Gives a transfer's blocks back: free when it was checked, held until
+  // the next removal when it may still land.
+  void release(Target& t, const Pending& p, bool poison) {
+    for (std::size_t i = 0; i < p.remote.size(); ++i) {
+      const auto r = static_cast<std::size_t>(p.remote[i]);
+      if (poison) {
+        t.maybe_local[r].push_back(p.local[i]);
+        t.checked[r] = false;
+        t.held_blocks.push_back(p.remote[i]);
+      } else {
+        t.last_local[r] = p.local[i];
+        t.maybe_local[r].clear();
+        t.checked[r] = true;
+        t.free_blocks.push_back(p.remote[i]);
+      }
+    }
   }
 
   void forget(TransferId id, bool poison) {
@@ -308,12 +465,7 @@ class Soak {
     if (it == pending_.end()) return;
     Target& t = targets_[it->second.target];
     --t.inflight;
-    if (!poison) {
-      for (std::size_t i = 0; i < it->second.remote.size(); ++i) {
-        t.last_local[static_cast<std::size_t>(it->second.remote[i])] = it->second.local[i];
-        t.free_blocks.push_back(it->second.remote[i]);
-      }
-    }
+    release(t, it->second, poison);
     pending_.erase(it);
   }
 
@@ -342,6 +494,21 @@ class Soak {
       forget(id, /*poison=*/true);
       return;
     }
+    if (t.frozen) {
+      // A stopped target answers no check: keep the blocks lent until it runs.
+      --t.inflight;
+      t.deferred.emplace_back(id, std::move(it->second));
+      pending_.erase(it);
+      return;
+    }
+    const Pending done = std::move(it->second);
+    --t.inflight;
+    pending_.erase(it);
+    check(t, id, done);
+  }
+
+  // Checks a done transfer's blocks on its (running) target and frees them.
+  void check(Target& t, TransferId id, const Pending& p) {
     const std::string verdict = t.process->verify(kGen, p.local, p.remote);
     if (verdict != "ok" && !verdict.starts_with("bad ")) {
       // Not an answer to this check: the command channel is out of step.
@@ -357,7 +524,55 @@ class Soak {
       std::cout << "soak: CORRUPT transfer " << id << " to " << t.peer_id << ": " << verdict
                 << std::endl;
     }
-    forget(id, /*poison=*/false);
+    release(t, p, /*poison=*/false);
+    if (verdict != "ok") {
+      for (const std::int64_t r : p.remote) t.checked[static_cast<std::size_t>(r)] = false;
+    }
+  }
+
+  // Checks again every free block whose last write was checked: no write is
+  // lent those blocks, so they must still hold it. A block that changed was
+  // written by a transfer posted on a registration removed before its last
+  // (checked) write was reported done -- stale bytes.
+  void audit(Target& t) {
+    if (!t.process || t.killed || t.frozen) return;
+    std::vector<std::int64_t> local;
+    std::vector<std::int64_t> remote;
+    for (const std::int64_t r : t.free_blocks) {
+      const auto ri = static_cast<std::size_t>(r);
+      if (t.checked[ri] && t.last_local[ri] >= 0) {
+        remote.push_back(r);
+        local.push_back(t.last_local[ri]);
+      }
+    }
+    ++c_.audits;
+    c_.audited_blocks += remote.size();
+    for (int pass = 0; pass < 64 && !remote.empty(); ++pass) {
+      const std::string verdict = t.process->verify(kGen, local, remote);
+      if (verdict == "ok") return;
+      std::int64_t bad = -1;
+      if (std::sscanf(verdict.c_str(), "bad remote=%ld", &bad) != 1 || bad < 0) {
+        ++c_.protocol_errors;
+        std::cout << "soak: PROTOCOL ERROR from " << t.peer_id << " (audit): " << verdict
+                  << std::endl;
+        return;
+      }
+      ++c_.stale_blocks;
+      ++c_.corrupt_blocks;
+      std::cout << "soak: STALE block " << bad << " of " << t.peer_id << " (" << t.options.tls
+                << ") no longer holds its checked write of local block "
+                << t.last_local[static_cast<std::size_t>(bad)] << ": " << verdict << std::endl;
+      // Its content is unknown now: never lend it again in this process.
+      t.checked[static_cast<std::size_t>(bad)] = false;
+      std::erase(t.free_blocks, bad);
+      for (std::size_t i = 0; i < remote.size(); ++i) {
+        if (remote[i] == bad) {
+          remote.erase(remote.begin() + static_cast<std::ptrdiff_t>(i));
+          local.erase(local.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+    }
   }
 
   void on_failed(TransferId id) {
@@ -371,21 +586,38 @@ class Soak {
     for (const TransferId id : r.failed) on_failed(id);
   }
 
-  void post(std::size_t ti) {
+  // A local block whose pattern no write that may still land in remote
+  // block r carries.
+  std::int64_t fresh_local(const Target& t, std::int64_t r) {
+    const auto ri = static_cast<std::size_t>(r);
+    auto l = static_cast<std::int64_t>(rng_() % kBlocks);
+    auto taken = [&](std::int64_t x) {
+      return x == t.last_local[ri] || std::find(t.maybe_local[ri].begin(), t.maybe_local[ri].end(),
+                                                x) != t.maybe_local[ri].end();
+    };
+    while (taken(l)) l = (l + 1) % static_cast<std::int64_t>(kBlocks);
+    return l;
+  }
+
+  void post(std::size_t ti, std::size_t max_blocks = kMaxBlocksPerWrite) {
     Target& t = targets_[ti];
-    const std::size_t n = 1 + rng_() % kMaxBlocksPerWrite;
+    const std::size_t n = 1 + rng_() % max_blocks;
     if (t.free_blocks.size() < n) return;
     Pending p{ti, {}, {}, t.killed};
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t at = rng_() % t.free_blocks.size();
+    while (p.remote.size() < n) {
+      std::size_t at = rng_() % t.free_blocks.size();
+      if (!t.reuse_first.empty()) {
+        const std::int64_t want = t.reuse_first.back();
+        t.reuse_first.pop_back();
+        const auto it = std::find(t.free_blocks.begin(), t.free_blocks.end(), want);
+        if (it == t.free_blocks.end()) continue;  // lent (and checked) meanwhile
+        at = static_cast<std::size_t>(it - t.free_blocks.begin());
+      }
       const std::int64_t r = t.free_blocks[at];
       t.free_blocks[at] = t.free_blocks.back();
       t.free_blocks.pop_back();
-      std::int64_t l = static_cast<std::int64_t>(rng_() % kBlocks);
-      if (l == t.last_local[static_cast<std::size_t>(r)])
-        l = (l + 1) % static_cast<std::int64_t>(kBlocks);
       p.remote.push_back(r);
-      p.local.push_back(l);
+      p.local.push_back(fresh_local(t, r));
     }
     const auto id = transport_->write_blocks(t.peer_id, std::span<const std::int64_t>(p.local),
                                              std::span<const std::int64_t>(p.remote));
@@ -393,6 +625,7 @@ class Soak {
     if (!id) {
       // Some of it may have been put on the wire before the post failed.
       ++c_.post_failures;
+      release(t, p, /*poison=*/true);
       return;
     }
     ++t.inflight;
@@ -403,6 +636,8 @@ class Soak {
     if (pending_.empty()) return;
     auto it = pending_.begin();
     std::advance(it, static_cast<std::ptrdiff_t>(rng_() % pending_.size()));
+    // A frozen target's writes wait for its stall fault.
+    if (targets_[it->second.target].frozen) return;
     const TransferId id = it->first;
     const std::vector<TransferId> ids{id};
     const std::vector<TransferId> still = transport_->cancel(ids, mode);
@@ -441,7 +676,12 @@ class Soak {
         recover(t);
         continue;
       }
-      while (t.inflight < kDepthPerTarget && rng_() % 4 != 0) {
+      if (t.frozen && Clock::now() - t.frozen_at > kMaxFreeze) {
+        std::cout << "soak: " << t.peer_id << " frozen for " << kMaxFreeze.count()
+                  << " ms without a fault; resuming it" << std::endl;
+        thaw(t);
+      }
+      while (t.inflight < (t.frozen ? kDepthFrozen : kDepthPerTarget) && rng_() % 4 != 0) {
         const std::size_t before = c_.post_failures;
         post(ti);
         if (c_.post_failures != before) break;
@@ -453,7 +693,12 @@ class Soak {
         const std::string& f = *r.peer_fault;
         const std::string kind = f.substr(0, f.find(':'));
         ++c_.fault_kinds[kind.size() > 24 ? kind.substr(0, 24) : kind];
+        if (t.frozen) ++c_.freeze_faults;
         recover(t);
+      }
+      if (Clock::now() >= t.next_audit && !t.adding) {
+        audit(t);
+        t.next_audit = Clock::now() + 1s;
       }
     }
     const std::uint64_t dice = rng_() % 1000;
@@ -465,10 +710,11 @@ class Soak {
       take(transport_->poll());
     } else if (dice < 388) {
       Target& t = targets_[rng_() % targets_.size()];
-      if (t.registered && !t.adding) recover(t);
+      // A frozen target waits for its stall fault.
+      if (t.registered && !t.adding && !t.frozen) recover(t);
     } else if (dice < 390) {
       Target& t = targets_[rng_() % targets_.size()];
-      if (t.registered && !t.adding && !t.killed) {
+      if (t.registered && !t.adding && !t.killed && !t.frozen) {
         // A graceful restart: a new process with a new pool under the same
         // peer id.
         ++c_.removals;
@@ -484,6 +730,7 @@ class Soak {
 
   // Lets what is in flight finish (or fault) before the final tally.
   void drain() {
+    for (Target& t : targets_) thaw(t);
     const auto deadline = Clock::now() + 15s;
     while (!pending_.empty() && Clock::now() < deadline) {
       take(transport_->poll());
