@@ -86,7 +86,16 @@ Cookie::Cookie(const Region& pool) {
   if (fd < 0) throw std::runtime_error("kvxfer UCX: memfd_create of the cookie page failed");
   void* page = MAP_FAILED;
   if (::ftruncate(fd, kPageLen) == 0) {
-    page = ::mmap(nullptr, kPageLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Low in the address space when that is free, so that a peer's check
+    // (check_cookie_mapping) finds it among the first lines of our maps
+    // instead of after every library and pool mapped top-down: 4 GiB plus a
+    // random page of the next 1 GiB. Anywhere else when taken.
+    const std::uint64_t hint = (std::uint64_t{1} << 32) + (random_u64() % (1u << 18)) * kPageLen;
+    page = ::mmap(reinterpret_cast<void*>(hint), kPageLen, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    if (page == MAP_FAILED) {
+      page = ::mmap(nullptr, kPageLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
   }
   ::close(fd);
   if (page == MAP_FAILED) throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
