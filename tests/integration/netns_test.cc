@@ -42,10 +42,11 @@ constexpr const char* kDevice = "kvx0";
 constexpr std::uint64_t kBlocks = 128;
 constexpr std::uint64_t kBlockLen = 64 * 1024;
 constexpr std::uint64_t kGen = 1;
-// After a frozen or cut-off peer is removed, WRITEs of its stalled transfers
-// can still land: bytes already in the target's socket buffer are applied
-// when it resumes, possibly after newer writes to the same blocks. So checks
-// after a recovery write only blocks the stream before the fault never did.
+// Checks after a recovery write only blocks the stream before the fault never
+// did, so that these tests judge recovery alone. (Before fences, WRITEs of a
+// removed peer's stalled transfers could land after newer writes to the same
+// blocks; that guarantee is tested on its own by
+// ReRegisteredFrozenPeerNeverGetsOldBytes and the StaleWrite tests.)
 constexpr bool kRecoveryBlocks = true;
 // How long the engine's TCP keepalive defaults take to drop a silent idle
 // connection (KEEPIDLE + KEEPCNT * KEEPINTVL), plus slack.
