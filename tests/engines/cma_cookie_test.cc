@@ -142,7 +142,8 @@ TEST_F(CookieTest, BytesThatDoNotDecodeAreNotACookie) {
       {"version", patched(12, 2)},
       {"reserved", patched(14, 1)},
       {"no blocks", encoded(wire::CookieDeclaration{kEpoch, base_, 0, kBlockLen})},
-      {"pool past the top", encoded(wire::CookieDeclaration{kEpoch, ~0ull - kBlockLen, kBlocks, kBlockLen})},
+      {"pool past the top",
+       encoded(wire::CookieDeclaration{kEpoch, ~0ull - kBlockLen, kBlocks, kBlockLen})},
   };
   for (const auto& [what, bytes] : cases) {
     CookieLikePage page;

@@ -115,7 +115,7 @@ Cookie::Cookie(const Region& pool) {
   // The pool was checked when the transport was built (region_is_valid), so
   // what is written here decodes on the peer's side.
   wire::encode_cookie(page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base),
-                                  pool.num_blocks, pool.block_len});
+                                         pool.num_blocks, pool.block_len});
 }
 
 void Cookie::retire() {
