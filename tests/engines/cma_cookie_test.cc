@@ -11,11 +11,17 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <utility>
 #include <vector>
 
 #include "wire/bytes.h"
 #include "wire/cookie.h"
+
+namespace kvxfer {
+// Statuses by name in failure messages.
+void PrintTo(Status status, std::ostream* os) { *os << status_name(status); }
+}  // namespace kvxfer
 
 namespace kvxfer::internal::cma {
 namespace {
