@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "wire/bytes.h"
+#include "wire/cookie.h"
 #include "wire/fence.h"
 #include "wire/loopback_blob.h"
 #include "wire/metadata.h"
@@ -331,6 +332,57 @@ void ack_seeds() {
   write_seed(t, false, "a_write_header", scatter_header({{0, 8}}));
 }
 
+// ---------------------------------------------------------------- cookie
+
+Bytes cookie(const wire::CookieDeclaration& d) {
+  Bytes b(wire::kCookieLen);
+  wire::encode_cookie(b.data(), d);
+  return b;
+}
+
+Bytes set_u64(Bytes b, std::size_t at, std::uint64_t v) {
+  wire::store_le(b.data() + at, v);
+  return b;
+}
+
+void cookie_seeds() {
+  const std::string t = "cookie";
+  const Bytes valid = cookie({0x1234567890abcdef, 0x7f0000100000, 16, 4096});
+  write_seed(t, true, "valid", valid);
+  write_seed(t, true, "valid_one_byte_pool", cookie({1, 0, 1, 1}));
+  write_seed(t, true, "valid_pool_ends_at_top", cookie({~0ull, ~0ull - 8192, 2, 4096}));
+  write_seed(t, true, "valid_huge_blocks", cookie({7, 0, 1, ~0ull}));
+  constexpr std::size_t kMagicAt = 8;
+  constexpr std::size_t kVersionAt = 12;
+  constexpr std::size_t kReservedAt = 14;
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "epoch_only", Bytes(valid.begin(), valid.begin() + 8));
+  write_seed(t, false, "truncated", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  Bytes page = valid;
+  page.resize(4096, 0);
+  write_seed(t, false, "whole_page", page);
+  write_seed(t, false, "bad_magic", flip(valid, kMagicAt));
+  write_seed(t, false, "fence_magic", set_u32(valid, kMagicAt, kFenceMagic));
+  write_seed(t, false, "bad_version", set_u16(valid, kVersionAt, wire::kCookieVersion + 1));
+  write_seed(t, false, "version_0", set_u16(valid, kVersionAt, 0));
+  write_seed(t, false, "reserved_set", set_u16(valid, kReservedAt, 1));
+  write_seed(t, false, "zero_epoch", set_u64(valid, 0, 0));
+  write_seed(t, false, "retired_page", Bytes(wire::kCookieLen, 0));
+  write_seed(t, false, "zero_num_blocks", cookie({1, 0x7f0000100000, 0, 4096}));
+  write_seed(t, false, "zero_block_len", cookie({1, 0x7f0000100000, 16, 0}));
+  write_seed(t, false, "size_overflows", cookie({1, 0, (1ull << 52) + 1, 1ull << 12}));
+  write_seed(t, false, "end_overflows", cookie({1, ~0ull - 4095, 2, 4096}));
+  // What the page held before it was a wire format: four native words.
+  Bytes native(32);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::uint64_t word[4] = {0x1234567890abcdef, 0x7f0000100000, 16, 4096};
+    wire::store_le(native.data() + 8 * i, word[i]);
+  }
+  write_seed(t, false, "native_layout", native);
+  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -347,6 +399,7 @@ int main(int argc, char** argv) {
   scatter_fit_seeds();
   ack_seeds();
   fence_seeds();
+  cookie_seeds();
   std::printf("seeds written under %s\n", g_root.c_str());
   return 0;
 }

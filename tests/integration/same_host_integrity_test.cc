@@ -19,6 +19,7 @@
 
 #include "it_support.h"
 #include "kvxfer/transport.h"
+#include "wire/cookie.h"
 #include "wire/metadata.h"
 #include "wire/ucx_blob.h"
 
@@ -243,11 +244,12 @@ TEST_F(ForgedMetadataTest, TheRealMetadataIsAccepted) {
   EXPECT_GT(cma_writes(initiator), 0u) << "the write did not take the same-host lane";
 }
 
-// A registered peer writes bytes that look like a cookie declaration (an
-// epoch, then a pool that starts at the target's guard) into a block of the
-// target's pool; metadata then names that block as the cookie page and the
-// guard as the pool. The declaration matches the metadata, but the page is
-// not a cookie page (not the one-page memfd a Cookie maps): refused.
+// A registered peer writes a well-formed cookie declaration (wire/cookie.h:
+// an epoch, then a pool that starts at the target's guard) into a block of
+// the target's pool; metadata then names that block as the cookie page and
+// the guard as the pool. The declaration decodes and matches the metadata,
+// but the page is not a cookie page (not the one-page memfd a Cookie maps):
+// refused.
 TEST_F(ForgedMetadataTest, ACookieForgedInsideThePoolIsRefused) {
   constexpr std::int64_t kFakeBlock = 5;
   constexpr std::uint64_t kFakeEpoch = 0x6b7678666f726765;
@@ -255,8 +257,8 @@ TEST_F(ForgedMetadataTest, ACookieForgedInsideThePoolIsRefused) {
   {
     MappedPool pool(kBlocks, kBlockLen);
     Transport writer = make_initiator(pool, "writer");
-    const std::uint64_t fake[4] = {kFakeEpoch, guard_base, kBlocks, kBlockLen};
-    std::memcpy(pool.block(0), fake, sizeof(fake));
+    wire::encode_cookie(pool.block(0),
+                        wire::CookieDeclaration{kFakeEpoch, guard_base, kBlocks, kBlockLen});
     writer.add_remote_peer("t", target_.metadata(), target_.base_addr(), kBlocks, kBlockLen);
     const std::vector<std::int64_t> local{0};
     const std::vector<std::int64_t> remote{kFakeBlock};

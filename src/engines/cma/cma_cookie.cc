@@ -7,14 +7,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "engines/lanes.h"
+#include "wire/bytes.h"
 
 namespace kvxfer::internal::cma {
 namespace {
@@ -28,6 +31,14 @@ Status read_words(pid_t pid, std::uint64_t addr, void* out, std::size_t len, int
   if (n < 0 && (errno == ESRCH || errno == EFAULT)) return Status::kRemoteDisconnect;
   if (n < 0 && errno == EPERM) return Status::kNotAllowed;
   return Status::kBackend;
+}
+
+// The epoch at `addr` in `pid`, as the first 8 bytes of a declaration.
+Status read_epoch(pid_t pid, std::uint64_t addr, std::uint64_t* epoch, int* err) {
+  std::uint8_t bytes[wire::kCookieEpochLen];
+  const Status st = read_words(pid, addr + wire::kCookieEpochAt, bytes, sizeof(bytes), err);
+  if (st == Status::kSuccess) *epoch = wire::load_le<std::uint64_t>(bytes);
+  return st;
 }
 
 // What /proc/<pid>/maps names a page created by Cookie: a memfd no pool
@@ -79,7 +90,7 @@ PidNamespace own_pid_namespace() {
 }
 
 Cookie::Cookie(const Region& pool) {
-  static_assert(sizeof(Declaration) <= kPageLen && kPageLen % kAlign == 0);
+  static_assert(wire::kCookieLen <= kPageLen && kPageLen % kAlign == 0);
   // A memfd of its own name, so that peers can tell the page from any other
   // memory of this process (check_cookie_mapping).
   const int fd = ::memfd_create("kvxfer-cookie", MFD_CLOEXEC);
@@ -99,22 +110,30 @@ Cookie::Cookie(const Region& pool) {
   }
   ::close(fd);
   if (page == MAP_FAILED) throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
-  page_ = static_cast<Declaration*>(page);
+  page_ = static_cast<std::uint8_t*>(page);
   while (epoch_ == 0) epoch_ = random_u64();
-  *page_ = Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base), pool.num_blocks,
-                       pool.block_len};
+  // The pool was checked when the transport was built (region_is_valid), so
+  // what is written here decodes on the peer's side.
+  wire::encode_cookie(page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base),
+                                         pool.num_blocks, pool.block_len});
 }
 
 void Cookie::retire() {
   if (page_ == nullptr) return;
-  *page_ = Declaration{};
+  // The epoch first, then the rest: a peer whose read of the declaration
+  // already sees the rest cleared reads the epoch again and finds it 0, so it
+  // takes the page for a retired cookie (the target went away), not for a
+  // page that was never one (read_declaration).
+  wire::store_le<std::uint64_t>(page_ + wire::kCookieEpochAt, 0);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::memset(page_, 0, kPageLen);
   ::munmap(page_, kPageLen);
   page_ = nullptr;
 }
 
 Status read_cookie(pid_t pid, std::uint64_t addr, std::uint64_t epoch, int* err) {
   std::uint64_t value = 0;
-  const Status st = read_words(pid, addr, &value, sizeof(value), err);
+  const Status st = read_epoch(pid, addr, &value, err);
   if (st != Status::kSuccess) return st;
   return value == epoch ? Status::kSuccess : Status::kRemoteDisconnect;
 }
@@ -123,7 +142,20 @@ Status read_declaration(pid_t pid, std::uint64_t addr, Declaration* out, int* er
   *err = 0;
   if (addr % Cookie::kAlign != 0) return Status::kMismatch;
   if (const Status st = check_cookie_mapping(pid, addr, err); st != Status::kSuccess) return st;
-  return read_words(pid, addr, out, sizeof(*out), err);
+  std::uint8_t bytes[wire::kCookieLen];
+  if (const Status st = read_words(pid, addr, bytes, sizeof(bytes), err); st != Status::kSuccess) {
+    return st;
+  }
+  const auto epoch = wire::load_le<std::uint64_t>(bytes + wire::kCookieEpochAt);
+  // A retired cookie page reads epoch 0: the target's engine shut down.
+  if (epoch == 0) return Status::kRemoteDisconnect;
+  if (wire::decode_cookie(bytes, out)) return Status::kSuccess;
+  // Bytes that do not decode on a page that is a cookie's: either the
+  // engine retired it while we read (its epoch changed: gone), or the page
+  // declares nothing we can trust (not a cookie page).
+  std::uint64_t again = 0;
+  if (const Status st = read_epoch(pid, addr, &again, err); st != Status::kSuccess) return st;
+  return again == epoch ? Status::kMismatch : Status::kRemoteDisconnect;
 }
 
 }  // namespace kvxfer::internal::cma

@@ -11,6 +11,7 @@
 
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
+#include "wire/cookie.h"
 
 namespace kvxfer::internal::cma {
 
@@ -22,16 +23,11 @@ struct PidNamespace {
 // This process's pid namespace, or {0, 0} where it cannot be read.
 PidNamespace own_pid_namespace();
 
-// What the cookie page holds, in the owner's native layout (both sides run
-// on one host): the epoch, then the pool its engine registered. Metadata
-// names the page; the page, written by the target itself, says which pool
-// may be written, so metadata can name no other.
-struct Declaration {
-  std::uint64_t epoch = 0;
-  std::uint64_t base_addr = 0;
-  std::uint64_t num_blocks = 0;
-  std::uint64_t block_len = 0;
-};
+// What the cookie page holds, as a wire format (wire/cookie.h): the epoch,
+// then the pool its engine registered. Metadata names the page; the page,
+// written by the target itself, says which pool may be written, so metadata
+// can name no other.
+using Declaration = wire::CookieDeclaration;
 
 // A page holding a random epoch and the registered pool while the engine is
 // up. Peers read the declaration at connect and the epoch before and after
@@ -55,7 +51,7 @@ class Cookie {
 
  private:
   static constexpr std::size_t kPageLen = 4096;
-  Declaration* page_ = nullptr;
+  std::uint8_t* page_ = nullptr;
   std::uint64_t epoch_ = 0;
 };
 
@@ -64,12 +60,14 @@ class Cookie {
 // permission, e.g. Yama) or kBackend. *err: the errno, or 0.
 Status read_cookie(pid_t pid, std::uint64_t addr, std::uint64_t epoch, int* err);
 
-// Reads the whole declaration at `addr` in `pid`. kSuccess (with *out
-// written), kRemoteDisconnect (gone), kNotAllowed or kBackend, as above;
-// kMismatch when `addr` is not a cookie page: not aligned as one is, or not
-// the start of a one-page mapping of the memfd Cookie creates (per
-// /proc/<pid>/maps), so that bytes a peer wrote into the target's pool to
-// look like a declaration are not taken for one. *err as above.
+// Reads and decodes (wire/cookie.h) the whole declaration at `addr` in
+// `pid`. kSuccess (with *out written), kRemoteDisconnect (gone, or the
+// engine retired the page: its epoch reads 0 or changed while we read),
+// kNotAllowed or kBackend, as above; kMismatch when `addr` is not a cookie
+// page: not aligned as one is, not the start of a one-page mapping of the
+// memfd Cookie creates (per /proc/<pid>/maps), so that bytes a peer wrote
+// into the target's pool to look like a declaration are not taken for one,
+// or holding bytes that do not decode as a declaration. *err as above.
 Status read_declaration(pid_t pid, std::uint64_t addr, Declaration* out, int* err);
 
 }  // namespace kvxfer::internal::cma

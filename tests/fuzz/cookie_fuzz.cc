@@ -1,0 +1,39 @@
+// Fuzz target for the same-host cookie's declaration (wire/cookie.h), the
+// bytes a peer reads from a target's cookie page at connect. Accepted:
+// exactly one well-formed declaration (nonzero epoch, a non-empty pool that
+// ends inside the address space), which re-encodes to the same bytes.
+// Refused: anything else, and then the output is left alone. A crash, an
+// over-read or a mismatch is a bug.
+#include <cstdlib>
+#include <cstring>
+
+#include "common/region.h"
+#include "fuzz_target.h"
+#include "wire/cookie.h"
+
+namespace kvxfer::fuzz {
+
+bool accepts(std::span<const std::uint8_t> input) {
+  using namespace wire;
+  const CookieDeclaration sentinel{1, 2, 3, 4};
+  CookieDeclaration d = sentinel;
+  if (!decode_cookie(input, &d)) {
+    if (d.epoch != sentinel.epoch || d.base_addr != sentinel.base_addr ||
+        d.num_blocks != sentinel.num_blocks || d.block_len != sentinel.block_len) {
+      std::abort();
+    }
+    return false;
+  }
+  if (input.size() != kCookieLen || d.epoch == 0 ||
+      !internal::region_is_valid(d.base_addr, d.num_blocks, d.block_len)) {
+    std::abort();
+  }
+  // The epoch read_cookie reads alone is the declaration's.
+  if (load_le<std::uint64_t>(input.data() + kCookieEpochAt) != d.epoch) std::abort();
+  std::uint8_t again[kCookieLen];
+  encode_cookie(again, d);
+  if (std::memcmp(again, input.data(), kCookieLen) != 0) std::abort();
+  return true;
+}
+
+}  // namespace kvxfer::fuzz

@@ -1,0 +1,133 @@
+// The same-host cookie's declaration (wire/cookie.h): round trip, golden
+// bytes, the epoch as the first 8 bytes, and hostile bytes (truncated,
+// extended, wrong magic, version or reserved word, zero epoch, an empty or
+// overflowing pool) refused.
+#include "wire/cookie.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace kvxfer::wire {
+namespace {
+
+constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+
+std::vector<std::uint8_t> bytes_of(const CookieDeclaration& d) {
+  std::vector<std::uint8_t> out(kCookieLen);
+  encode_cookie(out.data(), d);
+  return out;
+}
+
+bool decodes(const std::vector<std::uint8_t>& bytes) {
+  CookieDeclaration d;
+  return decode_cookie(bytes, &d);
+}
+
+const CookieDeclaration kGood{0x1122334455667788ull, 0x00007f0012340000ull, 16, 4096};
+
+TEST(Cookie, RoundTrips) {
+  for (const CookieDeclaration in :
+       {kGood, CookieDeclaration{1, 0, 1, 1}, CookieDeclaration{kMax, 0, 1, kMax},
+        CookieDeclaration{kMax, kMax - 4096, 1, 4096}}) {
+    CookieDeclaration out;
+    ASSERT_TRUE(decode_cookie(bytes_of(in), &out));
+    EXPECT_EQ(out.epoch, in.epoch);
+    EXPECT_EQ(out.base_addr, in.base_addr);
+    EXPECT_EQ(out.num_blocks, in.num_blocks);
+    EXPECT_EQ(out.block_len, in.block_len);
+  }
+}
+
+TEST(Cookie, LayoutIsLittleEndianWithTheEpochFirstAndMagicKVXC) {
+  const std::vector<std::uint8_t> expected = {
+      0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // epoch
+      'K',  'V',  'X',  'C',  1,    0,    0,    0,     // magic, version 1, zero
+      0x00, 0x00, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00,  // pool base
+      16,   0,    0,    0,    0,    0,    0,    0,     // num_blocks
+      0x00, 0x10, 0,    0,    0,    0,    0,    0,     // block_len
+  };
+  EXPECT_EQ(bytes_of(kGood), expected);
+  EXPECT_EQ(kCookieLen, expected.size());
+  // read_cookie reads only these 8 bytes before every chunk.
+  EXPECT_EQ(load_le<std::uint64_t>(expected.data() + kCookieEpochAt), kGood.epoch);
+  EXPECT_EQ(kCookieEpochLen, 8u);
+}
+
+TEST(Cookie, RefusesEveryTruncationAndExtension) {
+  const auto good = bytes_of(kGood);
+  for (std::size_t len = 0; len < good.size(); ++len) {
+    EXPECT_FALSE(decodes({good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)})) << len;
+  }
+  auto longer = good;
+  longer.push_back(0);
+  EXPECT_FALSE(decodes(longer));
+  // A whole page, as if the reader had read more than the declaration.
+  auto page = good;
+  page.resize(4096, 0);
+  EXPECT_FALSE(decodes(page));
+}
+
+TEST(Cookie, RefusesWrongMagicVersionOrReservedWord) {
+  for (std::size_t at = 8; at < 16; ++at) {
+    if (at == 12) continue;  // the version's low byte: checked below
+    auto bytes = bytes_of(kGood);
+    bytes[at] ^= 0x01;
+    EXPECT_FALSE(decodes(bytes)) << "byte " << at;
+  }
+  for (const std::uint8_t version : {0, 2, 0xff}) {
+    auto bytes = bytes_of(kGood);
+    bytes[12] = version;
+    EXPECT_FALSE(decodes(bytes)) << "version " << int{version};
+  }
+}
+
+// What the cookie page held before it was a wire format: the epoch, then
+// base, num_blocks and block_len as native words. Not a declaration now.
+TEST(Cookie, RefusesTheOldNativeLayout) {
+  std::vector<std::uint8_t> old(32);
+  store_le(old.data(), kGood.epoch);
+  store_le(old.data() + 8, kGood.base_addr);
+  store_le(old.data() + 16, kGood.num_blocks);
+  store_le(old.data() + 24, kGood.block_len);
+  EXPECT_FALSE(decodes(old));
+  old.resize(kCookieLen, 0);
+  EXPECT_FALSE(decodes(old));
+}
+
+TEST(Cookie, RefusesZeroEpochAndARetiredPage) {
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{0, kGood.base_addr, 16, 4096})));
+  EXPECT_FALSE(decodes(std::vector<std::uint8_t>(kCookieLen, 0)));
+}
+
+TEST(Cookie, RefusesAnEmptyPool) {
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, kGood.base_addr, 0, 4096})));
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, kGood.base_addr, 16, 0})));
+}
+
+TEST(Cookie, RefusesAPoolPastTheEndOfTheAddressSpace) {
+  // num_blocks x block_len wraps in 64 bits to something small.
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, 0, (1ull << 52) + 1, 1ull << 12})));
+  // The size fits, but base + size wraps.
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, kMax - 4095, 2, 4096})));
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, kMax, 1, 1})));
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, kMax - 8191, 2, 4096})));
+  // The last byte may be kMax - 1 (common/region.h: base + size <= kMax).
+  EXPECT_TRUE(decodes(bytes_of(CookieDeclaration{1, kMax - 8192, 2, 4096})));
+}
+
+TEST(Cookie, RefusedBytesLeaveTheOutputAlone) {
+  CookieDeclaration out{9, 9, 9, 9};
+  auto bytes = bytes_of(kGood);
+  bytes[8] = 0;
+  EXPECT_FALSE(decode_cookie(bytes, &out));
+  EXPECT_EQ(out.epoch, 9u);
+  EXPECT_EQ(out.base_addr, 9u);
+  EXPECT_EQ(out.num_blocks, 9u);
+  EXPECT_EQ(out.block_len, 9u);
+}
+
+}  // namespace
+}  // namespace kvxfer::wire
