@@ -12,7 +12,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -124,9 +123,15 @@ void Cookie::retire() {
   // already sees the rest cleared reads the epoch again and finds it 0, so it
   // takes the page for a retired cookie (the target went away), not for a
   // page that was never one (read_declaration).
-  wire::store_le<std::uint64_t>(page_ + wire::kCookieEpochAt, 0);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  std::memset(page_, 0, kPageLen);
+  // Word stores through atomic_ref: the later ones are release stores, so
+  // none of them becomes visible before the epoch's zero (the page is
+  // page-aligned and the declaration a whole number of words).
+  static_assert(wire::kCookieEpochAt == 0 && wire::kCookieLen % 8 == 0);
+  auto* words = reinterpret_cast<std::uint64_t*>(page_);
+  std::atomic_ref<std::uint64_t>(words[0]).store(0, std::memory_order_seq_cst);
+  for (std::size_t i = 1; i < wire::kCookieLen / 8; ++i) {
+    std::atomic_ref<std::uint64_t>(words[i]).store(0, std::memory_order_release);
+  }
   ::munmap(page_, kPageLen);
   page_ = nullptr;
 }
