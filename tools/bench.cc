@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -272,6 +273,7 @@ class Bench {
       throw std::logic_error(fmt::format("poll reported transfer {} that is not ours", id));
     };
 
+    LatencyHistogram poll_us;
     ProgressLine progress(!args_.quiet, spec.name);
     std::uint64_t clock = 0;
     std::uint64_t next = 0;
@@ -294,7 +296,9 @@ class Bench {
         ++next;
       }
       if (!result.error.empty()) break;
+      const auto p0 = Clock::now();
       const PollResult r = transport->poll(kPeer);
+      poll_us.add(micros(Clock::now() - p0));
       ++result.polls;
       if (!r.done.empty() || !r.failed.empty()) {
         ++clock;
@@ -329,6 +333,7 @@ class Bench {
     result.measured_gbps = static_cast<double>(result.bytes) / result.seconds / 1e9;
     call_us.resize(next);
     result.write_call = Timing::of(std::move(call_us));
+    result.poll_call = poll_us.timing();
 
     const Landed landed =
         landed_blocks(schedule, result.num_blocks, std::span(posted).first(next), completed);
@@ -541,6 +546,58 @@ Timing Timing::of(std::vector<double> micros) {
   t.p50_us = rank(0.50);
   t.p99_us = rank(0.99);
   t.max_us = micros.back();
+  return t;
+}
+
+namespace {
+constexpr double kLinearStepUs = 0.1;
+constexpr std::size_t kLinearBuckets = 1000;  // up to 100 µs
+constexpr double kGrowth = 1.02;
+constexpr std::size_t kLogBuckets = 700;  // 100 µs * 1.02^700: over 10^8 µs
+}  // namespace
+
+LatencyHistogram::LatencyHistogram() : counts_(kLinearBuckets + kLogBuckets, 0) {}
+
+std::size_t LatencyHistogram::bucket(double micros) {
+  if (!(micros > 0)) return 0;
+  if (micros < kLinearStepUs * kLinearBuckets) {
+    return static_cast<std::size_t>(micros / kLinearStepUs);
+  }
+  const double above = std::log(micros / (kLinearStepUs * kLinearBuckets)) / std::log(kGrowth);
+  return std::min(kLinearBuckets + static_cast<std::size_t>(above),
+                  kLinearBuckets + kLogBuckets - 1);
+}
+
+double LatencyHistogram::upper(std::size_t b) {
+  if (b < kLinearBuckets) return kLinearStepUs * static_cast<double>(b + 1);
+  return kLinearStepUs * kLinearBuckets *
+         std::pow(kGrowth, static_cast<double>(b - kLinearBuckets + 1));
+}
+
+void LatencyHistogram::add(double micros) {
+  ++counts_[bucket(micros)];
+  ++count_;
+  sum_ += micros;
+  max_ = std::max(max_, micros);
+}
+
+Timing LatencyHistogram::timing() const {
+  Timing t;
+  t.count = count_;
+  if (count_ == 0) return t;
+  t.mean_us = sum_ / static_cast<double>(count_);
+  t.max_us = max_;
+  auto rank = [&](double q) {
+    const auto target = static_cast<std::uint64_t>(q * static_cast<double>(count_ - 1)) + 1;
+    std::uint64_t seen = 0;
+    for (std::size_t b = 0; b < counts_.size(); ++b) {
+      seen += counts_[b];
+      if (seen >= target) return std::min(upper(b), max_);
+    }
+    return max_;
+  };
+  t.p50_us = rank(0.50);
+  t.p99_us = rank(0.99);
   return t;
 }
 
