@@ -187,9 +187,6 @@ TEST(UcxConfigTest, BadScatterValuesThrowNamingTheKey) {
   }
 }
 
-}  // namespace
-}  // namespace kvxfer::internal::ucx
-
 TEST(UcxConfigTest, PostIsHandedOffUnlessKvxferPostSaysInline) {
   EXPECT_TRUE(settings({}).post_handoff);
   EXPECT_TRUE(settings({{"KVXFER_POST", "handoff"}}).post_handoff);
@@ -203,3 +200,7 @@ TEST(UcxConfigTest, PostIsHandedOffUnlessKvxferPostSaysInline) {
     EXPECT_NE(std::string(e.what()).find("KVXFER_POST=later"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace
+}  // namespace kvxfer::internal::ucx
+

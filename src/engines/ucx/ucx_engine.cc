@@ -234,6 +234,7 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["put_writes"] = get(put_writes_);
   counters["scatter_writes"] = get(scatter_writes_);
   counters["scatter_messages"] = get(scatter_messages_);
+  counters["scatter_handed_off"] = get(scatter_handed_off_);
   counters["scatter_refused"] = get(scatter_refused_);
   counters["scatter_received"] = get(scatter_received_);
   counters["scatter_rejected"] = get(scatter_rejected_);

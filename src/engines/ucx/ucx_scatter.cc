@@ -193,6 +193,7 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   if (handoff_) {
     // The progress thread sends it; a failure then shows in check().
     xfer->refs.fetch_add(1, std::memory_order_relaxed);  // the queue's
+    scatter_handed_off_.fetch_add(1, std::memory_order_relaxed);
     submit(xfer);
     return Status::kSuccess;
   }
