@@ -203,4 +203,3 @@ TEST(UcxConfigTest, PostIsHandedOffUnlessKvxferPostSaysInline) {
 
 }  // namespace
 }  // namespace kvxfer::internal::ucx
-

@@ -2,8 +2,6 @@
 // process: writes of many short runs travel as a few acked active messages
 // and land byte for byte; the target's handler refuses whatever does not fit
 // its region or names another engine, and writes nothing then.
-#include "wire/scatter.h"
-
 #include <gtest/gtest.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -20,9 +18,10 @@
 
 #include "engine.h"
 #include "engine_agent.h"
-#include "wire/fence.h"
-#include "wire/ucx_blob.h"
 #include "it_support.h"
+#include "wire/fence.h"
+#include "wire/scatter.h"
+#include "wire/ucx_blob.h"
 
 namespace kvxfer::it {
 namespace {

@@ -1,11 +1,11 @@
 // Peers of the UCX lane: connect (endpoint + rkey), the endpoint's error
 // callback, and disconnect (forced close, then the rkey).
+#include <fmt/format.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "common/log.h"
 #include "engines/ucx/ucx_engine.h"

@@ -64,7 +64,8 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   if (want_progress_thread_) {
     handoff_ = settings_.post_handoff;
     if (handoff_) {
-      worker_.set_submit_hook([this](bool before_sleep) { return drain_submissions(before_sleep); });
+      worker_.set_submit_hook(
+          [this](bool before_sleep) { return drain_submissions(before_sleep); });
     }
     worker_.start_progress_thread();
   }

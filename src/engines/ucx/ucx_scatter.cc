@@ -227,8 +227,7 @@ ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
   for (*sent = 0; *sent < n; ++*sent) {
     const std::size_t i = *sent;
     const Xfer::AmChunk& chunk = xfer->am_chunks[i];
-    const std::size_t iov_end =
-        i + 1 < n ? xfer->am_chunks[i + 1].iov_offset : xfer->am_iov.size();
+    const std::size_t iov_end = i + 1 < n ? xfer->am_chunks[i + 1].iov_offset : xfer->am_iov.size();
     xfer->refs.fetch_add(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_add(1, std::memory_order_relaxed);
     live_requests_.fetch_add(1, std::memory_order_relaxed);
@@ -329,8 +328,7 @@ void UcxLane::send_submitted(Xfer* xfer) {
       const ucs_status_t st = send_scatter(p, xfer, &sent);
       if (st != UCS_OK) {
         log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
-                   agent_name_, p.agent_name, sent, xfer->am_chunks.size(),
-                   ucs_status_string(st));
+                   agent_name_, p.agent_name, sent, xfer->am_chunks.size(), ucs_status_string(st));
         if (is_disconnect(st)) p.mark_failed();
         settle_unsent(xfer, sent, st);
       }
