@@ -1,9 +1,9 @@
 #include "core/index_set.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace kvxfer::internal {
 namespace {
@@ -49,6 +49,21 @@ void check_no_duplicates(std::span<const std::int64_t> idxs, IndexSet& seen, con
 
 void check_no_duplicates(std::span<const std::int32_t> idxs, IndexSet& seen, const char* what) {
   check_no_duplicates_of(idxs, seen, what);
+}
+
+void check_no_duplicates(std::span<const std::int64_t> idxs, std::uint64_t num_blocks,
+                         IndexSet& seen, const char* what) {
+  if (num_blocks > IndexSet::kBitmapMaxBlocks) {
+    check_no_duplicates_of(idxs, seen, what);
+    return;
+  }
+  // A strictly increasing list (the common case) has no duplicates.
+  bool increasing = true;
+  for (std::size_t i = 1; i < idxs.size() && increasing; ++i) increasing = idxs[i - 1] < idxs[i];
+  if (increasing) return;
+  if (const std::int64_t repeat = seen.first_repeat_in_bitmap(idxs, num_blocks); repeat >= 0) {
+    throw std::invalid_argument(fmt::format("{} repeats block {} within one write", what, repeat));
+  }
 }
 
 void IndexSet::reset(std::size_t n) {

@@ -41,6 +41,36 @@ class IndexSet {
   // How many slots the set holds (for tests: growth, and no growth on reuse).
   [[nodiscard]] std::size_t capacity() const noexcept { return slots_.size(); }
 
+  // Duplicate check of indices already checked to lie in [0, num_blocks),
+  // num_blocks <= kBitmapMaxBlocks: one bit per block of the pool instead of
+  // a hash probe (about 1 ns per index instead of 6 here). Returns the index
+  // of the first repeat, or -1. The bitmap is grown to the largest pool seen
+  // (words of 64 bits, allocated only then) and all zero again on return.
+  static constexpr std::uint64_t kBitmapMaxBlocks = std::uint64_t{1} << 22;  // 512 KiB of bits
+  template <typename Int>
+  std::int64_t first_repeat_in_bitmap(std::span<const Int> idxs, std::uint64_t num_blocks) {
+    const std::size_t words = static_cast<std::size_t>((num_blocks + 63) / 64);
+    if (bits_.size() < words) bits_.resize(words, 0);
+    std::int64_t repeat = -1;
+    std::size_t i = 0;
+    for (; i < idxs.size(); ++i) {
+      const auto v = static_cast<std::uint64_t>(idxs[i]);
+      const std::uint64_t bit = std::uint64_t{1} << (v & 63);
+      std::uint64_t& word = bits_[static_cast<std::size_t>(v >> 6)];
+      if ((word & bit) != 0) {
+        repeat = static_cast<std::int64_t>(v);
+        break;
+      }
+      word |= bit;
+    }
+    // Every bit set above belongs to this call: zero their words.
+    for (std::size_t k = 0; k < i; ++k)
+      bits_[static_cast<std::size_t>(static_cast<std::uint64_t>(idxs[k]) >> 6)] = 0;
+    return repeat;
+  }
+  // Words of the bitmap (for tests: it stays zero between calls).
+  [[nodiscard]] const std::vector<std::uint64_t>& bitmap() const noexcept { return bits_; }
+
  private:
   friend class IndexSetTestPeer;
 
@@ -55,6 +85,7 @@ class IndexSet {
   }
 
   std::vector<Slot> slots_;
+  std::vector<std::uint64_t> bits_;
   std::size_t mask_ = 0;
   std::uint64_t stamp_ = 0;
 };
@@ -65,5 +96,10 @@ class IndexSet {
 // scratch storage reused across calls.
 void check_no_duplicates(std::span<const std::int64_t> idxs, IndexSet& seen, const char* what);
 void check_no_duplicates(std::span<const std::int32_t> idxs, IndexSet& seen, const char* what);
+// The same for indices already checked to lie in [0, num_blocks): over a
+// bitmap of the pool's blocks when it has at most IndexSet::kBitmapMaxBlocks,
+// else as above.
+void check_no_duplicates(std::span<const std::int64_t> idxs, std::uint64_t num_blocks,
+                         IndexSet& seen, const char* what);
 
 }  // namespace kvxfer::internal

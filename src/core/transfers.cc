@@ -95,7 +95,7 @@ std::optional<TransferId> TransportState::write(std::string_view peer_id,
   check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
 
   // Two pairs writing one remote block would race; refuse the write.
-  check_no_duplicates(scratch_remote_, scratch_seen_, "remote_idxs");
+  check_no_duplicates(scratch_remote_, peer->num_blocks, scratch_seen_, "remote_idxs");
 
   return post(peer, scratch_local_, scratch_remote_);
 }

@@ -187,5 +187,19 @@ TEST(UcxConfigTest, BadScatterValuesThrowNamingTheKey) {
   }
 }
 
+TEST(UcxConfigTest, PostIsHandedOffUnlessKvxferPostSaysInline) {
+  EXPECT_TRUE(settings({}).post_handoff);
+  EXPECT_TRUE(settings({{"KVXFER_POST", "handoff"}}).post_handoff);
+  const UcxSettings in = settings({{"KVXFER_POST", "inline"}});
+  EXPECT_FALSE(in.post_handoff);
+  EXPECT_FALSE(key(in, "KVXFER_POST").has_value());  // ours, not UCX's
+  try {
+    [[maybe_unused]] const UcxSettings s = settings({{"KVXFER_POST", "later"}});
+    ADD_FAILURE() << "KVXFER_POST=later was taken";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("KVXFER_POST=later"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kvxfer::internal::ucx

@@ -2,8 +2,6 @@
 // process: writes of many short runs travel as a few acked active messages
 // and land byte for byte; the target's handler refuses whatever does not fit
 // its region or names another engine, and writes nothing then.
-#include "wire/scatter.h"
-
 #include <gtest/gtest.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -20,9 +18,10 @@
 
 #include "engine.h"
 #include "engine_agent.h"
-#include "wire/fence.h"
-#include "wire/ucx_blob.h"
 #include "it_support.h"
+#include "wire/fence.h"
+#include "wire/scatter.h"
+#include "wire/ucx_blob.h"
 
 namespace kvxfer::it {
 namespace {
@@ -96,6 +95,21 @@ TEST(UcxScatterTest, ShortRunsGoAsAFewAckedMessagesAndLand) {
   EXPECT_EQ(b.counter("scatter_rejected"), 0u);
 }
 
+TEST(UcxScatterTest, PostsAreHandedToTheProgressThreadUnlessInline) {
+  // Default: post_write only queues; the progress thread sends and the
+  // caller's check() sees the bytes land without anyone calling progress().
+  Agent a("scatter-a", {}, 1);
+  Agent b("scatter-b", {}, 2);
+  write_and_verify(a, b, shuffled(5), shuffled(6));
+  EXPECT_EQ(a.counter("scatter_writes"), 1u);
+  EXPECT_EQ(a.counter("scatter_handed_off"), 1u);
+  // KVXFER_POST=inline: sent by post_write on the caller's thread.
+  Agent in("scatter-inline", {{"KVXFER_POST", "inline"}}, 3);
+  write_and_verify(in, b, shuffled(7), shuffled(8));
+  EXPECT_EQ(in.counter("scatter_writes"), 1u);
+  EXPECT_EQ(in.counter("scatter_handed_off"), 0u);
+}
+
 TEST(UcxScatterTest, RunsLongerThanAMessageAreSplitAcrossMessages) {
   // 4 KiB messages: every 16 KiB block spans four of them, and the runs of
   // consecutive blocks (0..9 -> 40..49) span forty.
@@ -166,10 +180,12 @@ TEST(UcxScatterTest, DisconnectEndsEveryScatterWriteStillAwaitingAcks) {
   EXPECT_EQ(a.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
 }
 
-// A caller that polls takes the worker over from the progress thread; once
-// it stops polling, the thread must take it back, or writes would hang.
+// With posts inline, a caller that polls takes the worker over from the
+// progress thread; once it stops polling, the thread must take it back, or
+// writes would hang. (Handed off, the caller never drives the worker:
+// PostsAreHandedToTheProgressThreadUnlessInline.)
 TEST(UcxScatterTest, ProgressThreadTakesOverWhenTheCallerStopsPolling) {
-  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "4K"}}, 1);
+  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "4K"}, {"KVXFER_POST", "inline"}}, 1);
   Agent b("scatter-b", {}, 2);
   PeerHandle peer = 0;
   ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);

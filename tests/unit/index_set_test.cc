@@ -1,6 +1,8 @@
 // The caller's indices, checked before anything is posted: the range check
 // names the offending index and value; the duplicate check finds every
 // repeat, none that is not one, and stays O(n) per write over reused storage.
+#include "core/index_set.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,8 +10,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "core/index_set.h"
 
 namespace kvxfer::internal {
 
@@ -29,8 +29,7 @@ namespace {
 
 // The message check_range throws for `idxs`, or "" when it accepts them.
 template <typename Int>
-std::string range_error(const std::vector<Int>& idxs, std::uint64_t num_blocks,
-                        const char* what) {
+std::string range_error(const std::vector<Int>& idxs, std::uint64_t num_blocks, const char* what) {
   try {
     check_range(std::span<const Int>(idxs), num_blocks, what);
   } catch (const std::invalid_argument& e) {
@@ -147,6 +146,40 @@ TEST(CheckNoDuplicatesTest, UnorderedDistinctBlocksAreAccepted) {
   IndexSet seen;
   EXPECT_EQ(duplicate_error<std::int64_t>({9, 5, 7, 0}, seen), "");
   EXPECT_EQ(duplicate_error<std::int64_t>({9, 5, 7, 0}, seen), "");
+}
+
+std::string bitmap_duplicate_error(const std::vector<std::int64_t>& idxs, std::uint64_t num_blocks,
+                                   IndexSet& seen) {
+  try {
+    check_no_duplicates(std::span<const std::int64_t>(idxs), num_blocks, seen, "remote_idxs");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckNoDuplicatesTest, BitmapFindsRepeatsAndIsZeroAgainAfterEveryCall) {
+  IndexSet seen;
+  EXPECT_EQ(bitmap_duplicate_error({5, 9, 5}, 200, seen),
+            "remote_idxs repeats block 5 within one write");
+  EXPECT_EQ(bitmap_duplicate_error({199, 0, 64, 63, 1, 0}, 200, seen),
+            "remote_idxs repeats block 0 within one write");
+  ASSERT_EQ(seen.bitmap().size(), 4u);  // 200 bits in 64-bit words
+  for (const std::uint64_t word : seen.bitmap()) EXPECT_EQ(word, 0u);
+  // Nothing of the failed calls is remembered.
+  EXPECT_EQ(bitmap_duplicate_error({9, 5, 199, 0, 64, 63}, 200, seen), "");
+  for (const std::uint64_t word : seen.bitmap()) EXPECT_EQ(word, 0u);
+  EXPECT_EQ(seen.capacity(), 0u);  // the hash set was not used
+}
+
+TEST(CheckNoDuplicatesTest, PoolsPastTheBitmapLimitUseTheHashSet) {
+  IndexSet seen;
+  const std::uint64_t huge = IndexSet::kBitmapMaxBlocks + 1;
+  EXPECT_EQ(bitmap_duplicate_error({7, 3, 7}, huge, seen),
+            "remote_idxs repeats block 7 within one write");
+  EXPECT_EQ(bitmap_duplicate_error({7, 3, 8}, huge, seen), "");
+  EXPECT_TRUE(seen.bitmap().empty());
+  EXPECT_GT(seen.capacity(), 0u);
 }
 
 TEST(CheckNoDuplicatesTest, IncreasingListNeedsNoSet) {

@@ -70,6 +70,15 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       }
       continue;
     }
+    if (raw_key == "KVXFER_POST") {
+      if (value == "handoff" || value == "inline") {
+        out.post_handoff = value == "handoff";
+      } else {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_POST={} is not one of handoff, inline", value));
+      }
+      continue;
+    }
     std::string_view key = raw_key;
     if (key.starts_with("UCX_")) key.remove_prefix(4);
     out.overrides[std::string(key)] = value;

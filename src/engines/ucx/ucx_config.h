@@ -34,14 +34,19 @@ struct UcxSettings {
   std::string tls = "all";
   std::uint64_t scatter_max_run = kScatterMaxRunBytes;
   std::uint64_t scatter_chunk_bytes = kScatterChunkBytes;
+  // Where scatter messages are sent (KVXFER_POST): handed to the progress
+  // thread, so that write_blocks only queues them (`handoff`, the default), or
+  // sent by write_blocks itself on the caller's thread (`inline`, as before
+  // issue 11; also what happens without a progress thread).
+  bool post_handoff = true;
 };
 
 // The value of an environment variable, or nullopt when it is not set.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 
 // Throws std::runtime_error, naming the key, for a KVXFER_SCATTER_* value
-// that is not a size or is out of range, or a KVXFER_RMA value other than
-// auto, on or off.
+// that is not a size or is out of range, a KVXFER_RMA value other than
+// auto, on or off, or a KVXFER_POST value other than handoff or inline.
 [[nodiscard]] UcxSettings compute_ucx_settings(
     const std::map<std::string, std::string>& engine_config, const EnvLookup& env,
     bool has_rdma_device);

@@ -1,11 +1,11 @@
 // Peers of the UCX lane: connect (endpoint + rkey), the endpoint's error
 // callback, and disconnect (forced close, then the rkey).
+#include <fmt/format.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "common/log.h"
 #include "engines/ucx/ucx_engine.h"
@@ -144,6 +144,12 @@ Status UcxLane::disconnect(PeerHandle handle) {
     peers_.erase(it);
   }
   live_peers_.fetch_sub(1, std::memory_order_relaxed);
+  {
+    // From here no queued write of this peer is sent, and none is being
+    // sent: the endpoint can be closed under the progress thread.
+    std::lock_guard lock(send_mu_);
+    peer->closing = true;
+  }
   // The endpoint goes first: the forced close cancels every request still
   // using the rkey, after which the rkey can go. Both are attempted.
   const Status closed = close_endpoint(*peer);

@@ -45,6 +45,9 @@ struct UcxPeer {
   // compared with (ep itself is cleared by the close, on another thread).
   ucp_ep_h ep_id = nullptr;
   RkeyHandle rkey;
+  // Set by disconnect() under the lane's send_mu_: handed-off writes not yet
+  // sent are failed instead of sent.
+  bool closing = false;
   // Written from UCX callbacks, read anywhere.
   std::atomic<EndpointState> state{EndpointState::kConnecting};
   // The ucs_status_t the endpoint failed with (UCS_OK until then).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include "common/log.h"
 #include "engines/ucx/ucx_compat.h"
@@ -60,7 +61,14 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   // rkey is published: peers write it only through scatter messages.
   if (settings_.rma) publish_rkey();
   accepting_writes_.store(true, std::memory_order_release);
-  if (want_progress_thread_) worker_.start_progress_thread();
+  if (want_progress_thread_) {
+    handoff_ = settings_.post_handoff;
+    if (handoff_) {
+      worker_.set_submit_hook(
+          [this](bool before_sleep) { return drain_submissions(before_sleep); });
+    }
+    worker_.start_progress_thread();
+  }
 }
 
 void UcxLane::publish_rkey() {
@@ -155,6 +163,10 @@ Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std
 }
 
 void UcxLane::progress() {
+  // Posts handed off: the progress thread alone drives the worker, and a
+  // poll only reads the transfers' states (microseconds, never the worker's
+  // lock).
+  if (handoff_) return;
   // With the progress thread on, peers reached through UCX are what needs the
   // caller's help; with none, the thread has it covered.
   if (worker_.progress_thread_running() && live_peers_.load(std::memory_order_relaxed) == 0) {
@@ -223,6 +235,7 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["put_writes"] = get(put_writes_);
   counters["scatter_writes"] = get(scatter_writes_);
   counters["scatter_messages"] = get(scatter_messages_);
+  counters["scatter_handed_off"] = get(scatter_handed_off_);
   counters["scatter_refused"] = get(scatter_refused_);
   counters["scatter_received"] = get(scatter_received_);
   counters["scatter_rejected"] = get(scatter_rejected_);
@@ -252,7 +265,20 @@ void UcxLane::drain_requests(const char* why) {
 
 void UcxLane::stop() {
   accepting_writes_.store(false, std::memory_order_release);
+  sending_.store(false, std::memory_order_release);
   worker_.stop_progress_thread();
+  // Posts still queued are failed, not sent: the transport is closing.
+  Xfer* head = nullptr;
+  {
+    std::lock_guard lock(submit_mu_);
+    head = std::exchange(submit_head_, nullptr);
+    submit_tail_ = nullptr;
+  }
+  while (head != nullptr) {
+    Xfer* next = std::exchange(head->next_submit, nullptr);
+    send_submitted(head);
+    head = next;
+  }
 }
 
 void UcxLane::release_pool() {

@@ -125,6 +125,11 @@ class UcxLane {
     // am_seq is nonzero while acks are awaited (then the transfer holds a
     // reference for them), am_left counts the messages not yet acked.
     std::uint32_t slot = 0;
+    // The sequence this post drew (am_seq is cleared when the wait ends;
+    // this stays for the sender of a handed-off post).
+    std::uint64_t post_seq = 0;
+    // Next in the lane's submission queue (under submit_mu_).
+    Xfer* next_submit = nullptr;
     std::uint64_t am_seq = 0;
     int am_left = 0;
     int am_status = UCS_OK;
@@ -161,6 +166,11 @@ class UcxLane {
   void register_scatter_handlers();
   Status post_scatter(UcxPeer& peer, std::span<const std::int64_t> local,
                       std::span<const std::int64_t> remote, Xfer* xfer);
+  ucs_status_t send_scatter(UcxPeer& peer, Xfer* xfer, std::size_t* sent);
+  void settle_unsent(Xfer* xfer, std::size_t sent, ucs_status_t status);
+  void submit(Xfer* xfer);
+  bool drain_submissions(bool before_sleep);
+  void send_submitted(Xfer* xfer);
   void fail_scatter(Xfer* xfer, ucs_status_t status);
   void end_scatter(Xfer* xfer, ucs_status_t status);
   void fail_peer_scatters(const UcxPeer* peer, ucs_status_t status);
@@ -237,6 +247,21 @@ class UcxLane {
   std::mutex am_mu_;
   std::vector<Xfer*> slots_;
   std::atomic<bool> accepting_writes_{false};
+  // Handed-off posts (settings_.post_handoff with the progress thread on):
+  // post_write queues the transfer and the progress thread sends it, so the
+  // caller never waits on UCX (whose eager TCP sends copy inside the call,
+  // and whose worker lock the progress thread may hold for milliseconds).
+  // submit_mu_ guards the queue and thread_idle_ (the thread is, or is about
+  // to be, asleep: the next submission wakes it). send_mu_ is held around
+  // each queued transfer's sends and by disconnect() while it marks the peer
+  // closing, so that no send starts on an endpoint being closed.
+  bool handoff_ = false;
+  std::atomic<bool> sending_{true};  // false from stop(): queued posts fail
+  std::mutex submit_mu_;
+  Xfer* submit_head_ = nullptr;
+  Xfer* submit_tail_ = nullptr;
+  bool thread_idle_ = false;
+  std::mutex send_mu_;
   std::mutex ack_mu_;
   std::deque<AckMsg> acks_;
   std::vector<AckMsg*> free_acks_;
@@ -249,6 +274,7 @@ class UcxLane {
   std::atomic<std::uint64_t> put_writes_{0};
   std::atomic<std::uint64_t> scatter_writes_{0};
   std::atomic<std::uint64_t> scatter_messages_{0};
+  std::atomic<std::uint64_t> scatter_handed_off_{0};  // writes the progress thread sent
   std::atomic<std::uint64_t> scatter_refused_{0};
   std::atomic<std::uint64_t> scatter_received_{0};
   std::atomic<std::uint64_t> scatter_rejected_{0};

@@ -174,6 +174,7 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   // Fresh and random per write (never 0, which means "not awaiting acks"):
   // an ack must name it, and no one but the target it was sent to sees it.
   const std::uint64_t seq = fresh_random();
+  xfer->post_seq = seq;
   xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the acks'
   xfer->sends_pending.store(0, std::memory_order_relaxed);
   {
@@ -189,6 +190,31 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
                       p.epoch);
   }
 
+  if (handoff_) {
+    // The progress thread sends it; a failure then shows in check().
+    xfer->refs.fetch_add(1, std::memory_order_relaxed);  // the queue's
+    scatter_handed_off_.fetch_add(1, std::memory_order_relaxed);
+    submit(xfer);
+    return Status::kSuccess;
+  }
+  std::size_t sent = 0;
+  const ucs_status_t send_status = send_scatter(p, xfer, &sent);
+  if (send_status == UCS_OK) return Status::kSuccess;
+
+  log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
+             agent_name_, p.agent_name, sent, n, ucs_status_string(send_status));
+  if (is_disconnect(send_status)) p.mark_failed();
+  settle_unsent(xfer, sent, send_status);
+  // The messages already sent read the caller's blocks until UCX is done
+  // with them: none may still do so once the post returned its error.
+  if (sent > 0) wait_sends(p, xfer);
+  unref(xfer);  // the core's: the write failed
+  return map_post_error(send_status);
+}
+
+// Sends a built transfer's messages in order. Returns UCS_OK, or the error
+// of the first send that failed, with *sent the messages that left before it.
+ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
@@ -197,12 +223,11 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   param.datatype = ucp_dt_make_iov();
   // Eager only: the target's handler then always gets the bytes in the call.
   param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-  ucs_status_t send_status = UCS_OK;
-  std::size_t sent = 0;
-  for (; sent < n; ++sent) {
-    const Chunk& chunk = xfer->am_chunks[sent];
-    const std::size_t iov_end =
-        sent + 1 < n ? xfer->am_chunks[sent + 1].iov_offset : xfer->am_iov.size();
+  const std::size_t n = xfer->am_chunks.size();
+  for (*sent = 0; *sent < n; ++*sent) {
+    const std::size_t i = *sent;
+    const Xfer::AmChunk& chunk = xfer->am_chunks[i];
+    const std::size_t iov_end = i + 1 < n ? xfer->am_chunks[i + 1].iov_offset : xfer->am_iov.size();
     xfer->refs.fetch_add(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_add(1, std::memory_order_relaxed);
     live_requests_.fetch_add(1, std::memory_order_relaxed);
@@ -213,37 +238,103 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) continue;  // on_am_sent lets go
     live_requests_.fetch_sub(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_sub(1, std::memory_order_relaxed);
-    xfer->refs.fetch_sub(1, std::memory_order_relaxed);  // the core's keeps it above zero
-    if (UCS_PTR_IS_ERR(request)) {
-      send_status = UCS_PTR_STATUS(request);
-      break;
-    }
+    xfer->refs.fetch_sub(1, std::memory_order_relaxed);  // another reference keeps it above zero
+    if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
   }
-  if (send_status == UCS_OK) return Status::kSuccess;
+  return UCS_OK;
+}
 
-  log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
-             agent_name_, p.agent_name, sent, n, ucs_status_string(send_status));
-  if (is_disconnect(send_status)) p.mark_failed();
-  // Messages already sent keep going and are still acked; the ones never
-  // sent will not be.
+// Messages [sent, n) of a transfer will never be acked: count them as
+// answered with `status`. Messages already sent keep going and are still
+// acked; the transfer ends when they are (or its peer fails).
+void UcxLane::settle_unsent(Xfer* xfer, std::size_t sent, ucs_status_t status) {
+  const std::size_t n = xfer->am_chunks.size();
   bool settle = false;
   {
     std::lock_guard lock(am_mu_);
-    if (xfer->am_seq == seq) {
+    if (xfer->am_seq == xfer->post_seq) {
       xfer->am_left -= static_cast<int>(n - sent);
-      xfer->am_status = send_status;
+      xfer->am_status = status;
       if (xfer->am_left <= 0) {
         xfer->am_seq = 0;
         settle = true;
       }
     }
   }
-  if (settle) end_scatter(xfer, send_status);
-  // The messages already sent read the caller's blocks until UCX is done
-  // with them: none may still do so once the post returned its error.
-  if (sent > 0) wait_sends(p, xfer);
-  unref(xfer);  // the core's: the write failed
-  return map_post_error(send_status);
+  if (settle) end_scatter(xfer, status);
+}
+
+// ---------------------------------------------------------------------------
+// Handed-off posts
+// ---------------------------------------------------------------------------
+
+// Caller's thread: queues a built transfer (holding the queue's reference)
+// and wakes the progress thread if it sleeps. No UCX call, no allocation.
+void UcxLane::submit(Xfer* xfer) {
+  bool wake = false;
+  {
+    std::lock_guard lock(submit_mu_);
+    xfer->next_submit = nullptr;
+    (submit_tail_ != nullptr ? submit_tail_->next_submit : submit_head_) = xfer;
+    submit_tail_ = xfer;
+    wake = std::exchange(thread_idle_, false);
+  }
+  if (wake) worker_.wake();
+}
+
+// Progress thread: sends everything queued. With `before_sleep`, returns
+// whether the thread may sleep: true when nothing was queued (the next
+// submission then wakes it), false when it sent something and must go round.
+bool UcxLane::drain_submissions(bool before_sleep) {
+  bool drained = false;
+  for (;;) {
+    Xfer* head = nullptr;
+    {
+      std::lock_guard lock(submit_mu_);
+      head = std::exchange(submit_head_, nullptr);
+      submit_tail_ = nullptr;
+      thread_idle_ = head == nullptr && before_sleep && !drained;
+      if (head == nullptr) return thread_idle_;
+    }
+    drained = true;
+    while (head != nullptr) {
+      Xfer* next = std::exchange(head->next_submit, nullptr);
+      send_submitted(head);
+      head = next;
+    }
+  }
+}
+
+// Progress thread (or stop(), once the thread is gone): sends one queued
+// transfer, or fails it when its peer is closing or failed, the lane is
+// stopping, or the core already let it go (an immediate cancel: better never
+// sent than landing late). Lets go of the queue's reference.
+void UcxLane::send_submitted(Xfer* xfer) {
+  UcxPeer& p = *xfer->peer;
+  {
+    std::lock_guard lock(send_mu_);
+    ucs_status_t refuse = UCS_OK;
+    if (p.closing || !xfer->held.load(std::memory_order_relaxed) ||
+        !sending_.load(std::memory_order_acquire)) {
+      refuse = UCS_ERR_CANCELED;
+    } else if (p.failed()) {
+      const auto error = static_cast<ucs_status_t>(p.error.load(std::memory_order_acquire));
+      refuse = error != UCS_OK ? error : UCS_ERR_CONNECTION_RESET;
+    }
+    if (refuse != UCS_OK) {
+      settle_unsent(xfer, 0, refuse);
+    } else {
+      std::size_t sent = 0;
+      const ucs_status_t st = send_scatter(p, xfer, &sent);
+      if (st != UCS_OK) {
+        log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
+                   agent_name_, p.agent_name, sent, xfer->am_chunks.size(), ucs_status_string(st));
+        if (is_disconnect(st)) p.mark_failed();
+        settle_unsent(xfer, sent, st);
+      }
+    }
+  }
+  unref(xfer);  // the queue's
 }
 
 // Drives the worker (bounded) until UCX holds none of `xfer`'s messages; if

@@ -197,6 +197,7 @@ void UcxWorker::progress_loop() {
       }
       continue;
     }
+    if (submit_hook_) submit_hook_(false);
     const std::int64_t start = now_ns();
     bool busy = false;
     for (unsigned n = 1; ucp_worker_progress(worker_.get()) != 0; ++n) {
@@ -208,6 +209,9 @@ void UcxWorker::progress_loop() {
     if (busy) continue;  // more to do: look at stop and callers, then go on
     const ucs_status_t st = ucp_worker_arm(worker_.get());
     if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
+    // Submissions that came while we progressed, or after the arm: go round
+    // again instead of sleeping on them.
+    if (submit_hook_ && !submit_hook_(true)) continue;
     // An arm failure would make the fd useless; fall back to a slow poll.
     const int timeout_ms = st == UCS_OK ? -1 : 1;
     const int n =
@@ -219,6 +223,11 @@ void UcxWorker::progress_loop() {
       }
     }
   }
+}
+
+void UcxWorker::wake() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t w = ::write(wake_fd_.get(), &one, sizeof(one));
 }
 
 void UcxWorker::stop_progress_thread() {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -49,6 +50,17 @@ class UcxWorker {
 
   void set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg);
 
+  // Work the progress thread runs for its owner (the lane's queued sends):
+  // called at the top of every round with `before_sleep` false, and once more
+  // after the worker is armed with `before_sleep` true, when it returns
+  // whether the thread may sleep (false: it found work, go round again). Set
+  // before start_progress_thread().
+  void set_submit_hook(std::function<bool(bool before_sleep)> hook) {
+    submit_hook_ = std::move(hook);
+  }
+  // Wakes the progress thread from its sleep (for new submissions).
+  void wake();
+
   void start_progress_thread();
   void stop_progress_thread();
   [[nodiscard]] bool progress_thread_running() const { return thread_.joinable(); }
@@ -78,6 +90,7 @@ class UcxWorker {
   // Progress thread: sleeps in epoll on the worker's event fd and wake_fd_.
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::function<bool(bool)> submit_hook_;
   // Callers of progress_from_caller() driving the worker now, and
   // steady_clock ns of the last such call's end.
   std::atomic<int> callers_progressing_{0};
