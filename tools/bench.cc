@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "bench_config.h"
 #include "common/ucx_tls.h"
@@ -232,6 +234,7 @@ class Bench {
     // limit is what the machine can do, and a neighbour's load on a shared
     // machine only ever slows one of them down.
     result.memcpy_runs_gbps.push_back(memcpy_baseline(schedule, spec.block_len));
+    result.memcpy_all_runs_gbps.push_back(memcpy_baseline_all(schedule, spec.block_len));
 
     auto transport = connect(result);
     const auto depth = static_cast<std::uint64_t>(spec.depth);
@@ -357,6 +360,10 @@ class Bench {
     result.memcpy_runs_gbps.push_back(memcpy_baseline(schedule, spec.block_len));
     result.memcpy_gbps =
         *std::max_element(result.memcpy_runs_gbps.begin(), result.memcpy_runs_gbps.end());
+    result.memcpy_all_runs_gbps.push_back(memcpy_baseline_all(schedule, spec.block_len));
+    result.memcpy_all_gbps =
+        *std::max_element(result.memcpy_all_runs_gbps.begin(), result.memcpy_all_runs_gbps.end());
+    result.memcpy_all_threads = memcpy_threads();
     if (args_.perftest) {
       PerftestRequest request;
       request.message_len = spec.block_len;
@@ -383,6 +390,40 @@ class Bench {
                     src + static_cast<std::uint64_t>(local[i]) * block_len, block_len);
       }
     }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return static_cast<double>(schedule.writes() * schedule.batch() * block_len) / seconds / 1e9;
+  }
+
+  static unsigned memcpy_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+  // The same copies, write w by thread w % N, one thread per core, all
+  // started together: the all-cores limit a multi-threaded copier could reach.
+  double memcpy_baseline_all(const Schedule& schedule, std::uint64_t block_len) {
+    std::uint8_t* dst = memcpy_target().data();
+    const std::uint8_t* src = source().data();
+    const unsigned n = memcpy_threads();
+    std::atomic<unsigned> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    threads.reserve(n);
+    for (unsigned t = 0; t < n; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        for (std::uint64_t w = t; w < schedule.writes(); w += n) {
+          const auto local = schedule.local(w);
+          const auto remote = schedule.remote(w);
+          for (std::size_t i = 0; i < local.size(); ++i) {
+            std::memcpy(dst + static_cast<std::uint64_t>(remote[i]) * block_len,
+                        src + static_cast<std::uint64_t>(local[i]) * block_len, block_len);
+          }
+        }
+      });
+    }
+    while (ready.load() < n) std::this_thread::yield();
+    const auto start = Clock::now();
+    go.store(true, std::memory_order_release);
+    for (auto& t : threads) t.join();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return static_cast<double>(schedule.writes() * schedule.batch() * block_len) / seconds / 1e9;
   }
@@ -493,6 +534,14 @@ class Bench {
 
   std::uint64_t seed_base() const { return args_.seed; }
 
+ public:
+  // The raw TCP baseline, from this side's pool: GB/s of one plain stream.
+  double raw_tcp_gbps(const std::string& host, std::uint64_t bytes) {
+    const double seconds = target_.raw_stream(host, source().data(), source().size(), bytes);
+    return static_cast<double>(bytes) / seconds / 1e9;
+  }
+
+ private:
   // After a poll that reported nothing. Spinning is what a serving loop with
   // nothing else to do does; on a machine with few cores it takes a core
   // from the engine's own threads, which yield and sleep give back.
@@ -601,6 +650,11 @@ Timing LatencyHistogram::timing() const {
   return t;
 }
 
+std::optional<double> CaseResult::memcpy_all_ratio() const {
+  if (!gbps || !memcpy_all_gbps || *memcpy_all_gbps <= 0) return std::nullopt;
+  return *gbps / *memcpy_all_gbps;
+}
+
 std::optional<double> CaseResult::memcpy_ratio() const {
   if (!gbps || !memcpy_gbps || *memcpy_gbps <= 0) return std::nullopt;
   return *gbps / *memcpy_gbps;
@@ -659,6 +713,18 @@ int run_bench(const BenchArgs& args) {
       lost.error = std::string("lost the target: ") + e.what();
       report.cases.push_back(std::move(lost));
       break;
+    }
+  }
+  const bool target_lost =
+      !report.cases.empty() && report.cases.back().error.rfind("lost the target", 0) == 0;
+  if (args.raw_tcp && kvxfer::internal::tls_is_tcp_only(report.ucx_tls) && !target_lost) {
+    if (!args.quiet) fmt::print(stderr, "  running the raw TCP stream baseline ...\n");
+    try {
+      const std::string host = args.peer.empty() ? "127.0.0.1" : HostPort::parse(args.peer).host;
+      report.raw_tcp_gbps = bench.raw_tcp_gbps(host, args.raw_tcp_bytes);
+      report.raw_tcp_bytes = args.raw_tcp_bytes;
+    } catch (const std::exception& e) {
+      report.raw_tcp_error = e.what();
     }
   }
   const int target_status = target->quit();

@@ -42,6 +42,9 @@ struct BenchArgs {
   std::string poll_wait = "spin";
   int poll_sleep_us = 0;
   bool perftest = true;
+  // --tls tcp only: the raw TCP stream baseline (raw_stream.h).
+  bool raw_tcp = true;
+  std::uint64_t raw_tcp_bytes = 1ull << 30;
   int perftest_timeout_s = 60;
   std::uint64_t verify_blocks = 4096;  // most blocks checked per case
   int reg_reps = 20;
@@ -93,6 +96,11 @@ struct CaseResult {
   double peer_registration_us = 0;       // add_remote_peer
   std::optional<double> memcpy_gbps;     // the faster of memcpy_runs_gbps
   std::vector<double> memcpy_runs_gbps;  // before and after the WRITEs
+  // The same copies split over one thread per core (what this machine can
+  // do; kvxfer's same-host lane copies with several threads too).
+  std::optional<double> memcpy_all_gbps;  // the faster of memcpy_all_runs_gbps
+  std::vector<double> memcpy_all_runs_gbps;
+  unsigned memcpy_all_threads = 0;
   PerftestResult perftest;
   bool verified = false;
   std::uint64_t verify_sampled = 0;
@@ -115,6 +123,7 @@ struct CaseResult {
   std::optional<double> inflight_bytes_16;  // ... per in-flight 16-block write
 
   [[nodiscard]] std::optional<double> memcpy_ratio() const;
+  [[nodiscard]] std::optional<double> memcpy_all_ratio() const;
   [[nodiscard]] std::optional<double> perftest_ratio() const;
 };
 
@@ -126,6 +135,10 @@ struct BenchReport {
   std::string target_version;
   unsigned cpus = 0;
   std::vector<CaseResult> cases;
+  // One plain TCP stream between the same two processes, pool to pool.
+  std::optional<double> raw_tcp_gbps;
+  std::uint64_t raw_tcp_bytes = 0;
+  std::string raw_tcp_error;
   [[nodiscard]] bool all_verified() const;
 };
 

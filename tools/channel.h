@@ -43,6 +43,8 @@ class LineChannel {
   void write_raw(std::string_view data, Millis timeout);
 
   [[nodiscard]] const std::string& peer_name() const { return peer_name_; }
+  // The descriptor lines are read from (a socket for a remote session).
+  [[nodiscard]] int read_fd() const { return read_fd_; }
 
  private:
   int read_fd_;

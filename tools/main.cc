@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> ucx_knobs;
   bool no_progress_thread = false;
   bool no_perftest = false;
+  bool no_raw_tcp = false;
   auto* bench_cmd = app.add_subcommand(
       "bench", "measure the reference workloads against memcpy and ucx_perftest");
   bench_cmd->add_option("--cases", bench.cases, "cases to run: big,layer,small,runs,reg")
@@ -212,6 +213,11 @@ int main(int argc, char** argv) {
                    "after an empty poll: spin, yield, or sleep:MICROSECONDS")
       ->capture_default_str();
   bench_cmd->add_flag("--no-perftest", no_perftest, "skip the ucx_perftest baseline");
+  bench_cmd->add_flag("--no-raw-tcp", no_raw_tcp,
+                      "skip the raw TCP stream baseline (runs with --tls tcp only)");
+  bench_cmd
+      ->add_option("--raw-tcp-bytes", bench.raw_tcp_bytes, "bytes of the raw TCP stream baseline")
+      ->transform(CLI::AsSizeValue(false));
   bench_cmd
       ->add_option("--perftest-timeout", bench.perftest_timeout_s,
                    "seconds before a ucx_perftest pair is killed")
@@ -268,6 +274,7 @@ int main(int argc, char** argv) {
       }
       bench.progress_thread = !no_progress_thread;
       bench.perftest = !no_perftest;
+      bench.raw_tcp = !no_raw_tcp;
       if (poll_wait.rfind("sleep:", 0) == 0) {
         bench.poll_wait = "sleep";
         bench.poll_sleep_us = std::stoi(poll_wait.substr(6));

@@ -51,19 +51,24 @@ json opt(const std::optional<T>& v) {
 }  // namespace
 
 void print_table(const BenchReport& report, std::FILE* out) {
-  fmt::print(out, "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>9} {:>6}  {}\n",
+  fmt::print(out,
+             "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>9} {:>6} {:>9} {:>6}  "
+             "{}\n",
              "case", "block_len", "batch", "GB/s", "blocks/s", "write µs p50/99/max",
-             "poll µs p50/99/max", "memcpy", "ratio", "perftest", "ratio", "verified");
+             "poll µs p50/99/max", "memcpy", "ratio", "memcpy×N", "ratio", "perftest", "ratio",
+             "verified");
   for (const CaseResult& c : report.cases) {
     const bool reg = c.spec.is_reg();
-    fmt::print(out, "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>9} {:>6}  {}\n",
+    fmt::print(out,
+               "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>9} {:>6} {:>9} {:>6}  "
+               "{}\n",
                c.spec.name, size_name(c.spec.block_len),
                reg ? std::string("-") : std::to_string(c.spec.batch), fixed(c.gbps),
                c.blocks_per_s ? fmt::format("{:.0f}", *c.blocks_per_s) : "-",
                reg ? us_triple(c.usable) : us_triple(c.write_call),
                reg ? std::string("-") : us_triple(c.poll_call), fixed(c.memcpy_gbps),
-               fixed(c.memcpy_ratio()), fixed(c.perftest.gbps), fixed(c.perftest_ratio()),
-               c.verified ? "yes" : "NO");
+               fixed(c.memcpy_ratio()), fixed(c.memcpy_all_gbps), fixed(c.memcpy_all_ratio()),
+               fixed(c.perftest.gbps), fixed(c.perftest_ratio()), c.verified ? "yes" : "NO");
   }
   for (const CaseResult& c : report.cases) {
     if (c.spec.is_reg() && c.usable.count > 0) {
@@ -91,6 +96,19 @@ void print_table(const BenchReport& report, std::FILE* out) {
     if (!c.spec.is_reg() && !c.perftest.gbps && !c.perftest.error.empty()) {
       fmt::print(out, "{}: no perftest figure: {}\n", c.spec.name, c.perftest.error);
     }
+  }
+  if (report.raw_tcp_gbps) {
+    const auto big = std::find_if(report.cases.begin(), report.cases.end(),
+                                  [](const CaseResult& c) { return c.spec.name == "big"; });
+    fmt::print(out, "raw TCP stream (one connection, pool to pool, {} MiB): {:.2f} GB/s",
+               report.raw_tcp_bytes >> 20, *report.raw_tcp_gbps);
+    if (big != report.cases.end() && big->gbps) {
+      fmt::print(out, "; big {:.2f} GB/s = {:.2f}x of it", *big->gbps,
+                 *big->gbps / *report.raw_tcp_gbps);
+    }
+    fmt::print(out, "\n");
+  } else if (!report.raw_tcp_error.empty()) {
+    fmt::print(out, "raw TCP stream: no figure: {}\n", report.raw_tcp_error);
   }
   std::fflush(out);
 }
@@ -148,6 +166,10 @@ void write_json(const BenchReport& report, const std::string& path) {
           {"memcpy_gbps", opt(c.memcpy_gbps)},
           {"memcpy_runs_gbps", c.memcpy_runs_gbps},
           {"memcpy_ratio", opt(c.memcpy_ratio())},
+          {"memcpy_all_gbps", opt(c.memcpy_all_gbps)},
+          {"memcpy_all_runs_gbps", c.memcpy_all_runs_gbps},
+          {"memcpy_all_ratio", opt(c.memcpy_all_ratio())},
+          {"memcpy_all_threads", c.memcpy_all_threads},
           {"perftest",
            {{"ran", c.perftest.ran},
             {"gbps", opt(c.perftest.gbps)},
@@ -193,6 +215,10 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"verify_blocks", a.verify_blocks},
         {"reg_reps", a.reg_reps}}},
       {"cases", cases},
+      {"raw_tcp",
+       {{"gbps", opt(report.raw_tcp_gbps)},
+        {"bytes", report.raw_tcp_bytes},
+        {"error", report.raw_tcp_error.empty() ? json(nullptr) : json(report.raw_tcp_error)}}},
   };
   std::ofstream out(path);
   out << doc.dump(2) << '\n';

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <chrono>
 #include <iostream>
 #include <stdexcept>
 
@@ -11,6 +12,7 @@
 #include "kvxfer/transport.h"
 #include "pattern.h"
 #include "pool.h"
+#include "raw_stream.h"
 #include "subprocess.h"
 
 namespace kvxfer::tools {
@@ -27,6 +29,8 @@ constexpr Millis kIdleTimeout{60 * 60 * 1000};
 constexpr Millis kWriteTimeout{30'000};
 // Longest "<remote> <local>" line of a VERIFY list.
 constexpr std::size_t kMaxPairLine = 64;
+// Most bytes one STREAM may ask a target to receive.
+constexpr std::uint64_t kMaxStreamBytes = std::uint64_t{64} << 30;
 
 std::string_view version_number() {
   std::string_view v = kvxfer::version();  // "kvxfer X.Y.Z"
@@ -65,6 +69,8 @@ class TargetSession {
         verify(m);
       } else if (m.word == "CLOSE") {
         transport_.reset();
+      } else if (m.word == "STREAM") {
+        stream(m);
       } else {
         const std::string word = m.word.substr(0, 32);
         channel_.write_line("ERROR unknown command '" + word + "'", kWriteTimeout);
@@ -131,6 +137,23 @@ class TargetSession {
                     transport_->num_blocks(), transport_->block_len(),
                     transport_->config_fingerprint()),
         kWriteTimeout);
+  }
+
+  // The raw TCP baseline: one connection, `bytes` received into the pool.
+  void stream(const Message& m) {
+    const std::uint64_t bytes = m.number("bytes");
+    if (pool_ == nullptr || bytes == 0 || bytes > kMaxStreamBytes) {
+      channel_.write_line(
+          fmt::format("ERROR STREAM of {} bytes: needs an opened region and at most {}", bytes,
+                      kMaxStreamBytes),
+          kWriteTimeout);
+      throw ChannelError(fmt::format("{} asked for a bad STREAM", channel_.peer_name()));
+    }
+    std::uint16_t port = 0;
+    const int fd = listen_for_stream(local_address_of(channel_.read_fd()), &port);
+    channel_.write_line(fmt::format("STREAMING port={}", port), kWriteTimeout);
+    receive_stream(fd, pool_->data(), pool_->size(), bytes);
+    channel_.write_line(fmt::format("STREAMED bytes={}", bytes), kWriteTimeout);
   }
 
   void verify(const Message& m) {
@@ -300,6 +323,26 @@ std::pair<std::uint64_t, std::uint64_t> TargetProcess::verify(
     throw ChannelError(fmt::format("{}: bad verify reply '{}'", name(), line.substr(0, 200)));
   }
   return {m.number("good"), m.number("bad")};
+}
+
+double TargetProcess::raw_stream(const std::string& host, const std::uint8_t* src,
+                                 std::uint64_t src_len, std::uint64_t bytes) {
+  channel_->write_line(fmt::format("STREAM bytes={}", bytes), kWriteTimeout);
+  const std::string line = channel_->read_line(kReplyTimeout);
+  const Message m = Message::parse(line);
+  if (m.word != "STREAMING") {
+    throw ChannelError(fmt::format("{}: bad stream reply '{}'", name(), line.substr(0, 200)));
+  }
+  const auto port = m.number("port");
+  if (port == 0 || port > 65535) throw ChannelError(name() + ": bad stream port");
+  const auto start = std::chrono::steady_clock::now();
+  send_stream(HostPort{host, static_cast<std::uint16_t>(port)}, src, src_len, bytes,
+              std::uint64_t{1} << 20);
+  const Message done = Message::parse(channel_->read_line(kReplyTimeout));
+  if (done.word != "STREAMED" || done.number("bytes") != bytes) {
+    throw ChannelError(name() + ": the stream did not complete");
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 pid_t TargetProcess::pid() const { return child_ != nullptr ? child_->pid() : 0; }

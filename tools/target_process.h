@@ -87,6 +87,12 @@ class TargetProcess {
   // filled with `seed`, for each (r, l). Returns (good, bad).
   std::pair<std::uint64_t, std::uint64_t> verify(
       std::uint64_t seed, const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs);
+  // The raw TCP baseline: asks the target to take one TCP connection and
+  // `bytes` into its pool, connects to it at `host` and streams them from
+  // src (wrapping at src_len). Returns the seconds from connect to the
+  // target's confirmation. Needs an opened region.
+  double raw_stream(const std::string& host, const std::uint8_t* src, std::uint64_t src_len,
+                    std::uint64_t bytes);
   // Drops the target's Transport and pool registration (the pool is kept
   // for a next OPEN of the same size).
   void close_region();

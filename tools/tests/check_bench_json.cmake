@@ -1,6 +1,7 @@
 # Checks a `kvxfer bench --json` file: every case in CASES is present and
 # verified, throughput cases carry a GB/s figure and a memcpy baseline, and
-# reg timed at least one registration.
+# reg timed at least one registration. With RAW_TCP set, the raw TCP stream
+# baseline has a figure too.
 #   cmake -DJSON=bench.json -DCASES="big;layer" -P check_bench_json.cmake
 # or set JSON and CASES, then include() it.
 if(NOT DEFINED JSON OR NOT DEFINED CASES)
@@ -39,6 +40,11 @@ foreach(i RANGE ${last})
   else()
     string(JSON gbps GET "${doc}" cases ${i} gbps)
     string(JSON memcpy GET "${doc}" cases ${i} memcpy_gbps)
+    string(JSON memcpy_all GET "${doc}" cases ${i} memcpy_all_gbps)
+    string(JSON memcpy_threads GET "${doc}" cases ${i} memcpy_all_threads)
+    if(memcpy_all STREQUAL "null" OR memcpy_threads LESS 1)
+      message(FATAL_ERROR "check_bench_json: case ${name} lacks the all-cores memcpy baseline")
+    endif()
     string(JSON sampled GET "${doc}" cases ${i} verify sampled)
     if(gbps STREQUAL "null" OR memcpy STREQUAL "null" OR sampled LESS 1)
       message(FATAL_ERROR "check_bench_json: case ${name} lacks figures (GB/s ${gbps}, memcpy ${memcpy}, ${sampled} blocks checked)")
@@ -46,3 +52,11 @@ foreach(i RANGE ${last})
   endif()
   message(STATUS "${name}: verified")
 endforeach()
+if(RAW_TCP)
+  string(JSON raw GET "${doc}" raw_tcp gbps)
+  string(JSON raw_error GET "${doc}" raw_tcp error)
+  if(raw STREQUAL "null" OR NOT raw GREATER 0)
+    message(FATAL_ERROR "check_bench_json: no raw TCP stream figure: ${raw_error}")
+  endif()
+  message(STATUS "raw TCP stream: ${raw} GB/s")
+endif()

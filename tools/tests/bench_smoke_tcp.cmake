@@ -1,0 +1,20 @@
+# `kvxfer bench --tls tcp`, small: two cases against a spawned target over
+# TCP, with the raw TCP stream and all-cores memcpy baselines in the JSON.
+#   cmake -DKVXFER=path/to/kvxfer -DWORK_DIR=dir -P bench_smoke_tcp.cmake
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+set(args bench --tls tcp --cases layer,small --region 64M --total 16M --verify-blocks 512
+  --no-perftest --raw-tcp-bytes 64M --quiet --json "${WORK_DIR}/bench.json")
+execute_process(COMMAND "${KVXFER}" ${args}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
+message(STATUS "kvxfer ${args}\n${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "kvxfer bench exited with ${rc}")
+endif()
+if(NOT out MATCHES "raw TCP stream \\(one connection")
+  message(FATAL_ERROR "the table lacks the raw TCP stream line")
+endif()
+set(JSON "${WORK_DIR}/bench.json")
+set(CASES layer small)
+set(RAW_TCP ON)
+include("${CMAKE_CURRENT_LIST_DIR}/check_bench_json.cmake")
