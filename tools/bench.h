@@ -49,6 +49,9 @@ struct BenchArgs {
   std::uint64_t verify_blocks = 4096;  // most blocks checked per case
   int reg_reps = 20;
   std::uint64_t seed = 0;  // 0: random
+  // Fan-out / incast (fan.h): when either is set, the bench runs only those.
+  std::vector<int> targets;
+  std::vector<int> initiators;
 };
 
 struct Timing {

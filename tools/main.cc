@@ -17,6 +17,7 @@
 
 #include "bench.h"
 #include "bench_config.h"
+#include "fan.h"
 #include "kvxfer/transport.h"
 #include "machine.h"
 #include "pattern.h"
@@ -213,6 +214,17 @@ int main(int argc, char** argv) {
                    "after an empty poll: spin, yield, or sleep:MICROSECONDS")
       ->capture_default_str();
   bench_cmd->add_flag("--no-perftest", no_perftest, "skip the ucx_perftest baseline");
+  bench_cmd
+      ->add_option(
+          "--targets", bench.targets,
+          "fan-out: one initiator writing round-robin to N target processes (e.g. 1,2,4,8)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  bench_cmd
+      ->add_option("--initiators", bench.initiators,
+                   "incast: N initiator processes writing into one target (e.g. 1,2,4)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   bench_cmd->add_flag("--no-raw-tcp", no_raw_tcp,
                       "skip the raw TCP stream baseline (runs with --tls tcp only)");
   bench_cmd
@@ -249,6 +261,9 @@ int main(int argc, char** argv) {
 
   // --- target (internal: spawned by demo and bench, speaks on stdin/stdout) ---
   TargetConfig target;
+  auto* initiator_cmd =
+      app.add_subcommand("initiator", "one incast writer, driven by `kvxfer bench --initiators`");
+  initiator_cmd->group("");
   auto* target_cmd = app.add_subcommand("target", "serve a pool to an initiator over stdin/stdout");
   target_cmd->group("");
   target_cmd->add_option("--tls", target.tls);
@@ -293,12 +308,18 @@ int main(int argc, char** argv) {
         return run_target_listener(HostPort::parse(listen), config, sessions);
       }
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
+      if (!bench.targets.empty() || !bench.initiators.empty()) {
+        if (!bench.peer.empty())
+          throw CLI::ValidationError("--targets/--initiators spawn their own targets: no --peer");
+        return run_fan(bench);
+      }
       return run_bench(bench);
     }
     if (*demo_cmd) return run_demo(demo);
     if (*target_cmd) {
       return run_target(target);
     }
+    if (*initiator_cmd) return run_initiator();
     if (*info_cmd) return run_info();
   } catch (const CLI::Error& e) {
     return app.exit(e);
