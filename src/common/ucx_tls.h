@@ -4,7 +4,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 
 namespace kvxfer::internal {
@@ -26,6 +28,37 @@ namespace kvxfer::internal {
     tls = comma == std::string_view::npos ? std::string_view{} : tls.substr(comma + 1);
   }
   return exclude ? !named : named;
+}
+
+// The value without UCX's shared-memory transports (posix, sysv, xpmem,
+// knem, cma and their aliases sm, shm, mm): "all" becomes "^sm", an
+// exclusion list gains "sm", a list loses them (and is "self" when nothing
+// is left).
+[[nodiscard]] inline std::string tls_without_shared_memory(std::string_view tls) {
+  constexpr std::array<std::string_view, 8> kShm = {"sm",   "shm",   "mm",   "posix",
+                                                    "sysv", "xpmem", "knem", "cma"};
+  std::string_view rest = tls;
+  while (!rest.empty() && rest.front() == '\\') rest.remove_prefix(1);
+  if (rest.empty() || rest == "all") return "^sm";
+  const bool exclude = rest.front() == '^';
+  if (exclude) {
+    return tls_allows(tls, {"sm"}) && tls_allows(tls, {"shm"}) ? std::string(tls) + ",sm"
+                                                               : std::string(tls);
+  }
+  std::string out;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    std::string_view bare = item;
+    while (!bare.empty() && bare.front() == '\\') bare.remove_prefix(1);
+    if (bare == "all") return "^sm";
+    if (!bare.empty() && std::find(kShm.begin(), kShm.end(), bare) == kShm.end()) {
+      if (!out.empty()) out += ',';
+      out += item;
+    }
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return out.empty() ? "self" : out;
 }
 
 // Whether TCP is the only way the value lets two processes reach each other

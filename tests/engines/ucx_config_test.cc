@@ -8,6 +8,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kvxfer::internal::ucx {
 namespace {
@@ -63,10 +65,37 @@ TEST(UcxConfigTest, TcpDefaultsApplyWhereTcpMayBeUsed) {
 }
 
 TEST(UcxConfigTest, NoTcpDefaultsWhereTcpIsNotAllowed) {
-  for (const std::string tls : {"sm,self", "^tcp", "posix,cma,self"}) {
+  // (The context's TLS is the user's without shared memory: see below.)
+  for (const auto& [tls, context] : std::vector<std::pair<std::string, std::string>>{
+           {"sm,self", "self"}, {"^tcp", "^tcp,sm"}, {"posix,cma,self", "self"}}) {
     const UcxSettings s = settings({{"TLS", tls}});
-    EXPECT_EQ(s.overrides, (Config{{"TLS", tls}})) << tls;
+    EXPECT_EQ(s.tls, tls);
+    EXPECT_EQ(s.overrides, (Config{{"TLS", context}})) << tls;
   }
+}
+
+TEST(UcxConfigTest, TheContextGetsNoSharedMemoryTransports) {
+  // Same-host peers never go through UCX (the CMA lane does them), and
+  // UCX's shared-memory transports are most of a worker's start-up.
+  const std::vector<std::pair<std::string, std::string>> cases = {{"all", "^sm"},
+                                                                  {"tcp", "tcp"},
+                                                                  {"sm,self,tcp", "self,tcp"},
+                                                                  {"\\sm,tcp", "tcp"},
+                                                                  {"^ib", "^ib,sm"},
+                                                                  {"^sm", "^sm"},
+                                                                  {"^shm,ib", "^shm,ib"},
+                                                                  {"posix,sysv,cma", "self"},
+                                                                  {"tcp,all", "^sm"},
+                                                                  {"rc,ud,mm,self", "rc,ud,self"}};
+  for (const auto& [tls, context] : cases) {
+    const UcxSettings s = settings({{"TLS", tls}});
+    EXPECT_EQ(s.tls, tls) << "what lanes.cc decides with stays the user's";
+    EXPECT_EQ(s.context_tls, context) << tls;
+    EXPECT_EQ(key(s, "TLS"), context) << tls;
+  }
+  // Unset: UCX's "all" minus shared memory, from the environment too.
+  EXPECT_EQ(key(settings({}), "TLS"), "^sm");
+  EXPECT_EQ(key(settings({}, {{"UCX_TLS", "sm,tcp"}}), "TLS"), "tcp");
 }
 
 TEST(UcxConfigTest, WithoutAnRdmaDeviceRmaIsOffAndTcpPutsAreNotAdvertised) {
@@ -153,7 +182,7 @@ TEST(UcxConfigTest, ScatterKnobsDefaultAndAreNotPassedToUcx) {
       {{"TLS", "sm,self"}, {"KVXFER_SCATTER_MAX_RUN", "0"}, {"KVXFER_SCATTER_CHUNK", "1M"}});
   EXPECT_EQ(s.scatter_max_run, 0u);
   EXPECT_EQ(s.scatter_chunk_bytes, 1024u * 1024u);
-  EXPECT_EQ(s.overrides, (Config{{"TLS", "sm,self"}}));
+  EXPECT_EQ(s.overrides, (Config{{"TLS", "self"}}));
 }
 
 TEST(UcxConfigTest, ScatterSizesTakeUnitSuffixes) {

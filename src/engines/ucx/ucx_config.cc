@@ -85,6 +85,8 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
   }
   if (auto tls = env("UCX_TLS")) out.tls = *tls;
   if (auto it = out.overrides.find("TLS"); it != out.overrides.end()) out.tls = it->second;
+  out.context_tls = tls_without_shared_memory(out.tls);
+  if (out.context_tls != out.tls) out.overrides["TLS"] = out.context_tls;
 
   // The one rule for every default below: the environment (UCX_<prefix><key>)
   // or the user's engine_config (<key> or <prefix><key>) wins over ours.

@@ -32,6 +32,12 @@ struct UcxSettings {
   std::map<std::string, std::string> overrides;
   // UCX_TLS as the context will see it ("all" when nobody set it).
   std::string tls = "all";
+  // What the UCX context gets: `tls` without shared-memory transports.
+  // Same-host peers go through the CMA lane (lanes.cc), never UCX, and
+  // UCX's shared-memory transports cost most of the worker's start-up
+  // (15-20 ms of ucp_worker_create here against ~1 ms without them;
+  // kvxfer_startup_bench).
+  std::string context_tls = "^sm";
   std::uint64_t scatter_max_run = kScatterMaxRunBytes;
   std::uint64_t scatter_chunk_bytes = kScatterChunkBytes;
   // Where scatter messages are sent (KVXFER_POST): handed to the progress
