@@ -91,17 +91,20 @@ nlohmann::json to_json(const Checkpoint& c) {
 // it in flight (reposted as they finish; on the loopback engine they are
 // held, so they stay in flight).
 Timing time_polls(Transport& t, const std::string& peer, std::uint64_t remote_blocks, int reps,
-                  int depth, std::uint64_t& in_flight_sum) {
+                  int depth, std::uint64_t& in_flight_sum,
+                  std::chrono::milliseconds drain = std::chrono::seconds(10)) {
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(reps));
   int inflight = 0;
+  std::vector<TransferId> posted;
   std::int64_t next = 0;
   const auto post = [&] {
     const std::int64_t local = next % 16;
     const std::int64_t remote = next % static_cast<std::int64_t>(remote_blocks);
     ++next;
-    if (t.write_blocks(peer, std::span<const std::int64_t>(&local, 1),
-                       std::span<const std::int64_t>(&remote, 1))) {
+    if (auto id = t.write_blocks(peer, std::span<const std::int64_t>(&local, 1),
+                                 std::span<const std::int64_t>(&remote, 1))) {
+      posted.push_back(*id);
       ++inflight;
     }
   };
@@ -114,12 +117,13 @@ Timing time_polls(Transport& t, const std::string& peer, std::uint64_t remote_bl
     inflight -= static_cast<int>(r.done.size() + r.failed.size());
     if (r.peer_fault) throw std::runtime_error("peer " + peer + " faulted: " + *r.peer_fault);
   }
-  // Drain what is left.
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  // Drain what is left (held loopback writes never finish: cancelled).
+  const auto deadline = Clock::now() + drain;
   while (inflight > 0 && Clock::now() < deadline) {
     const PollResult r = t.poll(peer);
     inflight -= static_cast<int>(r.done.size() + r.failed.size());
   }
+  if (inflight > 0) (void)t.cancel(posted);
   return Timing::of(std::move(samples));
 }
 
@@ -183,7 +187,8 @@ std::vector<Checkpoint> run_loopback(const PeersArgs& a, const std::vector<int>&
         }
       }
     }
-    c.poll = time_polls(initiator, "peer-0", kBlocks, a.poll_reps, 4, c.polls_in_flight);
+    c.poll = time_polls(initiator, "peer-0", kBlocks, a.poll_reps, 4, c.polls_in_flight,
+                        std::chrono::milliseconds(0));
     (void)initiator.cancel(held);
     out.push_back(c);
   }
@@ -235,9 +240,20 @@ std::vector<Checkpoint> run_tcp(const PeersArgs& a, const std::vector<int>& poin
                           c.polls_in_flight);
       out.push_back(c);
     }
+    // One write to every peer, waited for, before the close: it finishes
+    // each endpoint's wireup. A target whose reply to a wireup is still
+    // pending when the initiator goes away trips a UCX 1.13 assertion
+    // ("got REP message", see ucx_worker.cc) and aborts.
+    for (int p = 0; p < registered; ++p) {
+      const std::string peer = fmt::format("peer-{}", p);
+      std::uint64_t ignored = 0;
+      (void)time_polls(initiator, peer, kBlocks, 1, 1, ignored);
+    }
     initiator.close();
   }
-  for (auto& t : targets) t->quit();
+  int failed = 0;
+  for (auto& t : targets) failed += t->quit() != 0 ? 1 : 0;
+  if (failed > 0) fmt::print(stderr, "peers: {} of {} targets exited non-zero\n", failed, targets.size());
   return out;
 }
 
