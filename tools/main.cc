@@ -21,7 +21,9 @@
 #include "kvxfer/transport.h"
 #include "machine.h"
 #include "pattern.h"
+#include "peers_bench.h"
 #include "pool.h"
+#include "startup.h"
 #include "target_process.h"
 
 namespace kvxfer::tools {
@@ -270,6 +272,29 @@ int main(int argc, char** argv) {
   target_cmd->add_option("--region", target.max_region)->transform(CLI::AsSizeValue(false));
   target_cmd->add_option("--block-len", target.block_len)->transform(CLI::AsSizeValue(false));
 
+  // --- peers and startup (issue 11) ---
+  PeersArgs peers;
+  auto* peers_cmd = app.add_subcommand("peers", "cost of many registered peers (loopback, TCP)");
+  peers_cmd->add_option("--loopback", peers.loopback, "loopback peer checkpoints (e.g. 1,64,1000)")
+      ->delimiter(',');
+  peers_cmd->add_option("--tcp", peers.tcp, "TCP target process checkpoints (e.g. 1,8,64)")
+      ->delimiter(',');
+  peers_cmd->add_option("--region", peers.region, "each target's pool (e.g. 64M)")
+      ->transform(CLI::AsSizeValue(false));
+  peers_cmd->add_option("--poll-reps", peers.poll_reps, "timed polls per checkpoint")
+      ->check(CLI::PositiveNumber);
+  peers_cmd->add_option("--json", peers.json_path, "write every figure to FILE");
+  peers_cmd->add_option("--plot", peers.plot_path, "draw cost against peers to FILE.png");
+  peers_cmd->add_flag("--quiet,-q", peers.quiet, "no progress lines on stderr");
+  StartupArgs startup;
+  auto* startup_cmd = app.add_subcommand("startup", "where Transport construction time goes");
+  startup_cmd->add_option("--region", startup.region, "pool size (e.g. 1G)")
+      ->transform(CLI::AsSizeValue(false));
+  startup_cmd->add_option("--tls", startup.tls, "sm, tcp, a UCX_TLS string, or '' (UCX default)");
+  startup_cmd->add_option("--reps", startup.reps, "timed runs after the first")
+      ->check(CLI::PositiveNumber);
+  startup_cmd->add_option("--json", startup.json_path, "write every figure to FILE");
+
   auto* info_cmd =
       app.add_subcommand("info", "print the kvxfer and UCX versions and UCX transports");
 
@@ -321,6 +346,8 @@ int main(int argc, char** argv) {
     }
     if (*initiator_cmd) return run_initiator();
     if (*info_cmd) return run_info();
+    if (*peers_cmd) return run_peers_bench(peers);
+    if (*startup_cmd) return run_startup(startup);
   } catch (const CLI::Error& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
