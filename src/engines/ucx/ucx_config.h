@@ -36,7 +36,7 @@ struct UcxSettings {
   // Same-host peers go through the CMA lane (lanes.cc), never UCX, and
   // UCX's shared-memory transports cost most of the worker's start-up
   // (15-20 ms of ucp_worker_create here against ~1 ms without them;
-  // kvxfer_startup_bench).
+  // `kvxfer startup`).
   std::string context_tls = "^sm";
   std::uint64_t scatter_max_run = kScatterMaxRunBytes;
   std::uint64_t scatter_chunk_bytes = kScatterChunkBytes;
