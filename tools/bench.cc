@@ -230,13 +230,14 @@ class Bench {
     const std::uint64_t seed = case_seed(seed_base(), spec.name);
     const Schedule schedule(spec.pattern, result.num_blocks, spec.batch, writes, seed + 1);
     fill(source(), spec.block_len, result.num_blocks, seed);
+    auto transport = connect(result);
     // memcpy runs before and after the WRITEs, and the faster counts: the
     // limit is what the machine can do, and a neighbour's load on a shared
-    // machine only ever slows one of them down.
+    // machine only ever slows one of them down. After connect(): a freshly
+    // spawned target gives up on a first command that takes over 10 s, and
+    // both baselines over 8 GiB (big) can take that on a loaded machine.
     result.memcpy_runs_gbps.push_back(memcpy_baseline(schedule, spec.block_len));
     result.memcpy_all_runs_gbps.push_back(memcpy_baseline_all(schedule, spec.block_len));
-
-    auto transport = connect(result);
     const auto depth = static_cast<std::uint64_t>(spec.depth);
 
     // Warm-up, untimed: the first writes of the schedule, all landed before

@@ -1,7 +1,8 @@
 # Checks a `kvxfer bench --json` file: every case in CASES is present and
-# verified, throughput cases carry a GB/s figure and a memcpy baseline, and
+# verified, throughput cases carry a GB/s figure and the one-thread and
+# all-cores memcpy baselines (memcpy_all_gbps > 0), and
 # reg timed at least one registration. With RAW_TCP set, the raw TCP stream
-# baseline has a figure too.
+# baseline has a figure too (raw_tcp_gbps > 0).
 #   cmake -DJSON=bench.json -DCASES="big;layer" -P check_bench_json.cmake
 # or set JSON and CASES, then include() it.
 if(NOT DEFINED JSON OR NOT DEFINED CASES)
@@ -42,7 +43,7 @@ foreach(i RANGE ${last})
     string(JSON memcpy GET "${doc}" cases ${i} memcpy_gbps)
     string(JSON memcpy_all GET "${doc}" cases ${i} memcpy_all_gbps)
     string(JSON memcpy_threads GET "${doc}" cases ${i} memcpy_all_threads)
-    if(memcpy_all STREQUAL "null" OR memcpy_threads LESS 1)
+    if(memcpy_all STREQUAL "null" OR NOT memcpy_all GREATER 0 OR memcpy_threads LESS 1)
       message(FATAL_ERROR "check_bench_json: case ${name} lacks the all-cores memcpy baseline")
     endif()
     string(JSON sampled GET "${doc}" cases ${i} verify sampled)
@@ -53,7 +54,7 @@ foreach(i RANGE ${last})
   message(STATUS "${name}: verified")
 endforeach()
 if(RAW_TCP)
-  string(JSON raw GET "${doc}" raw_tcp gbps)
+  string(JSON raw GET "${doc}" raw_tcp_gbps)
   string(JSON raw_error GET "${doc}" raw_tcp error)
   if(raw STREQUAL "null" OR NOT raw GREATER 0)
     message(FATAL_ERROR "check_bench_json: no raw TCP stream figure: ${raw_error}")
