@@ -1,6 +1,8 @@
 #include "engines/cma/cma_lane.h"
 
+#include <sys/resource.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -270,6 +272,9 @@ void CmaLane::stop_copiers() {
 }
 
 void CmaLane::copier_loop() {
+  // Lowering one's own thread's priority needs no privilege; failing to is
+  // harmless (the copiers then only compete as before).
+  static_cast<void>(::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kCopierNice));
   std::unique_lock lock(copy_mu_);
   for (;;) {
     copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });

@@ -45,6 +45,10 @@ class CmaLane {
   // progress()) stays a call in microseconds. Runs are split into iovecs of
   // at most this length at post time; copiers claim many of them at once.
   static constexpr std::size_t kCallerSliceBytes = std::size_t{64} << 10;
+  // The copier threads' nice value: on a host with no spare core they yield
+  // to the thread that calls write_blocks and poll, which would otherwise
+  // wait out a scheduler tick behind them.
+  static constexpr int kCopierNice = 10;
 
   // `num_threads` (Options::num_threads) bounds the copier threads.
   CmaLane(std::string agent_name, const Region& region, int num_threads);
