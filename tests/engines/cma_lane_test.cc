@@ -3,10 +3,10 @@
 // the caller's thread, however large the write, and the bytes land.
 #include "engines/cma/cma_lane.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <numeric>
@@ -51,8 +51,7 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   // The copier may take a whole write before the caller gets to it, so write
   // until a progress() call has copied something (the first write almost
   // always suffices).
-  for (int attempt = 0; attempt < 50 && counters_of(source)["cma_caller_slices"] == 0;
-       ++attempt) {
+  for (int attempt = 0; attempt < 50 && counters_of(source)["cma_caller_slices"] == 0; ++attempt) {
     std::fill(dst.begin(), dst.end(), 0);
     XferHandle xfer{};
     ASSERT_EQ(source.post_write(peer, 1, blocks, blocks, &xfer), Status::kSuccess);
