@@ -1,6 +1,8 @@
 #include "engines/cma/cma_lane.h"
 
+#include <sys/resource.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,9 +17,9 @@ namespace {
 
 // process_vm_writev takes at most UIO_MAXIOV iovecs per call.
 constexpr std::size_t kMaxIov = 1024;
-// The unit of copy work a thread claims at a time: at most this many bytes
-// (longer runs are split at post time) and kMaxIov iovecs. Several copiers,
-// and a caller in progress(), can so share one large write.
+// The unit of copy work a copier claims at a time: at most this many bytes
+// and kMaxIov iovecs. Several copiers, and a caller in progress() (which
+// claims at most CmaLane::kCallerSliceBytes), can so share one large write.
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 
 }  // namespace
@@ -154,12 +156,12 @@ Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std
   auto* const base = static_cast<std::uint8_t*>(region_.base);
   const std::uint64_t block_len = region_.block_len;
   for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
-    // A run longer than a chunk becomes several iovecs, so that no claim
-    // exceeds kChunkBytes.
+    // A run longer than a caller's slice becomes several iovecs, so that a
+    // caller's claim (one iovec at least) never exceeds kCallerSliceBytes.
     auto* src = base + static_cast<std::uint64_t>(l) * block_len;
     auto dst = peer->remote_base + static_cast<std::uint64_t>(r) * peer->remote_block_len;
     for (std::size_t left = count * block_len; left > 0;) {
-      const std::size_t len = std::min(left, kChunkBytes);
+      const std::size_t len = std::min(left, kCallerSliceBytes);
       xfer->local_iov.push_back({src, len});
       xfer->remote_iov.push_back({reinterpret_cast<void*>(dst), len});
       src += len;
@@ -188,11 +190,19 @@ Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std
 }
 
 void CmaLane::progress() {
-  // A caller that polls while copies wait lends its thread to one chunk of
-  // them, instead of spinning on a core the copier threads need.
+  // A caller that polls while copies wait lends its thread to a slice of
+  // them, instead of spinning on a core the copier threads need; a bounded
+  // slice, so that the poll returns in microseconds.
   if (copies_queued_.load(std::memory_order_relaxed)) {
     std::unique_lock lock(copy_mu_);
-    if (copy_head_ != nullptr) run_chunk(lock);
+    if (copy_head_ == nullptr) return;
+    const std::uint64_t bytes = run_chunk(lock, kCallerSliceBytes);
+    lock.unlock();
+    caller_slices_.fetch_add(1, std::memory_order_relaxed);
+    std::uint64_t max = caller_slice_max_bytes_.load(std::memory_order_relaxed);
+    while (bytes > max &&
+           !caller_slice_max_bytes_.compare_exchange_weak(max, bytes, std::memory_order_relaxed)) {
+    }
   }
 }
 
@@ -237,6 +247,8 @@ void CmaLane::add_live(HandleCounts& counts) const {
 
 void CmaLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
   counters["cma_writes"] = cma_writes_.load(std::memory_order_relaxed);
+  counters["cma_caller_slices"] = caller_slices_.load(std::memory_order_relaxed);
+  counters["cma_caller_slice_max_bytes"] = caller_slice_max_bytes_.load(std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------
@@ -260,26 +272,32 @@ void CmaLane::stop_copiers() {
 }
 
 void CmaLane::copier_loop() {
+  // Lowering one's own thread's priority needs no privilege; failing to is
+  // harmless (the copiers then only compete as before).
+  static_cast<void>(::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kCopierNice));
   std::unique_lock lock(copy_mu_);
   for (;;) {
     copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });
     if (copy_head_ == nullptr) return;  // stopping, and nothing left to finish
-    run_chunk(lock);
+    run_chunk(lock, kChunkBytes);
   }
 }
 
-// Claims the next chunk of the transfer at the head of the queue and copies
-// it; whoever finishes a transfer's last chunk completes the transfer.
-// Called, and returns, with copy_mu_ held through `lock`; copy_head_ is set.
-void CmaLane::run_chunk(std::unique_lock<std::mutex>& lock) {
+// Claims the next chunk (at most `max_bytes`, but at least one iovec) of the
+// transfer at the head of the queue and copies it; whoever finishes a
+// transfer's last chunk completes the transfer. Called, and returns, with
+// copy_mu_ held through `lock`; copy_head_ is set. Returns the bytes claimed.
+std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, std::size_t max_bytes) {
   Xfer* xfer = copy_head_;
   Peer& peer = *xfer->peer;
   const std::size_t n = xfer->local_iov.size();
   const std::size_t begin = xfer->next_iov;
   std::size_t end = begin;
-  for (std::size_t bytes = 0; end < n && end - begin < kMaxIov; ++end) {
-    bytes += xfer->local_iov[end].iov_len;
-    if (end > begin && bytes > kChunkBytes) break;
+  std::size_t bytes = 0;
+  for (; end < n && end - begin < kMaxIov; ++end) {
+    const std::size_t len = xfer->local_iov[end].iov_len;
+    if (end > begin && bytes + len > max_bytes) break;
+    bytes += len;
   }
   xfer->next_iov = end;
   if (end == n) {  // fully claimed: the next transfer is up
@@ -299,7 +317,7 @@ void CmaLane::run_chunk(std::unique_lock<std::mutex>& lock) {
   if (result != Status::kSuccess && xfer->chunk_error == Status::kSuccess) {
     xfer->chunk_error = result;
   }
-  if (--xfer->running > 0 || xfer->next_iov < n) return;  // its other chunks finish it
+  if (--xfer->running > 0 || xfer->next_iov < n) return bytes;  // its other chunks finish it
   Status final_result = xfer->chunk_error;
   lock.unlock();
   // Every chunk landed: the cookie must still read back (run_copy of none).
@@ -311,6 +329,7 @@ void CmaLane::run_chunk(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   unref(xfer);
   lock.lock();
+  return bytes;
 }
 
 // Copies iovecs [begin, end) of a transfer after reading the peer's cookie;

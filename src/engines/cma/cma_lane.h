@@ -40,6 +40,16 @@ namespace kvxfer::internal::cma {
 
 class CmaLane {
  public:
+  // The most bytes one progress() call copies on the caller's thread: a few
+  // tens of microseconds of process_vm_writev, so that poll() (which calls
+  // progress()) stays a call in microseconds. Runs are split into iovecs of
+  // at most this length at post time; copiers claim many of them at once.
+  static constexpr std::size_t kCallerSliceBytes = std::size_t{64} << 10;
+  // The copier threads' nice value: on a host with no spare core they yield
+  // to the thread that calls write_blocks and poll, which would otherwise
+  // wait out a scheduler tick behind them.
+  static constexpr int kCopierNice = 10;
+
   // `num_threads` (Options::num_threads) bounds the copier threads.
   CmaLane(std::string agent_name, const Region& region, int num_threads);
   ~CmaLane() { stop_copiers(); }
@@ -63,7 +73,8 @@ class CmaLane {
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
                                   std::span<const std::int64_t> remote, XferHandle* out);
-  // Copies one queued chunk on the calling thread, if any is queued.
+  // Copies at most kCallerSliceBytes of queued copies on the calling
+  // thread, if any is queued.
   void progress();
   [[nodiscard]] Status check(XferHandle xfer, Status* state);
   [[nodiscard]] Status release(XferHandle xfer);
@@ -114,7 +125,8 @@ class CmaLane {
 
   void start_copiers();
   void copier_loop();
-  void run_chunk(std::unique_lock<std::mutex>& lock);
+  // Returns the bytes claimed.
+  std::size_t run_chunk(std::unique_lock<std::mutex>& lock, std::size_t max_bytes);
   Status run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end);
   Status cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote);
   Xfer* acquire_xfer();
@@ -152,6 +164,9 @@ class CmaLane {
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
   std::atomic<std::uint64_t> cma_writes_{0};  // running total for counters()
+  // Slices progress() copied on callers' threads, and the largest, in bytes.
+  std::atomic<std::uint64_t> caller_slices_{0};
+  std::atomic<std::uint64_t> caller_slice_max_bytes_{0};
 };
 
 }  // namespace kvxfer::internal::cma
