@@ -104,6 +104,7 @@ int run_demo(const DemoArgs& a) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  transport.close();
   const auto [good, bad] = target->verify(seed, written);
   const double bytes = static_cast<double>(a.blocks * a.block_len);
   fmt::print("blocks     {}\n", a.blocks);
@@ -114,7 +115,6 @@ int run_demo(const DemoArgs& a) {
   fmt::print("failed     {}\n", failed);
   fmt::print("verified   {} ({} of {} blocks byte for byte, {} wrong)\n",
              bad == 0 && failed == 0 && good == a.blocks ? "yes" : "NO", good, a.blocks, bad);
-  transport.close();
   const Stats s = transport.stats();
   const bool clean = s.live == HandleCounts{};
   fmt::print("closed     live handles after close: {}\n", clean ? "0" : "LEAKED");

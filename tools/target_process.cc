@@ -88,6 +88,7 @@ class TargetSession {
 
   void open(const Message& m) {
     transport_.reset();
+    num_blocks_ = 0;  // nothing to verify until this open succeeds
     const std::uint64_t block_len = m.number("block_len");
     const std::uint64_t region = m.number("region");
     const std::string& fingerprint = m.text("fingerprint");
@@ -127,6 +128,8 @@ class TargetSession {
       transport_ = std::make_unique<Transport>(
           fmt::format("bench-target-{}-{}", ::getpid(), ++opens_),
           Region{pool_->data(), region / block_len, block_len}, options);
+      num_blocks_ = region / block_len;
+      block_len_ = block_len;
     } catch (const std::exception& e) {
       refuse(fmt::format("cannot register a pool of {} bytes: {}", region, e.what()));
       return;
@@ -156,7 +159,11 @@ class TargetSession {
     channel_.write_line(fmt::format("STREAMED bytes={}", bytes), kWriteTimeout);
   }
 
+  // A verify ends the region's writes: the transport is closed first, so no
+  // byte can land while it is checked, and joining the engine's threads
+  // orders every byte they copied before the reads below.
   void verify(const Message& m) {
+    transport_.reset();
     const std::uint64_t seed = m.number("seed");
     const std::uint64_t count = m.number("count");
     if (count > kMaxVerifyPairs) {
@@ -177,9 +184,9 @@ class TargetSession {
           !parse_i64(std::string_view(line).substr(space + 1), &local)) {
         throw ChannelError(fmt::format("{} sent a bad VERIFY line", channel_.peer_name()));
       }
-      const bool in_range = transport_ != nullptr && remote >= 0 && local >= 0 &&
-                            static_cast<std::uint64_t>(remote) < transport_->num_blocks();
-      const std::uint64_t len = in_range ? transport_->block_len() : 0;
+      const bool in_range = pool_ != nullptr && remote >= 0 && local >= 0 &&
+                            static_cast<std::uint64_t>(remote) < num_blocks_;
+      const std::uint64_t len = in_range ? block_len_ : 0;
       if (in_range && block_matches(pool_->data() + static_cast<std::uint64_t>(remote) * len, len,
                                     seed, static_cast<std::uint64_t>(local))) {
         ++good;
@@ -195,6 +202,8 @@ class TargetSession {
   const std::string fingerprint_;
   std::unique_ptr<Pool>& pool_;  // kept across sessions: touching 1 GiB costs ~0.3 s
   std::unique_ptr<Transport> transport_;
+  std::uint64_t num_blocks_ = 0;  // of the last region opened; kept for VERIFY
+  std::uint64_t block_len_ = 0;
   int opens_ = 0;
 };
 
