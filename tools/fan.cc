@@ -79,11 +79,31 @@ struct Job {
   std::uint64_t done = 0;
   std::uint64_t ok_bytes = 0;
   int inflight = 0;
+  // (id, write) of the writes in flight: transfers complete in any order,
+  // so a write waits until the one before it on the same blocks has ended.
+  std::vector<std::pair<TransferId, std::uint64_t>> flight;
+  [[nodiscard]] bool may_post() const {
+    if (next >= writes) return false;
+    for (const auto& f : flight)
+      if (next - f.second >= spread->cycle()) return false;  // f's blocks again
+    return true;
+  }
+  void ended(const std::vector<TransferId>& ids) {
+    for (const TransferId id : ids) {
+      for (auto& f : flight) {
+        if (f.first == id) {
+          f = flight.back();
+          flight.pop_back();
+          break;
+        }
+      }
+    }
+  }
 };
 
-// Posts the jobs' writes round-robin, at most `depth` in flight in all, and
-// polls each peer with writes in flight (scoped polls) until every write is
-// reported.
+// Posts the jobs' writes round-robin, at most `depth` in flight in all and
+// never two on the same blocks at once, and polls each peer with writes in
+// flight (scoped polls) until every write is reported.
 DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth,
                   std::uint64_t block_len) {
   DriveResult out;
@@ -93,7 +113,10 @@ DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth,
   LatencyHistogram write_us;
   LatencyHistogram poll_us;
   std::uint64_t total = 0;
-  for (const Job& j : jobs) total += j.writes;
+  for (Job& j : jobs) {
+    total += j.writes;
+    j.flight.reserve(static_cast<std::size_t>(depth));
+  }
   std::uint64_t done = 0;
   int inflight = 0;
   std::size_t rr = 0;
@@ -103,7 +126,7 @@ DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth,
     for (std::size_t idle = 0; inflight < depth && idle < jobs.size();) {
       Job& j = jobs[rr];
       rr = (rr + 1) % jobs.size();
-      if (j.next >= j.writes) {
+      if (!j.may_post()) {
         ++idle;
         continue;
       }
@@ -117,6 +140,7 @@ DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth,
         out.error = fmt::format("write_blocks to {} failed to post", j.peer);
         break;
       }
+      j.flight.emplace_back(*id, j.next);
       ++j.next;
       ++j.inflight;
       ++inflight;
@@ -127,6 +151,8 @@ DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth,
       const auto p0 = Clock::now();
       const PollResult r = transport.poll(j.peer);
       poll_us.add(micros(Clock::now() - p0));
+      j.ended(r.done);
+      j.ended(r.failed);
       const auto n = static_cast<int>(r.done.size() + r.failed.size());
       j.inflight -= n;
       inflight -= n;

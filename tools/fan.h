@@ -21,8 +21,9 @@ namespace kvxfer::tools {
 // [first, first + count) of a target: the owned blocks, shuffled once, are
 // written `batch` at a time in order and over again; local blocks likewise
 // from a shuffled local pool. Writes w and w' touch the same remote blocks
-// only when w = w' mod (count / batch), so with fewer writes than that in
-// flight no two race, and the last write of every block is known.
+// only when w = w' mod (count / batch); transfers complete in any order, so
+// the writer posts w only once w - cycle() has ended, and then the last write
+// of every block is known.
 class Spread {
  public:
   Spread(std::uint64_t first, std::uint64_t count, std::uint64_t local_blocks, std::uint64_t batch,
