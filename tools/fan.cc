@@ -1,6 +1,7 @@
 #include "fan.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,11 +102,27 @@ struct Job {
   }
 };
 
+// What a writer does after a round of polls that reported nothing (--poll-wait).
+struct PollWait {
+  std::string mode = "spin";  // spin | yield | sleep
+  int sleep_us = 0;
+  void idle() const {
+    if (mode == "yield") {
+      ::sched_yield();
+    } else if (mode == "sleep") {
+      ::usleep(static_cast<useconds_t>(sleep_us));
+    }
+  }
+  [[nodiscard]] std::string name() const {
+    return mode == "sleep" ? fmt::format("sleep:{}", sleep_us) : mode;
+  }
+};
+
 // Posts the jobs' writes round-robin, at most `depth` in flight in all and
 // never two on the same blocks at once, and polls each peer with writes in
 // flight (scoped polls) until every write is reported.
-DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth,
-                  std::uint64_t block_len) {
+DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth, std::uint64_t block_len,
+                  const PollWait& wait) {
   DriveResult out;
   const std::uint64_t batch = jobs.front().spread->batch();
   std::vector<std::int64_t> local(batch);
@@ -165,9 +182,12 @@ DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth,
     }
     if (any) {
       last_completion = Clock::now();
-    } else if (Clock::now() - last_completion > kStallTimeout) {
+      continue;
+    }
+    if (Clock::now() - last_completion > kStallTimeout) {
       out.error = fmt::format("stalled: no write completed for {} s", kStallTimeout.count());
     }
+    wait.idle();
   }
   out.end_ns = now_ns();
   for (const Job& j : jobs) out.bytes += j.ok_bytes;
@@ -209,6 +229,7 @@ struct FanParams {
   std::uint64_t region = kMaxFanRegion;
   std::uint64_t seed = 1;
   std::string fingerprint;
+  PollWait wait;
 };
 
 double share_of_slowest(const std::vector<double>& each) {
@@ -261,7 +282,7 @@ FanRow run_fanout(const BenchArgs& args, const FanParams& p, int n,
       jobs.push_back(j);
     }
     warm_up(transport, jobs);
-    const DriveResult r = drive(transport, jobs, p.depth, p.block_len);
+    const DriveResult r = drive(transport, jobs, p.depth, p.block_len, p.wait);
     transport.close();
     row.error = r.error;
     if (row.error.empty() && transport.stats().live != HandleCounts{}) {
@@ -345,10 +366,11 @@ FanRow run_incast(const FanParams& p, int n, TargetProcess& target) {
     for (int i = 0; i < n; ++i) {
       inits[static_cast<std::size_t>(i)].channel->write_line(
           fmt::format("SETUP tls={} metadata={} base={} num_blocks={} block_len={} first={} "
-                      "count={} batch={} depth={} writes={} seed={} local_region={} index={}",
+                      "count={} batch={} depth={} writes={} seed={} local_region={} index={} "
+                      "poll_wait={} poll_sleep_us={}",
                       p.tls, to_hex(g.metadata), g.base, g.num_blocks, g.block_len,
                       static_cast<std::uint64_t>(i) * count, count, p.batch, p.depth, writes,
-                      seed_of(i), local_region, i),
+                      seed_of(i), local_region, i, p.wait.mode, p.wait.sleep_us),
           kWriteTimeout);
     }
     for (auto& init : inits) {
@@ -432,10 +454,10 @@ std::string triple(const Timing& t) {
 void print_rows(const std::vector<FanRow>& rows, const FanParams& p, std::FILE* out) {
   fmt::print(out,
              "fan-out: one initiator -> N targets, round-robin, scoped polls; incast: N initiator "
-             "processes -> one target. {} blocks x {}, depth {}, UCX_TLS={}\n",
+             "processes -> one target. {} blocks x {}, depth {}, UCX_TLS={}, poll wait {}\n",
              p.block_len >= (1 << 20) ? fmt::format("{} MiB", p.block_len >> 20)
                                       : fmt::format("{} KiB", p.block_len >> 10),
-             p.batch, p.depth, ucx_tls_for(p.tls));
+             p.batch, p.depth, ucx_tls_for(p.tls), p.wait.name());
   fmt::print(out, "{:<8} {:>3} {:>7} {:>7} {:>8} {:>20} {:>20}  {}\n", "run", "N", "GB/s", "x N=1",
              "slowest", "write µs p50/99/max", "poll µs p50/99/max", "verified");
   for (const FanRow& r : rows) {
@@ -477,6 +499,7 @@ void write_rows_json(const std::vector<FanRow>& rows, const FanParams& p, const 
                     {"block_len", p.block_len},
                     {"batch", p.batch},
                     {"depth", p.depth},
+                    {"poll_wait", p.wait.name()},
                     {"total_bytes", p.total},
                     {"region_bytes", p.region},
                     {"runs", out}};
@@ -537,6 +560,8 @@ int run_fan(const BenchArgs& args) {
   p.region = std::min(args.region, kMaxFanRegion);
   p.seed = args.seed != 0 ? args.seed : (std::random_device{}() | 1);
   p.fingerprint = config_fingerprint(bench_config_fields(args.tls));
+  p.wait.mode = args.poll_wait;
+  p.wait.sleep_us = args.poll_sleep_us;
   if (p.block_len == 0 || p.block_len > p.region)
     throw std::invalid_argument("bad --block-len for --region");
   for (const int n : args.targets)
@@ -608,7 +633,13 @@ int run_initiator() {
     channel.write_line("READY", kWriteTimeout);
     if (Message::parse(channel.read_line(kReplyTimeout)).word != "GO")
       throw ChannelError("expected GO");
-    const DriveResult r = drive(transport, jobs, static_cast<int>(m.number("depth")), block_len);
+    PollWait wait;
+    wait.mode = m.text("poll_wait");
+    wait.sleep_us = static_cast<int>(std::min<std::uint64_t>(m.number("poll_sleep_us"), 1'000'000));
+    if (wait.mode != "spin" && wait.mode != "yield" && wait.mode != "sleep")
+      throw ChannelError("bad SETUP poll_wait");
+    const DriveResult r =
+        drive(transport, jobs, static_cast<int>(m.number("depth")), block_len, wait);
     transport.close();
     const bool ok = r.error.empty() && r.failed == 0 && transport.stats().live == HandleCounts{};
     if (!ok)
