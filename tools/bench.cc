@@ -553,13 +553,7 @@ class Bench {
   // After a poll that reported nothing. Spinning is what a serving loop with
   // nothing else to do does; on a machine with few cores it takes a core
   // from the engine's own threads, which yield and sleep give back.
-  void idle_wait() const {
-    if (args_.poll_wait == "yield") {
-      ::sched_yield();
-    } else if (args_.poll_wait == "sleep") {
-      ::usleep(static_cast<useconds_t>(args_.poll_sleep_us));
-    }
-  }
+  void idle_wait() const { poll_idle(args_.poll_wait, args_.poll_sleep_us); }
 
   const BenchArgs& args_;
   TargetProcess& target_;
@@ -676,6 +670,14 @@ std::optional<double> CaseResult::perftest_ratio() const {
 bool BenchReport::all_verified() const {
   return !cases.empty() &&
          std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) { return c.verified; });
+}
+
+void poll_idle(const std::string& mode, int sleep_us) {
+  if (mode == "yield") {
+    ::sched_yield();
+  } else if (mode == "sleep") {
+    ::usleep(static_cast<useconds_t>(sleep_us));
+  }
 }
 
 int run_bench(const BenchArgs& args) {

@@ -148,4 +148,8 @@ struct BenchReport {
 // Runs the bench and prints the table; 0 when every case verified.
 int run_bench(const BenchArgs& args);
 
+// What a writer does after a poll that reported nothing (--poll-wait):
+// "spin" returns at once, "yield" calls sched_yield, "sleep" sleeps sleep_us.
+void poll_idle(const std::string& mode, int sleep_us);
+
 }  // namespace kvxfer::tools

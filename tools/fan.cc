@@ -1,7 +1,6 @@
 #include "fan.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,7 +78,6 @@ struct Job {
   std::uint64_t next = 0;
   std::uint64_t done = 0;
   std::uint64_t ok_bytes = 0;
-  int inflight = 0;
   // (id, write) of the writes in flight: transfers complete in any order,
   // so a write waits until the one before it on the same blocks has ended.
   std::vector<std::pair<TransferId, std::uint64_t>> flight;
@@ -106,13 +104,7 @@ struct Job {
 struct PollWait {
   std::string mode = "spin";  // spin | yield | sleep
   int sleep_us = 0;
-  void idle() const {
-    if (mode == "yield") {
-      ::sched_yield();
-    } else if (mode == "sleep") {
-      ::usleep(static_cast<useconds_t>(sleep_us));
-    }
-  }
+  void idle() const { poll_idle(mode, sleep_us); }
   [[nodiscard]] std::string name() const {
     return mode == "sleep" ? fmt::format("sleep:{}", sleep_us) : mode;
   }
@@ -159,19 +151,17 @@ DriveResult drive(Transport& transport, std::vector<Job>& jobs, int depth, std::
       }
       j.flight.emplace_back(*id, j.next);
       ++j.next;
-      ++j.inflight;
       ++inflight;
     }
     bool any = false;
     for (Job& j : jobs) {
-      if (j.inflight == 0) continue;
+      if (j.flight.empty()) continue;
       const auto p0 = Clock::now();
       const PollResult r = transport.poll(j.peer);
       poll_us.add(micros(Clock::now() - p0));
       j.ended(r.done);
       j.ended(r.failed);
       const auto n = static_cast<int>(r.done.size() + r.failed.size());
-      j.inflight -= n;
       inflight -= n;
       j.done += static_cast<std::uint64_t>(n);
       j.ok_bytes += r.done.size() * batch * block_len;
