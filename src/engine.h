@@ -64,6 +64,18 @@ class Engine {
                                           std::span<const std::int64_t> remote,
                                           XferHandle* out) = 0;
 
+  // Posts one READ of remote block remote[i] of the peer's pool into local
+  // block local[i] for every i (indices already validated by the core: no
+  // local block twice). The same handle life as a write: check() reports
+  // kSuccess once every byte is in OUR pool. Once check() reports a read
+  // ended (done or failed), no byte of it is written into our pool any more.
+  // release() of a read still in flight stops every part not yet started
+  // (a reply that arrives later is dropped); a copy already under way may
+  // finish, as a write's does.
+  [[nodiscard]] virtual Status post_read(PeerHandle peer, TransferId id,
+                                         std::span<const std::int64_t> local,
+                                         std::span<const std::int64_t> remote, XferHandle* out) = 0;
+
   // Lets the engine make progress once before a batch of checks (a no-op
   // when a progress thread does it).
   virtual void progress() {}

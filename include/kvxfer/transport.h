@@ -1,5 +1,5 @@
 // kvxfer::Transport: one-sided WRITEs of fixed-size KV blocks into peers'
-// registered pools.
+// registered pools, and READs of them back.
 #pragma once
 
 #include <chrono>
@@ -92,6 +92,9 @@ struct PeerStats {
   std::uint64_t bytes_done = 0;
   std::uint64_t transfers_done = 0;
   std::uint64_t transfers_failed = 0;
+  // The READs among transfers_done, and their bytes (also in bytes_done).
+  std::uint64_t reads_done = 0;
+  std::uint64_t read_bytes_done = 0;
   std::uint64_t post_failures = 0;
   std::uint64_t inflight = 0;
   int strikes = 0;
@@ -190,6 +193,19 @@ class Transport {
   [[nodiscard]] std::optional<TransferId> write_blocks(
       std::string_view peer_id, std::span<const std::int32_t> local_idxs,
       std::span<const std::int32_t> remote_idxs);
+
+  // Posts one READ of remote block remote_idxs[i] of the peer's pool into
+  // local block local_idxs[i] for every i: the mirror of write_blocks, with
+  // the same ids, validation (a local block may not be read into twice),
+  // poll, cancel, strikes, faults and stall rule. Done means the bytes are in
+  // OUR pool. An immediate cancel stops what has not started yet; a copy
+  // already under way may still land (cancel kWait says when none can).
+  [[nodiscard]] std::optional<TransferId> read_blocks(std::string_view peer_id,
+                                                      std::span<const std::int64_t> local_idxs,
+                                                      std::span<const std::int64_t> remote_idxs);
+  [[nodiscard]] std::optional<TransferId> read_blocks(std::string_view peer_id,
+                                                      std::span<const std::int32_t> local_idxs,
+                                                      std::span<const std::int32_t> remote_idxs);
 
   // Counts a post the caller could not make (for instance, indices a
   // reference-compatible wrapper refuses without throwing) against the peer

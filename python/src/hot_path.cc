@@ -1,4 +1,4 @@
-// write_blocks and poll, called once per transfer from the serving loop. They
+// write_blocks, read_blocks and poll, called once per transfer from the serving loop. They
 // are plain METH_FASTCALL methods: no argument tuple, no overload resolution,
 // no type-caster lookups. Exceptions go through pybind11's registered
 // translators, so they map exactly as for every other method.
@@ -129,11 +129,15 @@ PyObject* to_python(const PollResult& result) {
   return out.release().ptr();
 }
 
-PyObject* write_blocks(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+// write_blocks and read_blocks: the same arguments, one transfer each way.
+template <bool kRead>
+PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                          PyObject* kwnames) {
   try {
     PyTransport& transport = unwrap(self);
     static constexpr std::array<const char*, 3> kNames{"peer_id", "local_idxs", "remote_idxs"};
-    const auto a = bind_args("write_blocks", kNames, 3, args, nargs, kwnames);
+    const auto a =
+        bind_args(kRead ? "read_blocks" : "write_blocks", kNames, 3, args, nargs, kwnames);
     const std::string_view peer_id = text_arg(a[0], "peer_id");
     std::vector<std::int64_t> local_copy;
     std::vector<std::int64_t> remote_copy;
@@ -146,10 +150,13 @@ PyObject* write_blocks(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
     std::optional<TransferId> id;
     {
       py::gil_scoped_release nogil;
+      Transport& t = transport.get();
       if (local.kind() == IndexArg::Kind::kInt32) {
-        id = transport.get().write_blocks(peer_id, local.int32(), remote.int32());
+        id = kRead ? t.read_blocks(peer_id, local.int32(), remote.int32())
+                   : t.write_blocks(peer_id, local.int32(), remote.int32());
       } else {
-        id = transport.get().write_blocks(peer_id, local.int64(), remote.int64());
+        id = kRead ? t.read_blocks(peer_id, local.int64(), remote.int64())
+                   : t.write_blocks(peer_id, local.int64(), remote.int64());
       }
     }
     if (!id) Py_RETURN_NONE;
@@ -186,13 +193,22 @@ PyCFunction as_cfunction() {
 }
 
 PyMethodDef g_write_blocks_def{
-    "write_blocks", as_cfunction<&write_blocks>(), METH_FASTCALL | METH_KEYWORDS,
+    "write_blocks", as_cfunction<&transfer_blocks<false>>(), METH_FASTCALL | METH_KEYWORDS,
     "write_blocks($self, peer_id, local_idxs, remote_idxs)\n--\n\n"
     "Posts one WRITE of local block local_idxs[i] to remote block remote_idxs[i] for\n"
     "every i. The index lists are lists, tuples or 1-D integer arrays (int32/int64\n"
     "numpy arrays are not converted: their memory is read exactly once, into the\n"
     "copy that is then checked and posted). Returns the transfer id, or None when the\n"
     "peer is unknown or the post failed (counted against the peer)."};
+
+PyMethodDef g_read_blocks_def{
+    "read_blocks", as_cfunction<&transfer_blocks<true>>(), METH_FASTCALL | METH_KEYWORDS,
+    "read_blocks($self, peer_id, local_idxs, remote_idxs)\n--\n\n"
+    "Posts one READ of the peer's block remote_idxs[i] into local block local_idxs[i]\n"
+    "for every i: the mirror of write_blocks (same index types, same checks, and a\n"
+    "local block may not appear twice). poll() reports it done once the bytes are in\n"
+    "this transport's pool. Returns the transfer id, or None when the peer is unknown\n"
+    "or the post failed (counted against the peer)."};
 
 PyMethodDef g_poll_def{
     "poll", as_cfunction<&poll>(), METH_FASTCALL | METH_KEYWORDS,
@@ -212,6 +228,7 @@ void add_method(py::class_<PyTransport>& cls, PyMethodDef* def) {
 void add_hot_path(py::class_<PyTransport>& cls) {
   g_transport_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   add_method(cls, &g_write_blocks_def);
+  add_method(cls, &g_read_blocks_def);
   add_method(cls, &g_poll_def);
 }
 

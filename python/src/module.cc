@@ -91,6 +91,8 @@ py::dict stats_to_python(const Stats& s) {
     d["bytes_done"] = p.bytes_done;
     d["transfers_done"] = p.transfers_done;
     d["transfers_failed"] = p.transfers_failed;
+    d["reads_done"] = p.reads_done;
+    d["read_bytes_done"] = p.read_bytes_done;
     d["post_failures"] = p.post_failures;
     d["inflight"] = p.inflight;
     d["strikes"] = p.strikes;

@@ -1,5 +1,5 @@
-// Transfers: the in-flight table, write (the caller's indices copied once,
-// the copy checked, then posted), poll (classify, then let PeerPolicy judge
+// Transfers: the in-flight table, write and read (the caller's indices
+// copied once, the copy checked, then posted), poll (classify, then let PeerPolicy judge
 // the peers) and cancel. write and poll are the hot path: nothing here
 // allocates per block.
 // May touch the engine interface and src/common/.
@@ -63,21 +63,22 @@ std::size_t TransportState::retry_unreleased() {
 }
 
 template <typename Int>
-std::optional<TransferId> TransportState::write(std::string_view peer_id,
-                                                std::span<const Int> local,
-                                                std::span<const Int> remote) {
+std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_id,
+                                                   std::span<const Int> local,
+                                                   std::span<const Int> remote) {
+  const char* const call = op == Op::kWrite ? "write_blocks" : "read_blocks";
   if (local.size() != remote.size()) {
     throw std::invalid_argument(fmt::format("local_idxs has {} entries but remote_idxs has {}",
                                             local.size(), remote.size()));
   }
-  if (local.empty()) throw std::invalid_argument("write_blocks needs at least one block");
+  if (local.empty()) throw std::invalid_argument(fmt::format("{} needs at least one block", call));
 
   std::lock_guard lock(mu_);
   // The caller's lists are read exactly once, here: another thread may be
   // changing them (a numpy array it writes to), and an index that changed
-  // between our check and our post would aim the WRITE outside a pool. Every
-  // check below and the post read only this copy, which mu_ guards and which
-  // keeps its capacity from call to call.
+  // between our check and our post would aim the transfer outside a pool.
+  // Every check below and the post read only this copy, which mu_ guards and
+  // which keeps its capacity from call to call.
   scratch_local_.assign(local.begin(), local.end());
   scratch_remote_.assign(remote.begin(), remote.end());
   check_range(scratch_local_, region_.num_blocks, "local_idxs");
@@ -87,28 +88,35 @@ std::optional<TransferId> TransportState::write(std::string_view peer_id,
   if (it == peers_.end()) {
     std::vector<std::string_view> known;
     for (const auto& [id, p] : peers_) known.push_back(id);
-    log().warn("kvxfer {}: write_blocks to unknown peer={} (known peers: [{}])", agent_name_,
-               peer_id, fmt::join(known, ", "));
+    log().warn("kvxfer {}: {} to unknown peer={} (known peers: [{}])", agent_name_, call, peer_id,
+               fmt::join(known, ", "));
     return std::nullopt;
   }
   Peer* peer = it->second.get();
   check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
 
-  // Two pairs writing one remote block would race; refuse the write.
-  check_no_duplicates(scratch_remote_, peer->num_blocks, scratch_seen_, "remote_idxs");
+  // Two pairs landing in one block would race; refuse the transfer. The
+  // blocks written are the peer's for a WRITE and ours for a READ.
+  if (op == Op::kWrite) {
+    check_no_duplicates(scratch_remote_, peer->num_blocks, scratch_seen_, "remote_idxs");
+  } else {
+    check_no_duplicates(scratch_local_, region_.num_blocks, scratch_seen_, "local_idxs");
+  }
 
-  return post(peer, scratch_local_, scratch_remote_);
+  return post(op, peer, scratch_local_, scratch_remote_);
 }
 
-std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::int64_t> local,
+std::optional<TransferId> TransportState::post(Op op, Peer* peer,
+                                               std::span<const std::int64_t> local,
                                                std::span<const std::int64_t> remote) {
   // Caller holds mu_.
   const TransferId id = next_id_;
   XferHandle handle = 0;
-  const Status st = engine_->post_write(peer->handle, id, local, remote, &handle);
+  const Status st = op == Op::kWrite ? engine_->post_write(peer->handle, id, local, remote, &handle)
+                                     : engine_->post_read(peer->handle, id, local, remote, &handle);
   if (st != Status::kSuccess) {
-    log().warn("kvxfer {}: write_blocks failed for peer={}: post {}", agent_name_, peer->id,
-               status_name(st));
+    log().warn("kvxfer {}: {} failed for peer={}: post {}", agent_name_,
+               op == Op::kWrite ? "write_blocks" : "read_blocks", peer->id, status_name(st));
     ++peer->counters.post_failures;
     policy_.record_failure(peer->standing, peer->id, st, fmt::format("post {}", status_name(st)));
     return std::nullopt;
@@ -118,6 +126,7 @@ std::optional<TransferId> TransportState::post(Peer* peer, std::span<const std::
   Inflight& e = slot->second;
   e.id = id;
   e.handle = handle;
+  e.op = op;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
   if (policy_.watches_stalls()) e.posted = coarse_now();
   link(peer, &e);
@@ -153,6 +162,10 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
       peer->succeeded_in_batch = true;
       ++peer->counters.transfers_done;
       peer->counters.bytes_done += e->bytes;
+      if (e->op == Op::kRead) {
+        ++peer->counters.reads_done;
+        peer->counters.read_bytes_done += e->bytes;
+      }
       scratch_finished_.push_back(e);
     } else if (state == Status::kInProgress) {
       // Stays, since it may still land; a stalled one faults its peer.
@@ -219,7 +232,8 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
   throw_if_closing();
   if (mode == CancelMode::kImmediate) {
     // The engine keeps whatever a WRITE still in flight needs; forgetting it
-    // here frees nothing it writes through.
+    // here frees nothing it writes through. (A READ stops what has not
+    // started: see Engine::post_read.)
     for (const TransferId id : ids) {
       if (auto it = inflight_.find(id); it != inflight_.end()) release(&it->second);
     }
@@ -263,11 +277,11 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
   return still;
 }
 
-template std::optional<TransferId> TransportState::write<std::int64_t>(
-    std::string_view peer_id, std::span<const std::int64_t> local,
+template std::optional<TransferId> TransportState::transfer<std::int64_t>(
+    Op op, std::string_view peer_id, std::span<const std::int64_t> local,
     std::span<const std::int64_t> remote);
-template std::optional<TransferId> TransportState::write<std::int32_t>(
-    std::string_view peer_id, std::span<const std::int32_t> local,
+template std::optional<TransferId> TransportState::transfer<std::int32_t>(
+    Op op, std::string_view peer_id, std::span<const std::int32_t> local,
     std::span<const std::int32_t> remote);
 
 }  // namespace kvxfer::internal

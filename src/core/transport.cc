@@ -231,13 +231,25 @@ std::vector<std::string> Transport::peers() const { return state_->peer_ids(); }
 std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int64_t> local_idxs,
                                                   std::span<const std::int64_t> remote_idxs) {
-  return state_->write(peer_id, local_idxs, remote_idxs);
+  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs);
 }
 
 std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int32_t> local_idxs,
                                                   std::span<const std::int32_t> remote_idxs) {
-  return state_->write(peer_id, local_idxs, remote_idxs);
+  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs);
+}
+
+std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
+                                                 std::span<const std::int64_t> local_idxs,
+                                                 std::span<const std::int64_t> remote_idxs) {
+  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs);
+}
+
+std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
+                                                 std::span<const std::int32_t> local_idxs,
+                                                 std::span<const std::int32_t> remote_idxs) {
+  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs);
 }
 
 PollResult Transport::poll(std::optional<std::string_view> peer_id) {

@@ -37,13 +37,16 @@ struct StringHash {
 
 struct Peer;
 
-// A submitted WRITE not yet drained. Linked into its peer's list so a scoped
+enum class Op : std::uint8_t { kWrite, kRead };
+
+// A submitted WRITE or READ not yet drained. Linked into its peer's list so a scoped
 // poll walks only that peer's transfers.
 struct Inflight {
   TransferId id = 0;
   Peer* peer = nullptr;
   XferHandle handle = 0;
   std::uint64_t bytes = 0;
+  Op op = Op::kWrite;
   std::chrono::steady_clock::time_point posted;
   // Set once the transfer has counted against its peer, so a check that
   // keeps failing charges the peer once, not once per poll.
@@ -81,10 +84,10 @@ class TransportState {
   void remove_peer(const std::string& peer_id);
   std::vector<std::string> peer_ids() const;
 
-  // transfers.cc (write is instantiated there for int64 and int32 indices)
+  // transfers.cc (transfer is instantiated there for int64 and int32 indices)
   template <typename Int>
-  std::optional<TransferId> write(std::string_view peer_id, std::span<const Int> local,
-                                  std::span<const Int> remote);
+  std::optional<TransferId> transfer(Op op, std::string_view peer_id, std::span<const Int> local,
+                                     std::span<const Int> remote);
   PollResult poll(std::optional<std::string_view> peer_id);
   std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
 
@@ -160,7 +163,7 @@ class TransportState {
   std::size_t retry_unreleased();
   void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
 
-  std::optional<TransferId> post(Peer* peer, std::span<const std::int64_t> local,
+  std::optional<TransferId> post(Op op, Peer* peer, std::span<const std::int64_t> local,
                                  std::span<const std::int64_t> remote);
 
   // Strikes, faults and the stall rule: every judgement of a peer goes here.
@@ -183,8 +186,8 @@ class TransportState {
   // live in the engine, so retried at close() (and counted until then).
   std::vector<XferHandle> unreleased_;
   // Reused across calls so the hot path allocates nothing per block.
-  // write() copies the caller's index lists here once and then reads only
-  // these; they stay under mu_ until post_write has returned.
+  // transfer() copies the caller's index lists here once and then reads only
+  // these; they stay under mu_ until the engine's post has returned.
   std::vector<std::int64_t> scratch_local_;
   std::vector<std::int64_t> scratch_remote_;
   IndexSet scratch_seen_;

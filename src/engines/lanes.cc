@@ -137,6 +137,21 @@ class Lanes final : public Engine {
                               : ucx_.post_write(peer, id, local, remote, out);
   }
 
+  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
+                                 std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote, XferHandle* out) override {
+    if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
+    Lane lane = Lane::kUcx;
+    {
+      std::lock_guard lock(lanes_mu_);
+      auto it = peer_lanes_.find(peer);
+      if (it == peer_lanes_.end()) return Status::kNotFound;
+      lane = it->second;
+    }
+    return lane == Lane::kCma ? cma_.post_read(peer, id, local, remote, out)
+                              : ucx_.post_read(peer, id, local, remote, out);
+  }
+
   void progress() override {
     // A polling caller first helps one queued same-host chunk, then drives
     // the UCX worker.
@@ -215,7 +230,7 @@ class Lanes final : public Engine {
   [[nodiscard]] std::vector<std::uint8_t> make_blob() const {
     ucx::Blob blob;
     blob.flags = static_cast<std::uint16_t>((accepts_cma_ ? ucx::kBlobAcceptsCma : 0) |
-                                            ucx::kBlobAcceptsScatter);
+                                            ucx::kBlobAcceptsScatter | ucx::kBlobAcceptsGather);
     blob.pidns_dev = cma_.pid_namespace().dev;
     blob.pidns_ino = cma_.pid_namespace().ino;
     blob.cookie_addr = cma_.cookie_addr();

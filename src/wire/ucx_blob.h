@@ -33,6 +33,9 @@ enum BlobFlags : std::uint16_t {
   kBlobAcceptsCma = 1u << 0,
   // The agent's worker takes scatter-write active messages (wire/scatter.h).
   kBlobAcceptsScatter = 1u << 1,
+  // The agent's worker answers gather requests (wire/gather.h): it can be
+  // read from.
+  kBlobAcceptsGather = 1u << 2,
 };
 
 struct Blob {

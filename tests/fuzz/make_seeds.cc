@@ -18,6 +18,7 @@
 #include "wire/bytes.h"
 #include "wire/cookie.h"
 #include "wire/fence.h"
+#include "wire/gather.h"
 #include "wire/loopback_blob.h"
 #include "wire/metadata.h"
 #include "wire/scatter.h"
@@ -287,6 +288,70 @@ void scatter_fit_seeds() {
   write_seed(t, false, "empty_region", fit_input(0, 4096, scatter_header({{0, 4096}})));
 }
 
+// ---------------------------------------------------------------- gather
+
+Bytes gather_request(const std::vector<Run>& runs, std::uint64_t token = 0x1234567890abcdef) {
+  Bytes b(gather_request_len(runs.size()));
+  put_gather_fixed(b.data(), static_cast<std::uint16_t>(runs.size()), token, 7, 3, 2,
+                   0x0102030405060708, 0x1122334455667788);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    put_gather_run(b.data(), i, runs[i].offset, runs[i].length);
+  }
+  return b;
+}
+
+Bytes gather_reply(const GatherReply& r) {
+  Bytes b(kGatherReplyLen);
+  encode_gather_reply(b.data(), r);
+  return b;
+}
+
+void gather_seeds() {
+  const std::string t = "gather";
+  const Bytes three = gather_request({{0, 4096}, {65536, 8192}, {1 << 20, 4096}});
+  write_seed(t, true, "valid_1run", gather_request({{4096, 4096}}));
+  write_seed(t, true, "valid_3runs", three);
+  write_seed(t, true, "valid_64runs", gather_request(runs_of(64, 4096)));
+  write_seed(t, true, "valid_max_runs", gather_request(runs_of(kMaxGatherRuns, 4096)));
+  // Decodes; gather_runs_fit is what refuses these.
+  write_seed(t, true, "valid_runs_past_any_region", gather_request({{~0ull - 1, 4096}}));
+  write_seed(t, true, "valid_empty_run", gather_request({{0, 0}}));
+  write_seed(t, true, "valid_sum_overflows", gather_request({{0, 1ull << 63}, {0, 1ull << 63}}));
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "address_only", Bytes(three.begin(), three.begin() + kGatherAddressLen));
+  write_seed(t, false, "truncated_fixed", Bytes(three.begin(), three.begin() + 47));
+  write_seed(t, false, "truncated_run", cut(three, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(three));
+  write_seed(t, false, "bad_magic", flip(three, 0));
+  write_seed(t, false, "bad_version", set_u16(three, 4, kGatherVersion + 1));
+  write_seed(t, false, "zero_runs", set_u16(Bytes(three.begin(), three.begin() + 48), 6, 0));
+  write_seed(t, false, "count_says_more", set_u16(three, 6, 4));
+  write_seed(t, false, "count_says_fewer", set_u16(three, 6, 2));
+  write_seed(t, false, "too_many_runs", gather_request(runs_of(kMaxGatherRuns + 1, 16)));
+  write_seed(t, false, "a_scatter_header", scatter_header({{0, 4096}, {8192, 4096}}));
+  write_seed(t, false, "a_reply", gather_reply(GatherReply{3, 2, 7, 0, 4096}));
+}
+
+void gather_reply_seeds() {
+  const std::string t = "gather_reply";
+  const Bytes valid = gather_reply(GatherReply{3, 2, 7, 0, 16384});
+  write_seed(t, true, "reply", valid);
+  write_seed(t, true, "refusal", gather_reply(GatherReply{3, 2, 7, -25, 0}));
+  write_seed(t, true, "max_fields",
+             gather_reply(GatherReply{0xffffffff, 0xffffffff, ~0ull, 0, ~0ull}));
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "truncated", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  write_seed(t, false, "bad_magic", flip(valid, 0));
+  write_seed(t, false, "bad_version", set_u16(valid, 4, kGatherVersion + 1));
+  write_seed(t, false, "reserved_set", set_u16(valid, 6, 1));
+  write_seed(t, false, "reserved_2_set", set_u32(valid, 28, 1));
+  write_seed(t, false, "refusal_with_bytes",
+             set_u32(gather_reply(GatherReply{3, 2, 7, -25, 0}), 32, 4096));
+  write_seed(t, false, "request_magic", set_u32(valid, 0, kGatherMagic));
+  write_seed(t, false, "an_ack", ack(0));
+}
+
 // ---------------------------------------------------------------- fence
 
 Bytes fence(const Fence& f) {
@@ -398,6 +463,8 @@ int main(int argc, char** argv) {
   scatter_seeds();
   scatter_fit_seeds();
   ack_seeds();
+  gather_seeds();
+  gather_reply_seeds();
   fence_seeds();
   cookie_seeds();
   std::printf("seeds written under %s\n", g_root.c_str());

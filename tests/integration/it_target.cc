@@ -13,6 +13,8 @@
 // then reads commands from stdin, answering each with one line:
 //   verify G N l1 r1 ... lN rN  -> "ok" when block ri holds the pattern of
 //                                  block li in generation G, else "bad ..."
+//   fill G                      -> fills every block i with the pattern of
+//                                  block i in generation G; "filled"
 //   checksum                    -> "sum <fnv-1a of the whole pool>"
 //   guard                       -> "guard ok" when the guard region is as
 //                                  mapped, else "guard bad offset=<first change>"
@@ -189,6 +191,11 @@ int main(int argc, char** argv) {
         }
       }
       out.line(reply);
+    } else if (cmd == "fill") {
+      std::uint64_t gen = 0;
+      in >> gen;
+      pool.fill_generation(gen);
+      out.line("filled");
     } else if (cmd == "checksum") {
       out.line("sum " + std::to_string(fnv1a(pool.base(), pool.len())));
     } else if (cmd == "guard") {

@@ -160,6 +160,36 @@ class HostInitiator {
     return ::testing::AssertionSuccess();
   }
 
+  // Reads `count` random blocks of a target whose pool holds generation
+  // `target_gen` into our blocks [first, first + count) (shuffled), waits
+  // for the read and checks every byte here.
+  ::testing::AssertionResult read_and_check(const std::string& peer_id, std::uint64_t target_gen,
+                                            std::int64_t first, std::size_t count) {
+    Outcome out;
+    auto local = random_sample(rng_, count, count);
+    for (auto& l : local) l += first;
+    const auto remote = random_sample(rng_, kBlocks, count);
+    const auto id = transport_.read_blocks(peer_id, std::span<const std::int64_t>(local),
+                                           std::span<const std::int64_t>(remote));
+    if (!id) return ::testing::AssertionFailure() << "read post failed";
+    out.posted.insert(*id);
+    stream(peer_id, out, 0, 30s, [&] { return out.pending() == 0 || out.fault.has_value(); });
+    if (out.done != std::set<TransferId>{*id}) {
+      return ::testing::AssertionFailure()
+             << "read not done; fault: " << out.fault.value_or("none");
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto l = static_cast<std::uint64_t>(local[i]);
+      const std::int64_t at = first_mismatch(pool_.block(l), kBlockLen, target_gen,
+                                             static_cast<std::uint64_t>(remote[i]));
+      if (at >= 0) {
+        return ::testing::AssertionFailure()
+               << "local block " << l << " (remote " << remote[i] << ") differs at offset " << at;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   std::uint64_t inflight(const std::string& peer_id) {
     for (const PeerStats& p : transport_.stats().peers) {
       if (p.peer_id == peer_id) return p.inflight;
@@ -296,6 +326,23 @@ TEST_F(NetnsTest, BlocksWrittenToTwoOtherHostsLandByteForByte) {
   EXPECT_EQ(out3.done, out3.posted);
   EXPECT_EQ(h2.verify(kGen, local_all, remote2), "ok");
   EXPECT_EQ(h3.verify(kGen, local_all, remote3), "ok");
+}
+
+TEST_F(NetnsTest, BlocksReadFromTwoOtherHostsArriveByteForByte) {
+  TargetProcess h2(on_host("kvx-h2", "target-h2"));
+  TargetProcess h3(on_host("kvx-h3", "target-h3"));
+  ASSERT_EQ(h2.request("fill 7"), "filled");
+  ASSERT_EQ(h3.request("fill 8"), "filled");
+  HostInitiator a(30s);
+  a.add("h2", h2);
+  a.add("h3", h3);
+  constexpr std::size_t kHalf = kBlocks / 2;
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_TRUE(a.read_and_check("h2", 7, 0, kHalf)) << "round " << round;
+    EXPECT_TRUE(a.read_and_check("h3", 8, static_cast<std::int64_t>(kHalf), kHalf))
+        << "round " << round;
+  }
+  EXPECT_GE(a.transport().stats().engine_counters.at("gather_reads"), 6u);
 }
 
 TEST_F(NetnsTest, LinkCutMidStreamFaultsPeerWithinStallTimeoutAndReRegistrationWorks) {

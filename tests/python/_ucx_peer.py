@@ -20,7 +20,8 @@ def destinations(seed: int) -> np.ndarray:
 
 def run(name: str, seed: int, peer_seed: int, conn, engine_config: dict) -> None:
     """Writes its source blocks into the peer's upper half, then checks what
-    the peer wrote into its own. Reports ("ok", detail) or ("error", detail)."""
+    the peer wrote into its own, then reads the peer's source blocks back
+    into its upper half. Reports ("ok", detail) or ("error", detail)."""
     try:
         import kvxfer
 
@@ -54,6 +55,22 @@ def run(name: str, seed: int, peer_seed: int, conn, engine_config: dict) -> None
             got = pool[destinations(peer_seed)]
             bad = [i for i in range(HALF) if not np.array_equal(got[i], expected[i])]
             conn.send(("ok" if not bad else "error", f"{len(bad)} wrong blocks"))
+
+            # READ back: the peer's source blocks (its lower half, which no
+            # one writes) into our upper half, in a shuffled order.
+            assert conn.recv() == "read"
+            into = destinations(seed + 7)
+            tid = t.read_blocks("peer", into.astype(np.int32), np.arange(HALF, dtype=np.int64))
+            assert tid is not None, "read_blocks returned None"
+            deadline = time.monotonic() + 30
+            while True:
+                result = t.poll("peer")
+                assert not result.failed and result.peer_fault is None, result
+                if tid in result.done:
+                    break
+                assert time.monotonic() < deadline, "the read did not complete"
+            bad = [i for i in range(HALF) if not np.array_equal(pool[into[i]], expected[i])]
+            conn.send(("ok" if not bad else "error", f"{len(bad)} wrong blocks read"))
             assert conn.recv() == "close"
     except BaseException as exc:  # noqa: BLE001 - reported to the test
         conn.send(("error", f"{type(exc).__name__}: {exc}"))

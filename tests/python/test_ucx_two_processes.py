@@ -1,4 +1,5 @@
-"""Two real processes write numpy-backed pools into each other over UCX."""
+"""Two real processes write numpy-backed pools into each other over UCX, then
+read each other's blocks back."""
 
 import multiprocessing
 import os
@@ -55,6 +56,9 @@ def test_two_processes_write_each_others_pools_over_ucx():
         for c in conns:
             c.send("verify")
         assert [recv(0), recv(1)] == [("ok", "0 wrong blocks")] * 2
+        for c in conns:
+            c.send("read")
+        assert [recv(0), recv(1)] == [("ok", "0 wrong blocks read")] * 2
         for c in conns:
             c.send("close")
         for p in procs:

@@ -134,6 +134,17 @@ void CmaLane::unref(Xfer* xfer) {
 
 Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
                            std::span<const std::int64_t> remote, XferHandle* out) {
+  return post(false, handle, id, local, remote, out);
+}
+
+Status CmaLane::post_read(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
+                          std::span<const std::int64_t> remote, XferHandle* out) {
+  return post(true, handle, id, local, remote, out);
+}
+
+Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
+                     std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                     XferHandle* out) {
   std::shared_ptr<Peer> peer;
   {
     // The core only posts to peers it connected and has not disconnected, so
@@ -147,6 +158,7 @@ Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std
 
   Xfer* xfer = acquire_xfer();
   xfer->id = id;
+  xfer->read = read;
   xfer->held.store(true, std::memory_order_relaxed);
   xfer->peer = peer;
   xfer->result.store(Status::kInProgress, std::memory_order_relaxed);
@@ -183,7 +195,7 @@ Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std
     copies_queued_.store(true, std::memory_order_relaxed);
   }
   copy_cv_.notify_one();
-  cma_writes_.fetch_add(1, std::memory_order_relaxed);
+  (read ? cma_reads_ : cma_writes_).fetch_add(1, std::memory_order_relaxed);
   live_transfers_.fetch_add(1, std::memory_order_relaxed);
   *out = reinterpret_cast<XferHandle>(static_cast<LaneXfer*>(xfer));
   return Status::kSuccess;
@@ -247,6 +259,7 @@ void CmaLane::add_live(HandleCounts& counts) const {
 
 void CmaLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
   counters["cma_writes"] = cma_writes_.load(std::memory_order_relaxed);
+  counters["cma_reads"] = cma_reads_.load(std::memory_order_relaxed);
   counters["cma_caller_slices"] = caller_slices_.load(std::memory_order_relaxed);
   counters["cma_caller_slice_max_bytes"] = caller_slice_max_bytes_.load(std::memory_order_relaxed);
 }
@@ -308,8 +321,11 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, std::size_t m
     }
   }
   ++xfer->running;
-  const bool cancelled =
-      peer.disconnected || copiers_stop_ || xfer->chunk_error != Status::kSuccess;
+  // A read the core let go of stops here: what it has not copied yet never
+  // reaches our pool (a write's chunks go on, as a real WRITE would).
+  const bool cancelled = peer.disconnected || copiers_stop_ ||
+                         xfer->chunk_error != Status::kSuccess ||
+                         (xfer->read && !xfer->held.load(std::memory_order_relaxed));
   if (copy_head_ != nullptr) copy_cv_.notify_one();  // more to claim: another copier may help
   lock.unlock();
   const Status result = cancelled ? Status::kCanceled : run_copy(peer, *xfer, begin, end);
@@ -346,7 +362,8 @@ Status CmaLane::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t 
   if (st == Status::kSuccess) {
     for (std::size_t i = begin; i < end && result == Status::kSuccess; i += kMaxIov) {
       const std::size_t k = std::min(kMaxIov, end - i);
-      result = cma_write(peer, {xfer.local_iov.data() + i, k}, {xfer.remote_iov.data() + i, k});
+      result = cma_copy(peer, xfer.read, {xfer.local_iov.data() + i, k},
+                        {xfer.remote_iov.data() + i, k});
     }
   }
   if (st == Status::kRemoteDisconnect) result = Status::kRemoteDisconnect;
@@ -361,13 +378,15 @@ Status CmaLane::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t 
   return result;
 }
 
-Status CmaLane::cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote) {
-  // Runs have equal lengths on both sides, so a short write advances both
+Status CmaLane::cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote) {
+  // Runs have equal lengths on both sides, so a short copy advances both
   // lists by the same bytes.
   std::size_t i = 0;
   while (i < local.size()) {
-    const ssize_t n = ::process_vm_writev(peer.pid, &local[i], local.size() - i, &remote[i],
-                                          remote.size() - i, 0);
+    const ssize_t n = read ? ::process_vm_readv(peer.pid, &local[i], local.size() - i, &remote[i],
+                                                remote.size() - i, 0)
+                           : ::process_vm_writev(peer.pid, &local[i], local.size() - i, &remote[i],
+                                                 remote.size() - i, 0);
     if (n < 0) {
       const int err = errno;
       if (err == ESRCH) return Status::kRemoteDisconnect;
@@ -380,8 +399,8 @@ Status CmaLane::cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> r
           return Status::kRemoteDisconnect;
         }
       }
-      log().warn("kvxfer UCX {}: process_vm_writev to peer {} failed: {}", agent_name_,
-                 peer.agent_name, std::strerror(err));
+      log().warn("kvxfer UCX {}: process_vm_{} with peer {} failed: {}", agent_name_,
+                 read ? "readv" : "writev", peer.agent_name, std::strerror(err));
       return Status::kBackend;
     }
     if (n == 0) return Status::kBackend;

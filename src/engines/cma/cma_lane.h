@@ -1,5 +1,6 @@
 // The same-host lane: writes into a peer on this host (same boot id and pid
-// namespace) with process_vm_writev, one iovec per run of consecutive blocks,
+// namespace) with process_vm_writev, and reads from it with
+// process_vm_readv, one iovec per run of consecutive blocks,
 // in chunks run by a copier pool (so that posting does not wait for the copy)
 // and by callers of progress() (so that a spinning poller helps them). It may
 // use the cookie (cma_cookie.h), the engine interface's types and the logger;
@@ -73,6 +74,10 @@ class CmaLane {
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
                                   std::span<const std::int64_t> remote, XferHandle* out);
+  // A READ of the peer's remote[i] into our local[i] (engine.h's contract).
+  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
+                                 std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote, XferHandle* out);
   // Copies at most kCallerSliceBytes of queued copies on the calling
   // thread, if any is queued.
   void progress();
@@ -108,6 +113,7 @@ class CmaLane {
     Xfer() : LaneXfer(Lane::kCma) {}
     std::shared_ptr<Peer> peer;
     TransferId id = 0;
+    bool read = false;  // a READ (the peer's blocks into ours), else a WRITE
     std::atomic<Status> result{Status::kInProgress};
     std::atomic<int> refs{0};
     std::atomic<bool> held{false};  // between post_write() and release()
@@ -128,7 +134,10 @@ class CmaLane {
   // Returns the bytes claimed.
   std::size_t run_chunk(std::unique_lock<std::mutex>& lock, std::size_t max_bytes);
   Status run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end);
-  Status cma_write(Peer& peer, std::span<iovec> local, std::span<iovec> remote);
+  // process_vm_readv (read) or process_vm_writev of matching iovec lists.
+  Status cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
+  Status post(bool read, PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
+              std::span<const std::int64_t> remote, XferHandle* out);
   Xfer* acquire_xfer();
   void unref(Xfer* xfer);
   static Xfer* from_handle(XferHandle handle) {
@@ -163,7 +172,8 @@ class CmaLane {
 
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
-  std::atomic<std::uint64_t> cma_writes_{0};  // running total for counters()
+  std::atomic<std::uint64_t> cma_writes_{0};  // running totals for counters()
+  std::atomic<std::uint64_t> cma_reads_{0};
   // Slices progress() copied on callers' threads, and the largest, in bytes.
   std::atomic<std::uint64_t> caller_slices_{0};
   std::atomic<std::uint64_t> caller_slice_max_bytes_{0};

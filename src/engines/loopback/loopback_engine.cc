@@ -212,49 +212,13 @@ class LoopbackEngine final : public Engine {
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
                                   std::span<const std::int64_t> remote, XferHandle* out) override {
-    std::lock_guard lock(mu_);
-    if (shut_down_) return Status::kNotAllowed;
-    const auto it = peers_.find(peer);
-    if (it == peers_.end()) return Status::kInvalidParam;  // not a handle of ours
-    Peer& target = it->second;
-    // The core validated the indices; checking again is cheap next to the
-    // copies and keeps a core bug from becoming a stray write.
-    if (!indices_fit(local, remote, target.pool->num_blocks)) return Status::kInvalidParam;
+    return post(Op::kWrite, peer, id, local, remote, out);
+  }
 
-    const FaultScript::PostDecision decision = plan_.on_post(target.agent_name);
-    if (decision.status != Status::kSuccess) {
-      log().debug("loopback {}: post of transfer {} to {} fails as scripted: {}", agent_name_, id,
-                  target.agent_name, status_name(decision.status));
-      // Failing part-way, a real engine must settle what it already issued
-      // before it returns: nothing may read the caller's blocks once
-      // write_blocks has said no. Issued and not held, those blocks landed
-      // (we waited for them); held, they were still in flight: cancelled.
-      if (decision.started > 0 && !decision.hold) {
-        const std::size_t n = std::min(local.size(), static_cast<std::size_t>(decision.started));
-        (void)copy_blocks(*target.pool, local.first(n), remote.first(n));
-      }
-      return decision.status;
-    }
-    if (!target.pool->alive.load()) return Status::kRemoteDisconnect;
-
-    const std::uint32_t index = acquire_slot();
-    Slot& slot = slots_[index];
-    slot.id = id;
-    slot.peer = peer;
-    if (decision.hold) {
-      slot.pending = true;
-      slot.local.assign(local.begin(), local.end());
-      slot.remote.assign(remote.begin(), remote.end());
-      ++pending_;
-    } else if (!copy_blocks(*target.pool, local, remote)) {
-      free_slot(index);
-      return Status::kRemoteDisconnect;  // the pool went away under us
-    }
-    ++live_transfers_;
-    *out = handle_of(index);
-    // A test may have asked for the landing before the post returned.
-    if (slot.pending && plan_.landing_requested(id)) land_locked(slot);
-    return Status::kSuccess;
+  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
+                                 std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote, XferHandle* out) override {
+    return post(Op::kRead, peer, id, local, remote, out);
   }
 
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override {
@@ -295,7 +259,9 @@ class LoopbackEngine final : public Engine {
       return scripted;
     }
     // Releasing does not stop a pending WRITE: the slot stays until it lands
-    // or its endpoint is closed, as a real engine keeps its request.
+    // or its endpoint is closed, as a real engine keeps its request. A
+    // pending READ stops here: its bytes never reach our pool.
+    if (slot->pending && slot->op == Op::kRead) finish_pending(*slot, Status::kCanceled);
     slot->released = true;
     --live_transfers_;
     recycle_if_done(*slot);
@@ -343,6 +309,8 @@ class LoopbackEngine final : public Engine {
   [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_.plan(); }
 
  private:
+  enum class Op : std::uint8_t { kWrite, kRead };
+
   struct Peer {
     std::shared_ptr<Pool> pool;
     std::string agent_name;
@@ -358,9 +326,61 @@ class LoopbackEngine final : public Engine {
     Status forced = Status::kSuccess;  // final state forced by a disconnect
     TransferId id = 0;
     PeerHandle peer = 0;
+    Op op = Op::kWrite;
     std::vector<std::int64_t> local;
     std::vector<std::int64_t> remote;
   };
+
+  // One WRITE (our local[i] into the peer's remote[i]) or READ (the peer's
+  // remote[i] into our local[i]); the fault plan scripts both alike.
+  Status post(Op op, PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
+              std::span<const std::int64_t> remote, XferHandle* out) {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return Status::kNotAllowed;
+    const auto it = peers_.find(peer);
+    if (it == peers_.end()) return Status::kInvalidParam;  // not a handle of ours
+    Peer& target = it->second;
+    // The core validated the indices; checking again is cheap next to the
+    // copies and keeps a core bug from becoming a stray write.
+    if (!indices_fit(local, remote, target.pool->num_blocks)) return Status::kInvalidParam;
+
+    const FaultScript::PostDecision decision = plan_.on_post(target.agent_name);
+    if (decision.status != Status::kSuccess) {
+      log().debug("loopback {}: post of {} {} to {} fails as scripted: {}", agent_name_,
+                  op == Op::kRead ? "read" : "write", id, target.agent_name,
+                  status_name(decision.status));
+      // Failing part-way, a real engine must settle what it already issued
+      // before it returns: nothing may touch the caller's blocks once
+      // the post has said no. Issued and not held, those blocks landed
+      // (we waited for them); held, they were still in flight: cancelled.
+      if (decision.started > 0 && !decision.hold) {
+        const std::size_t n = std::min(local.size(), static_cast<std::size_t>(decision.started));
+        (void)copy_blocks(op, *target.pool, local.first(n), remote.first(n));
+      }
+      return decision.status;
+    }
+    if (!target.pool->alive.load()) return Status::kRemoteDisconnect;
+
+    const std::uint32_t index = acquire_slot();
+    Slot& slot = slots_[index];
+    slot.id = id;
+    slot.peer = peer;
+    slot.op = op;
+    if (decision.hold) {
+      slot.pending = true;
+      slot.local.assign(local.begin(), local.end());
+      slot.remote.assign(remote.begin(), remote.end());
+      ++pending_;
+    } else if (!copy_blocks(op, *target.pool, local, remote)) {
+      free_slot(index);
+      return Status::kRemoteDisconnect;  // the pool went away under us
+    }
+    ++live_transfers_;
+    *out = handle_of(index);
+    // A test may have asked for the landing before the post returned.
+    if (slot.pending && plan_.landing_requested(id)) land_locked(slot);
+    return Status::kSuccess;
+  }
 
   // A handle is the slot index + 1 in the low half and the slot's
   // generation in the high half, so a stale handle is recognised.
@@ -430,19 +450,20 @@ class LoopbackEngine final : public Engine {
     return true;
   }
 
-  // The WRITE itself. False when the target pool is gone; then nothing was
+  // The copy itself: our blocks into the target's (a WRITE) or the target's
+  // into ours (a READ). False when the target pool is gone; then nothing was
   // touched.
-  bool copy_blocks(Pool& target, std::span<const std::int64_t> local,
+  bool copy_blocks(Op op, Pool& target, std::span<const std::int64_t> local,
                    std::span<const std::int64_t> remote) {
     std::shared_lock copy_lock(target.copy_mu);
     if (!target.alive.load()) return false;
     const std::uint64_t len = region_.block_len;
-    const std::byte* src = local_->base;
-    std::byte* dst = target.base;
     const bool self = &target == local_.get();  // source and target may overlap
     for (std::size_t i = 0; i < local.size(); ++i) {
-      const std::byte* from = src + static_cast<std::uint64_t>(local[i]) * len;
-      std::byte* to = dst + static_cast<std::uint64_t>(remote[i]) * len;
+      std::byte* ours = local_->base + static_cast<std::uint64_t>(local[i]) * len;
+      std::byte* theirs = target.base + static_cast<std::uint64_t>(remote[i]) * len;
+      std::byte* to = op == Op::kWrite ? theirs : ours;
+      const std::byte* from = op == Op::kWrite ? ours : theirs;
       if (self) {
         std::memmove(to, from, len);
       } else {
@@ -455,7 +476,7 @@ class LoopbackEngine final : public Engine {
   // Writes a held transfer's bytes now (if its target is still there).
   void land_locked(Slot& slot) {
     const auto it = peers_.find(slot.peer);
-    if (it != peers_.end()) copy_blocks(*it->second.pool, slot.local, slot.remote);
+    if (it != peers_.end()) copy_blocks(slot.op, *it->second.pool, slot.local, slot.remote);
     slot.pending = false;
     --pending_;
     recycle_if_done(slot);

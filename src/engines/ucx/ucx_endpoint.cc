@@ -52,6 +52,7 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
   peer->remote_block_len = remote.block_len;
   peer->token = blob.cookie_epoch;
   peer->scatter = peer_scatter && scatter_ok_;
+  peer->gather = (blob.flags & kBlobAcceptsGather) != 0 && scatter_ok_;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;

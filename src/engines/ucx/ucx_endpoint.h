@@ -31,6 +31,7 @@ struct UcxPeer {
   // carry it.
   std::uint64_t token = 0;
   bool scatter = false;  // its worker takes scatter writes (and we can send them)
+  bool gather = false;   // its worker answers gather requests (and we can send them)
   bool puts = false;     // we may write it with ucp_put_nbx (RMA on, rkey unpacked)
   // This registration of the peer (wire/fence.h): the lane's lineage for the
   // peer, this registration's number in it and its random epoch. Every

@@ -50,6 +50,7 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
         settings_.tls, worker_.max_am_header()));
   }
   register_scatter_handlers();
+  register_gather_handlers();
 
   ucs_status_t st =
       memh_.map(worker_.context(), region_.base, region_.num_blocks * region_.block_len);
@@ -117,24 +118,43 @@ void UcxLane::unref(Xfer* xfer) {
   free_xfers_.push_back(xfer);
 }
 
-Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
-                           std::span<const std::int64_t> remote, XferHandle* out) {
-  std::shared_ptr<UcxPeer> peer;
-  {
-    // The core only posts to peers it connected and has not disconnected, so
-    // this lookup exists to hand transfers a reference, not to validate.
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(handle);
-    if (it == peers_.end()) return Status::kNotFound;
-    peer = it->second;
-  }
-  if (peer->failed()) return Status::kRemoteDisconnect;
+// The core only posts to peers it connected and has not disconnected, so
+// this lookup exists to hand transfers a reference, not to validate.
+std::shared_ptr<UcxPeer> UcxLane::find_peer(PeerHandle handle) const {
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(handle);
+  return it == peers_.end() ? nullptr : it->second;
+}
 
+UcxLane::Xfer* UcxLane::start_xfer(std::shared_ptr<UcxPeer> peer, TransferId id, Xfer::Op op) {
   Xfer* xfer = acquire_xfer();
   xfer->id = id;
+  xfer->op = op;
   xfer->held.store(true, std::memory_order_relaxed);
-  xfer->peer = peer;
+  xfer->peer = std::move(peer);
   xfer->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
+  return xfer;
+}
+
+// The end of a post: on success the core gets the handle; on failure the
+// post already disposed of the transfer.
+Status UcxLane::hand_out(Xfer* xfer, Status posted, XferHandle* out) {
+  if (posted != Status::kSuccess) {
+    xfer->held.store(false, std::memory_order_relaxed);
+    return posted;
+  }
+  live_transfers_.fetch_add(1, std::memory_order_relaxed);
+  *out = reinterpret_cast<XferHandle>(static_cast<LaneXfer*>(xfer));
+  return Status::kSuccess;
+}
+
+Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
+                           std::span<const std::int64_t> remote, XferHandle* out) {
+  const std::shared_ptr<UcxPeer> peer = find_peer(handle);
+  if (peer == nullptr) return Status::kNotFound;
+  if (peer->failed()) return Status::kRemoteDisconnect;
+
+  Xfer* xfer = start_xfer(peer, id, Xfer::Op::kWrite);
   Status st = Status::kSuccess;
   // Scatter when puts are not an option (no RMA, or the peer published no
   // rkey); else when the runs are short enough that one message per run
@@ -153,13 +173,7 @@ Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std
   } else {
     st = post_puts(*peer, local, remote, xfer);
   }
-  if (st != Status::kSuccess) {
-    xfer->held.store(false, std::memory_order_relaxed);  // the post disposed of it
-    return st;
-  }
-  live_transfers_.fetch_add(1, std::memory_order_relaxed);
-  *out = reinterpret_cast<XferHandle>(static_cast<LaneXfer*>(xfer));
-  return Status::kSuccess;
+  return hand_out(xfer, st, out);
 }
 
 void UcxLane::progress() {
@@ -187,7 +201,11 @@ Status UcxLane::check(XferHandle handle, Status* state) {
   // as the check error, which is terminal for the core.
   const bool peer_failed = xfer->peer != nullptr && xfer->peer->failed();
   if (result == UCS_INPROGRESS) {
-    if (peer_failed) return Status::kRemoteDisconnect;
+    if (peer_failed) {
+      // Reported ended here, so a read takes no reply from now on (engine.h).
+      if (xfer->op == Xfer::Op::kRead) fail_scatter(xfer, UCS_ERR_CONNECTION_RESET);
+      return Status::kRemoteDisconnect;
+    }
     *state = Status::kInProgress;
     return Status::kSuccess;
   }
@@ -200,7 +218,11 @@ Status UcxLane::release(XferHandle handle) {
   Xfer* xfer = from_handle(handle);
   if (!xfer->held.exchange(false, std::memory_order_relaxed)) return Status::kInvalidParam;
   live_transfers_.fetch_sub(1, std::memory_order_relaxed);
-  // A flush still pending keeps its reference: on_flush returns the handle.
+  // A read stops awaiting replies: one that comes later is dropped, so no
+  // byte lands in our pool after this (engine.h). A write keeps going (its
+  // bytes already left); a flush or acks still pending keep their reference
+  // and return the handle.
+  if (xfer->op == Xfer::Op::kRead) fail_scatter(xfer, UCS_ERR_CANCELED);
   unref(xfer);
   return Status::kSuccess;
 }
@@ -243,6 +265,13 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["fences_received"] = get(fences_received_);
   counters["fences_ignored"] = get(fences_ignored_);
   counters["scatter_acks_ignored"] = get(acks_ignored_);
+  counters["gather_reads"] = get(gather_reads_);
+  counters["gather_messages"] = get(gather_messages_);
+  counters["gather_handed_off"] = get(gather_handed_off_);
+  counters["gather_received"] = get(gather_received_);
+  counters["gather_rejected"] = get(gather_rejected_);
+  counters["gather_fenced"] = get(gather_fenced_);
+  counters["gather_replies_ignored"] = get(gather_replies_ignored_);
 }
 
 // ---------------------------------------------------------------------------

@@ -15,11 +15,16 @@
 // bytes are in the peer's memory (ucx_put.cc); short runs still go as
 // scatter writes. See docs/ucx-engine.md and docs/reliability.md.
 //
+// A READ is the mirror of a scatter write (ucx_gather.cc, wire/gather.h):
+// requests that carry runs of the peer's pool, fenced like writes, answered
+// by the peer's handler with the runs' bytes, which we copy into our pool.
+//
 // This room may use UCX, src/wire/ and src/common/; it knows nothing of the
 // same-host lane (lanes.cc decides which peers come here) or of src/core/.
 // Files: ucx_config (what we ask of UCX), ucx_worker (context, worker,
-// progress), ucx_endpoint (connect, errors, close), ucx_put, ucx_scatter, and
-// this one: transfer pool, check, release, live counts, counters, shutdown.
+// progress), ucx_endpoint (connect, errors, close), ucx_put, ucx_scatter,
+// ucx_gather, and this one: transfer pool, check, release, live counts,
+// counters, shutdown.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -43,6 +48,7 @@
 #include "engines/ucx/ucx_handles.h"
 #include "engines/ucx/ucx_worker.h"
 #include "wire/fence.h"
+#include "wire/gather.h"
 #include "wire/scatter.h"
 #include "wire/ucx_blob.h"
 
@@ -56,6 +62,16 @@ inline bool is_disconnect(ucs_status_t status) {
 
 inline Status map_post_error(ucs_status_t status) {
   return is_disconnect(status) ? Status::kRemoteDisconnect : Status::kBackend;
+}
+
+// The status a peer's ack or gather reply carries, as one of the statuses
+// its handler sends; anything else is an I/O error.
+inline ucs_status_t peer_status(std::int32_t sent) {
+  for (const ucs_status_t known :
+       {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_REJECTED, UCS_ERR_UNSUPPORTED, UCS_ERR_CANCELED}) {
+    if (sent == static_cast<std::int32_t>(known)) return known;
+  }
+  return UCS_ERR_IO_ERROR;
 }
 
 // A fresh unguessable nonzero 64-bit number (getrandom; no allocation).
@@ -86,6 +102,10 @@ class UcxLane {
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
                                   std::span<const std::int64_t> remote, XferHandle* out);
+  // A READ of the peer's remote[i] into our local[i] (engine.h's contract).
+  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
+                                 std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote, XferHandle* out);
   void progress();
   [[nodiscard]] Status check(XferHandle xfer, Status* state);
   [[nodiscard]] Status release(XferHandle xfer);
@@ -111,19 +131,22 @@ class UcxLane {
   // the flush completes or the acks are in; whichever lets go last returns
   // it to the pool.
   struct Xfer : LaneXfer {
+    enum class Op : std::uint8_t { kWrite, kRead };
     Xfer() : LaneXfer(Lane::kUcx) {}
     UcxLane* lane = nullptr;
     std::shared_ptr<UcxPeer> peer;
     TransferId id = 0;
-    std::atomic<int> result{UCS_INPROGRESS};  // ucs_status_t of the flush or the acks
+    Op op = Op::kWrite;                       // set before the post, read under am_mu_ by handlers
+    std::atomic<int> result{UCS_INPROGRESS};  // ucs_status_t of the flush, acks or replies
     std::atomic<int> refs{0};
-    std::atomic<bool> held{false};  // between post_write() and release()
+    std::atomic<bool> held{false};  // between the post and release()
     // Scatter messages UCX still holds (it may read the local blocks until
     // each send completes).
     std::atomic<int> sends_pending{0};
-    // Scatter writes. slot is fixed at creation; the rest is under am_mu_:
-    // am_seq is nonzero while acks are awaited (then the transfer holds a
-    // reference for them), am_left counts the messages not yet acked.
+    // Scatter writes and gather reads. slot is fixed at creation; the rest
+    // is under am_mu_: am_seq is nonzero while acks (replies) are awaited
+    // (then the transfer holds a reference for them), am_left counts the
+    // messages not yet answered.
     std::uint32_t slot = 0;
     // The sequence this post drew (am_seq is cleared when the wait ends;
     // this stays for the sender of a handed-off post).
@@ -135,10 +158,14 @@ class UcxLane {
     int am_status = UCS_OK;
     // The messages, built whole before the first is sent (UCX keeps pointers
     // into these until each send completes); capacity is kept on reuse.
+    // am_iov holds our pool's side of every run: what a write's message
+    // carries, or where a read's reply goes.
     struct AmChunk {
       std::size_t header_offset = 0;
       std::size_t runs = 0;
       std::size_t iov_offset = 0;
+      std::uint64_t bytes = 0;  // the runs' total
+      bool answered = false;    // a read's reply came (under am_mu_)
     };
     std::vector<std::uint8_t> am_headers;
     std::vector<ucp_dt_iov_t> am_iov;
@@ -151,6 +178,19 @@ class UcxLane {
     UcxLane* lane = nullptr;
     std::array<std::uint8_t, kAckLen> bytes{};
   };
+
+  // A gather reply on its way back: UCX holds its header and its iovecs
+  // (into our pool) until the send completes. Pooled, capacity kept.
+  struct ReplyMsg {
+    UcxLane* lane = nullptr;
+    std::array<std::uint8_t, kGatherReplyLen> header{};
+    std::vector<ucp_dt_iov_t> iov;
+  };
+
+  // Writes a message's run `index` into its header (put_scatter_run,
+  // put_gather_run).
+  using PutRun = void (*)(std::uint8_t* header, std::size_t index, std::uint64_t offset,
+                          std::uint64_t length);
 
   // ucx_endpoint.cc
   Status close_endpoint(UcxPeer& peer);
@@ -166,6 +206,11 @@ class UcxLane {
   void register_scatter_handlers();
   Status post_scatter(UcxPeer& peer, std::span<const std::int64_t> local,
                       std::span<const std::int64_t> remote, Xfer* xfer);
+  void build_chunks(const UcxPeer& peer, std::span<const std::int64_t> local,
+                    std::span<const std::int64_t> remote, Xfer* xfer, std::size_t fixed_len,
+                    PutRun put_run);
+  std::uint64_t arm_wait(Xfer* xfer);
+  Status launch(UcxPeer& peer, Xfer* xfer);
   ucs_status_t send_scatter(UcxPeer& peer, Xfer* xfer, std::size_t* sent);
   void settle_unsent(Xfer* xfer, std::size_t sent, ucs_status_t status);
   void submit(Xfer* xfer);
@@ -190,8 +235,25 @@ class UcxLane {
   static void on_am_sent(void* request, ucs_status_t status, void* user_data);
   static void on_ack_sent(void* request, ucs_status_t status, void* user_data);
 
+  // ucx_gather.cc
+  void register_gather_handlers();
+  Status post_gather(UcxPeer& peer, std::span<const std::int64_t> local,
+                     std::span<const std::int64_t> remote, Xfer* xfer);
+  void send_gather_reply(const ucp_am_recv_param_t* param, const GatherReply& reply,
+                         const GatherRequest* served);
+  static ucs_status_t on_gather_am(void* arg, const void* header, std::size_t header_length,
+                                   void* data, std::size_t length,
+                                   const ucp_am_recv_param_t* param);
+  static ucs_status_t on_gather_reply_am(void* arg, const void* header, std::size_t header_length,
+                                         void* data, std::size_t length,
+                                         const ucp_am_recv_param_t* param);
+  static void on_gather_reply_sent(void* request, ucs_status_t status, void* user_data);
+
   // ucx_engine.cc
   void publish_rkey();
+  std::shared_ptr<UcxPeer> find_peer(PeerHandle handle) const;
+  Xfer* start_xfer(std::shared_ptr<UcxPeer> peer, TransferId id, Xfer::Op op);
+  Status hand_out(Xfer* xfer, Status posted, XferHandle* out);
   Xfer* acquire_xfer();
   void unref(Xfer* xfer);
   void drain_requests(const char* why);
@@ -241,9 +303,11 @@ class UcxLane {
   std::deque<Xfer> xfers_;
   std::vector<Xfer*> free_xfers_;
 
-  // Scatter writes. As initiator: transfers by slot, for the acks (which
-  // name a slot and a sequence), under am_mu_ (taken after pool_mu_, never
-  // before it). As target: whether the handler may write the region.
+  // Scatter writes and gather reads. As initiator: transfers by slot, for
+  // the acks and replies (which name a slot and a sequence), under am_mu_
+  // (taken after pool_mu_, never before it; a read's reply is copied into
+  // our pool under it). As target: whether the handlers may write (or read)
+  // the region.
   std::mutex am_mu_;
   std::vector<Xfer*> slots_;
   std::atomic<bool> accepting_writes_{false};
@@ -265,6 +329,9 @@ class UcxLane {
   std::mutex ack_mu_;
   std::deque<AckMsg> acks_;
   std::vector<AckMsg*> free_acks_;
+  std::mutex reply_mu_;
+  std::deque<ReplyMsg> replies_;
+  std::vector<ReplyMsg*> free_replies_;
 
   std::atomic<std::uint64_t> live_rkeys_{0};
   std::atomic<std::uint64_t> live_peers_{0};  // connected through this lane
@@ -282,6 +349,13 @@ class UcxLane {
   std::atomic<std::uint64_t> fences_received_{0};
   std::atomic<std::uint64_t> fences_ignored_{0};
   std::atomic<std::uint64_t> acks_ignored_{0};
+  std::atomic<std::uint64_t> gather_reads_{0};
+  std::atomic<std::uint64_t> gather_messages_{0};
+  std::atomic<std::uint64_t> gather_handed_off_{0};  // reads the progress thread sent
+  std::atomic<std::uint64_t> gather_received_{0};
+  std::atomic<std::uint64_t> gather_rejected_{0};
+  std::atomic<std::uint64_t> gather_fenced_{0};
+  std::atomic<std::uint64_t> gather_replies_ignored_{0};
 
   // Declared last, destroyed first: the pool registration goes before the
   // worker, and the worker (whose destruction completes what UCX still holds

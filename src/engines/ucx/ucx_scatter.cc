@@ -1,7 +1,9 @@
 // Scatter writes (wire/scatter.h): the initiator's messages and their acks,
 // and the target's handler that checks every run, copies it into place and
 // acks; and fences (wire/fence.h), sent first on every endpoint, which the
-// target's handler keeps per initiator lineage.
+// target's handler keeps per initiator lineage. Gather reads (ucx_gather.cc)
+// share the message machinery here: chunking, the wait for answers, sending,
+// handed-off posts, and ending the wait when a peer goes.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -132,6 +134,26 @@ bool UcxLane::fence_allows(std::uint64_t lineage, std::uint64_t epoch) {
 // one per message UCX still holds.
 Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
                              std::span<const std::int64_t> remote, Xfer* xfer) {
+  build_chunks(p, local, remote, xfer, kScatterFixedLen, &put_scatter_run);
+  scatter_writes_.fetch_add(1, std::memory_order_relaxed);
+  scatter_messages_.fetch_add(xfer->am_chunks.size(), std::memory_order_relaxed);
+  const std::uint64_t seq = arm_wait(xfer);
+  for (const Xfer::AmChunk& chunk : xfer->am_chunks) {
+    put_scatter_fixed(xfer->am_headers.data() + chunk.header_offset,
+                      static_cast<std::uint16_t>(chunk.runs), p.token, seq, xfer->slot, p.lineage,
+                      p.epoch);
+  }
+  return launch(p, xfer);
+}
+
+// Cuts a transfer's runs into messages of at most scatter_max_runs_ runs and
+// settings_.scatter_chunk_bytes bytes (a longer run is split across
+// messages): per message, a header whose runs put_run writes after
+// `fixed_len` bytes left for the caller's fixed part, and our pool's side of
+// each run in am_iov.
+void UcxLane::build_chunks(const UcxPeer& p, std::span<const std::int64_t> local,
+                           std::span<const std::int64_t> remote, Xfer* xfer, std::size_t fixed_len,
+                           PutRun put_run) {
   using Chunk = Xfer::AmChunk;
   auto* const base = static_cast<std::uint8_t*>(region_.base);
   const std::uint64_t block_len = region_.block_len;
@@ -139,61 +161,61 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   xfer->am_headers.clear();
   xfer->am_iov.clear();
   xfer->am_chunks.clear();
-  std::uint64_t chunk_bytes = 0;
   const auto open_chunk = [&] {
-    xfer->am_chunks.push_back(Chunk{xfer->am_headers.size(), 0, xfer->am_iov.size()});
-    xfer->am_headers.resize(xfer->am_headers.size() + kScatterFixedLen);
-    chunk_bytes = 0;
+    xfer->am_chunks.push_back(Chunk{xfer->am_headers.size(), 0, xfer->am_iov.size(), 0, false});
+    xfer->am_headers.resize(xfer->am_headers.size() + fixed_len);
   };
   open_chunk();
   for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
-    std::uint8_t* src = base + static_cast<std::uint64_t>(l) * block_len;
+    std::uint8_t* at = base + static_cast<std::uint64_t>(l) * block_len;
     std::uint64_t offset = static_cast<std::uint64_t>(r) * p.remote_block_len;
     for (std::uint64_t left = count * block_len; left > 0;) {
-      if (xfer->am_chunks.back().runs == scatter_max_runs_ || chunk_bytes == chunk_limit) {
+      if (xfer->am_chunks.back().runs == scatter_max_runs_ ||
+          xfer->am_chunks.back().bytes == chunk_limit) {
         open_chunk();
       }
-      const std::uint64_t len = std::min(left, chunk_limit - chunk_bytes);
-      const std::size_t at = xfer->am_headers.size();
-      xfer->am_headers.resize(at + kScatterRunLen);
       Chunk& chunk = xfer->am_chunks.back();
-      put_scatter_run(xfer->am_headers.data() + chunk.header_offset, chunk.runs, offset, len);
+      const std::uint64_t len = std::min(left, chunk_limit - chunk.bytes);
+      xfer->am_headers.resize(xfer->am_headers.size() + kScatterRunLen);
+      put_run(xfer->am_headers.data() + chunk.header_offset, chunk.runs, offset, len);
       ++chunk.runs;
-      xfer->am_iov.push_back(ucp_dt_iov_t{src, len});
-      chunk_bytes += len;
-      src += len;
+      xfer->am_iov.push_back(ucp_dt_iov_t{at, len});
+      chunk.bytes += len;
+      at += len;
       offset += len;
       left -= len;
     }
     return true;
   });
+}
 
-  const std::size_t n = xfer->am_chunks.size();
-  scatter_writes_.fetch_add(1, std::memory_order_relaxed);
-  scatter_messages_.fetch_add(n, std::memory_order_relaxed);
-  // Fresh and random per write (never 0, which means "not awaiting acks"):
-  // an ack must name it, and no one but the target it was sent to sees it.
+// Starts the wait for a built transfer's acks (replies): draws its sequence
+// (fresh and random per transfer, never 0, which means "not awaiting": an
+// answer must name it, and no one but the peer it was sent to sees it) and
+// takes the core's and the wait's references.
+std::uint64_t UcxLane::arm_wait(Xfer* xfer) {
   const std::uint64_t seq = fresh_random();
   xfer->post_seq = seq;
-  xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the acks'
+  xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the wait's
   xfer->sends_pending.store(0, std::memory_order_relaxed);
   {
     std::lock_guard lock(am_mu_);
     xfer->am_seq = seq;
-    xfer->am_left = static_cast<int>(n);
+    xfer->am_left = static_cast<int>(xfer->am_chunks.size());
     xfer->am_status = UCS_OK;
   }
   live_requests_.fetch_add(1, std::memory_order_relaxed);
-  for (const Chunk& chunk : xfer->am_chunks) {
-    put_scatter_fixed(xfer->am_headers.data() + chunk.header_offset,
-                      static_cast<std::uint16_t>(chunk.runs), p.token, seq, xfer->slot, p.lineage,
-                      p.epoch);
-  }
+  return seq;
+}
 
+// Sends a built, armed transfer (its headers complete): handed to the
+// progress thread, or inline on the caller's thread.
+Status UcxLane::launch(UcxPeer& p, Xfer* xfer) {
+  const bool read = xfer->op == Xfer::Op::kRead;
   if (handoff_) {
     // The progress thread sends it; a failure then shows in check().
     xfer->refs.fetch_add(1, std::memory_order_relaxed);  // the queue's
-    scatter_handed_off_.fetch_add(1, std::memory_order_relaxed);
+    (read ? gather_handed_off_ : scatter_handed_off_).fetch_add(1, std::memory_order_relaxed);
     submit(xfer);
     return Status::kSuccess;
   }
@@ -201,40 +223,53 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
   const ucs_status_t send_status = send_scatter(p, xfer, &sent);
   if (send_status == UCS_OK) return Status::kSuccess;
 
-  log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
-             agent_name_, p.agent_name, sent, n, ucs_status_string(send_status));
+  const std::size_t n = xfer->am_chunks.size();
+  log().warn("kvxfer UCX {}: {} to peer {} failed after {} of {} messages: {}", agent_name_,
+             read ? "gather read" : "scatter write", p.agent_name, sent, n,
+             ucs_status_string(send_status));
   if (is_disconnect(send_status)) p.mark_failed();
   settle_unsent(xfer, sent, send_status);
-  // The messages already sent read the caller's blocks until UCX is done
-  // with them: none may still do so once the post returned its error.
-  if (sent > 0) wait_sends(p, xfer);
-  unref(xfer);  // the core's: the write failed
+  // A write's messages already sent read the caller's blocks until UCX is
+  // done with them: none may still do so once the post returned its error.
+  // (A read's requests carry only their headers, which the transfer keeps.)
+  if (sent > 0 && !read) wait_sends(p, xfer);
+  unref(xfer);  // the core's: the post failed
   return map_post_error(send_status);
 }
 
-// Sends a built transfer's messages in order. Returns UCS_OK, or the error
-// of the first send that failed, with *sent the messages that left before it.
+// Sends a built transfer's messages in order: a write's scatter messages
+// (header and bytes) or a read's gather requests (header only; am_iov is
+// where the replies go). Returns UCS_OK, or the error of the first send that
+// failed, with *sent the messages that left before it.
 ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
+  const bool read = xfer->op == Xfer::Op::kRead;
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = &UcxLane::on_am_sent;
   param.user_data = xfer;
-  param.datatype = ucp_dt_make_iov();
+  if (!read) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+  }
   // Eager only: the target's handler then always gets the bytes in the call.
+  // REPLY: the target answers through the endpoint the message came by.
   param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  const unsigned am_id = read ? kGatherAmId : kScatterAmId;
   const std::size_t n = xfer->am_chunks.size();
   for (*sent = 0; *sent < n; ++*sent) {
     const std::size_t i = *sent;
     const Xfer::AmChunk& chunk = xfer->am_chunks[i];
     const std::size_t iov_end = i + 1 < n ? xfer->am_chunks[i + 1].iov_offset : xfer->am_iov.size();
+    const std::size_t header_len =
+        read ? gather_request_len(chunk.runs) : scatter_header_len(chunk.runs);
     xfer->refs.fetch_add(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_add(1, std::memory_order_relaxed);
     live_requests_.fetch_add(1, std::memory_order_relaxed);
     ucs_status_ptr_t request =
-        ucp_am_send_nbx(p.ep.get(), kScatterAmId, xfer->am_headers.data() + chunk.header_offset,
-                        scatter_header_len(chunk.runs), xfer->am_iov.data() + chunk.iov_offset,
-                        iov_end - chunk.iov_offset, &param);
+        ucp_am_send_nbx(p.ep.get(), am_id, xfer->am_headers.data() + chunk.header_offset,
+                        header_len, read ? nullptr : xfer->am_iov.data() + chunk.iov_offset,
+                        read ? 0 : iov_end - chunk.iov_offset, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) continue;  // on_am_sent lets go
     live_requests_.fetch_sub(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_sub(1, std::memory_order_relaxed);
@@ -245,9 +280,15 @@ ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
 }
 
 // Messages [sent, n) of a transfer will never be acked: count them as
-// answered with `status`. Messages already sent keep going and are still
-// acked; the transfer ends when they are (or its peer fails).
+// answered with `status`. A write's messages already sent keep going and are
+// still acked; the transfer ends when they are (or its peer fails). A read
+// that could not ask for all its bytes fails at once: replies to the
+// requests that did leave are then dropped, not copied into a failed read.
 void UcxLane::settle_unsent(Xfer* xfer, std::size_t sent, ucs_status_t status) {
+  if (xfer->op == Xfer::Op::kRead) {
+    fail_scatter(xfer, status);
+    return;
+  }
   const std::size_t n = xfer->am_chunks.size();
   bool settle = false;
   {
@@ -327,8 +368,9 @@ void UcxLane::send_submitted(Xfer* xfer) {
       std::size_t sent = 0;
       const ucs_status_t st = send_scatter(p, xfer, &sent);
       if (st != UCS_OK) {
-        log().warn("kvxfer UCX {}: scatter write to peer {} failed after {} of {} messages: {}",
-                   agent_name_, p.agent_name, sent, xfer->am_chunks.size(), ucs_status_string(st));
+        log().warn("kvxfer UCX {}: {} to peer {} failed after {} of {} messages: {}", agent_name_,
+                   xfer->op == Xfer::Op::kRead ? "gather read" : "scatter write", p.agent_name,
+                   sent, xfer->am_chunks.size(), ucs_status_string(st));
         if (is_disconnect(st)) p.mark_failed();
         settle_unsent(xfer, sent, st);
       }
@@ -426,12 +468,7 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
                header_length);
     return UCS_OK;
   }
-  // Only the statuses a handler sends; anything else is an I/O error.
-  ucs_status_t status = UCS_ERR_IO_ERROR;
-  for (const ucs_status_t known :
-       {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_REJECTED, UCS_ERR_UNSUPPORTED, UCS_ERR_CANCELED}) {
-    if (ack.status == static_cast<std::int32_t>(known)) status = known;
-  }
+  const ucs_status_t status = peer_status(ack.status);
   Xfer* done = nullptr;
   ucs_status_t result = UCS_OK;
   {
@@ -439,6 +476,10 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
     if (ack.slot >= lane->slots_.size()) return UCS_OK;
     Xfer* xfer = lane->slots_[ack.slot];
     if (xfer->am_seq == 0 || xfer->am_seq != ack.sequence) return UCS_OK;  // it already ended
+    if (xfer->op != Xfer::Op::kWrite) {
+      lane->acks_ignored_.fetch_add(1, std::memory_order_relaxed);  // a read is answered by replies
+      return UCS_OK;
+    }
     // Awaiting acks, so the transfer holds its peer.
     if (xfer->peer->ep_id != from) {
       lane->acks_ignored_.fetch_add(1, std::memory_order_relaxed);
