@@ -19,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "bench_config.h"
 #include "common/ucx_tls.h"
@@ -173,6 +174,8 @@ class Bench {
     return options;
   }
 
+  [[nodiscard]] bool reading() const { return args_.op == "read"; }
+
   Pool& source() {
     if (!source_) source_ = std::make_unique<Pool>(args_.region);
     return *source_;
@@ -198,15 +201,30 @@ class Bench {
     return transport;
   }
 
+  // Checks each (r, l) of `to_verify`: block r of the pool written (the
+  // target's for writes, ours for reads) must hold the pattern of block l.
   void finish(CaseResult& result, Transport& transport,
               const std::vector<std::pair<std::int64_t, std::int64_t>>& to_verify,
               std::uint64_t seed) {
+    // Closing joins the engine's threads: every byte they copied into our
+    // pool is ordered before the checks below.
     transport.close();
     result.handles_released = transport.stats().live == HandleCounts{};
     if (!result.handles_released && result.error.empty()) {
       result.error = "live handles left after close()";
     }
-    const auto [good, bad] = target_.verify(seed, to_verify);
+    std::uint64_t good = 0;
+    std::uint64_t bad = 0;
+    if (reading()) {
+      const std::uint64_t len = result.spec.block_len;
+      for (const auto& [r, l] : to_verify) {
+        const bool ok = block_matches(source().data() + static_cast<std::uint64_t>(r) * len, len,
+                                      seed, static_cast<std::uint64_t>(l));
+        ++(ok ? good : bad);
+      }
+    } else {
+      std::tie(good, bad) = target_.verify(seed, to_verify);
+    }
     target_.close_region();
     result.verify_sampled = to_verify.size();
     result.verify_good = good;
@@ -214,9 +232,10 @@ class Bench {
     result.verified = result.error.empty() && result.failed_transfers == 0 && bad == 0 &&
                       good == to_verify.size() && good > 0;
     if (result.error.empty() && !result.verified) {
-      result.error = good == 0 && bad == 0
-                         ? "no written block could be verified"
-                         : fmt::format("{} of {} blocks checked hold wrong bytes", bad, good + bad);
+      result.error =
+          good == 0 && bad == 0
+              ? fmt::format("no {} block could be verified", reading() ? "read" : "written")
+              : fmt::format("{} of {} blocks checked hold wrong bytes", bad, good + bad);
     }
   }
 
@@ -229,8 +248,20 @@ class Bench {
         std::max<std::uint64_t>(1, (spec.total + write_bytes - 1) / write_bytes);
     const std::uint64_t seed = case_seed(seed_base(), spec.name);
     const Schedule schedule(spec.pattern, result.num_blocks, spec.batch, writes, seed + 1);
-    fill(source(), spec.block_len, result.num_blocks, seed);
+    // Reads bring the target's blocks into ours: ours start with another
+    // pattern, so a block no read reached never passes for one it did.
+    fill(source(), spec.block_len, result.num_blocks, reading() ? ~seed : seed);
     auto transport = connect(result);
+    if (reading()) target_.fill(seed);
+    // Transfer w: a WRITE of our schedule.local(w) into the target's
+    // schedule.remote(w), or a READ the other way round, so that the blocks
+    // written are schedule.remote(w) either way (one pool's blocks, never
+    // named twice in a transfer) and hold the pattern of schedule.local(w).
+    const auto post = [&](std::uint64_t w) {
+      return reading() ? transport->read_blocks(kPeer, schedule.remote(w), schedule.local(w))
+                       : transport->write_blocks(kPeer, schedule.local(w), schedule.remote(w));
+    };
+    const char* const call = reading() ? "read_blocks" : "write_blocks";
     // memcpy runs before and after the WRITEs, and the faster counts: the
     // limit is what the machine can do, and a neighbour's load on a shared
     // machine only ever slows one of them down. After connect(): a freshly
@@ -246,8 +277,8 @@ class Bench {
     {
       std::vector<TransferId> ids;
       for (std::uint64_t w = 0; w < std::min(depth, writes); ++w) {
-        const auto id = transport->write_blocks(kPeer, schedule.local(w), schedule.remote(w));
-        if (!id) throw std::runtime_error("warm-up write_blocks failed to post");
+        const auto id = post(w);
+        if (!id) throw std::runtime_error(fmt::format("warm-up {} failed to post", call));
         ids.push_back(*id);
       }
       std::string error;
@@ -289,10 +320,10 @@ class Bench {
     while (done < writes) {
       while (next < writes && inflight.size() < depth) {
         const auto t0 = Clock::now();
-        const auto id = transport->write_blocks(kPeer, schedule.local(next), schedule.remote(next));
+        const auto id = post(next);
         const auto t1 = Clock::now();
         if (!id) {
-          result.error = fmt::format("write_blocks of write {} failed to post", next);
+          result.error = fmt::format("{} of transfer {} failed to post", call, next);
           break;
         }
         call_us[next] = micros(t1 - t0);
@@ -318,7 +349,8 @@ class Bench {
         idle_polls = 0;
       } else {
         if (++idle_polls % 4096 == 0 && Clock::now() - last_completion > kStallTimeout) {
-          result.error = fmt::format("stalled: no write completed for {} s", kStallTimeout.count());
+          result.error =
+              fmt::format("stalled: no transfer completed for {} s", kStallTimeout.count());
           break;
         }
         idle_wait();
@@ -692,6 +724,9 @@ int run_bench(const BenchArgs& args) {
   for (const auto& name : args.cases) specs.push_back(resolve(args, name, quarter));
   if (specs.empty()) throw std::invalid_argument("--cases selects no case");
 
+  if (args.op != "write" && args.op != "read") {
+    throw std::invalid_argument(fmt::format("--op {}: use write or read", args.op));
+  }
   std::unique_ptr<TargetProcess> target;
   if (args.peer.empty()) {
     std::vector<std::string> target_args = {"target", "--tls", args.tls, "--region",
@@ -705,9 +740,9 @@ int run_bench(const BenchArgs& args) {
   report.target_version = target->version();
   report.cpus = machine_info().cpus;
   if (!args.quiet) {
-    fmt::print(stderr, "kvxfer bench: UCX_TLS={}, {} MiB regions, target {} (kvxfer {}){}\n",
-               report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls, args.region >> 20,
-               report.target, report.target_version,
+    fmt::print(stderr, "kvxfer bench: {}s, UCX_TLS={}, {} MiB regions, target {} (kvxfer {}){}\n",
+               args.op, report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls,
+               args.region >> 20, report.target, report.target_version,
                quarter ? ", TCP only: a quarter of each reference total" : "");
   }
 

@@ -17,6 +17,9 @@ namespace kvxfer::tools {
 struct BenchArgs {
   std::vector<std::string> cases = {"big", "layer", "small", "runs", "reg"};
   std::string tls = "sm";  // sm | tcp | a UCX_TLS string
+  // "write" (write_blocks into the target, verified there) or "read"
+  // (read_blocks from the target's pool, verified here).
+  std::string op = "write";
   // Overrides of every selected case's workload figures.
   std::optional<std::uint64_t> block_len;
   std::optional<std::uint64_t> batch;

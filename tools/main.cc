@@ -175,6 +175,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"big", "layer", "small", "runs", "reg"}));
   bench_cmd->add_option("--tls", bench.tls, "UCX transports: sm, tcp, or a UCX_TLS string")
       ->capture_default_str();
+  bench_cmd
+      ->add_option("--op", bench.op,
+                   "write (write_blocks into the target, checked there) or read (read_blocks "
+                   "from the target's pool, checked here)")
+      ->check(CLI::IsMember({"write", "read"}))
+      ->capture_default_str();
   bench_cmd->add_option("--block-len", bench.block_len, "block length for every case (e.g. 64K)")
       ->transform(CLI::AsSizeValue(false));
   bench_cmd->add_option("--batch", bench.batch, "blocks per write_blocks call");
@@ -334,6 +340,8 @@ int main(int argc, char** argv) {
       }
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
       if (!bench.targets.empty() || !bench.initiators.empty()) {
+        if (bench.op != "write")
+          throw CLI::ValidationError("--targets/--initiators run writes only: no --op read");
         if (!bench.peer.empty())
           throw CLI::ValidationError("--targets/--initiators spawn their own targets: no --peer");
         return run_fan(bench);

@@ -63,7 +63,8 @@ void print_table(const BenchReport& report, std::FILE* out) {
   fmt::print(out,
              "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} {:>6}  "
              "{}\n",
-             "case", "block_len", "batch", "GB/s", "blocks/s", "write µs p50/99/max",
+             "case", "block_len", "batch", "GB/s", "blocks/s",
+             report.args.op == "read" ? "read µs p50/99/max" : "write µs p50/99/max",
              "poll µs p50/99/max", "memcpy", "ratio", memcpy_all_name, "x all-cores", "perftest",
              "ratio", "verified");
   for (const CaseResult& c : report.cases) {
@@ -214,6 +215,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"transparent_hugepages", m.transparent_hugepages}}},
       {"config",
        {{"tls", a.tls},
+        {"op", a.op},
         {"region_bytes", a.region},
         {"config_fingerprint", report.fingerprint},
         {"progress_thread", a.progress_thread},
@@ -278,8 +280,8 @@ std::string write_plot(const BenchReport& report, const std::string& path) {
       << "set datafile missing '?'\n"
       << "set title 'kvxfer bench, UCX_TLS="
       << (report.ucx_tls.empty() ? "default" : report.ucx_tls) << ", "
-      << std::string(kvxfer::version()) << ": payload GB/s (1e9 B/s)"
-      << (clipped ? ", ucx_perftest bars clipped" : "") << "'\n"
+      << std::string(kvxfer::version()) << (report.args.op == "read" ? ", READ" : "")
+      << ": payload GB/s (1e9 B/s)" << (clipped ? ", ucx_perftest bars clipped" : "") << "'\n"
       << "set style data histograms\n"
       << "set style histogram clustered gap 1\n"
       << "set style fill solid 0.85 border -1\n"

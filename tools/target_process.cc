@@ -71,6 +71,8 @@ class TargetSession {
         transport_.reset();
       } else if (m.word == "STREAM") {
         stream(m);
+      } else if (m.word == "FILL") {
+        fill(m);
       } else {
         const std::string word = m.word.substr(0, 32);
         channel_.write_line("ERROR unknown command '" + word + "'", kWriteTimeout);
@@ -140,6 +142,19 @@ class TargetSession {
                     transport_->num_blocks(), transport_->block_len(),
                     transport_->config_fingerprint()),
         kWriteTimeout);
+  }
+
+  // The pool of the opened region, patterned for an initiator to read.
+  void fill(const Message& m) {
+    const std::uint64_t seed = m.number("seed");
+    if (transport_ == nullptr || num_blocks_ == 0) {
+      channel_.write_line("ERROR FILL needs an opened region", kWriteTimeout);
+      throw ChannelError(fmt::format("{} asked for FILL without a region", channel_.peer_name()));
+    }
+    for (std::uint64_t i = 0; i < num_blocks_; ++i) {
+      fill_block(pool_->data() + i * block_len_, block_len_, seed, i);
+    }
+    channel_.write_line(fmt::format("FILLED blocks={}", num_blocks_), kWriteTimeout);
   }
 
   // The raw TCP baseline: one connection, `bytes` received into the pool.
@@ -352,6 +367,15 @@ double TargetProcess::raw_stream(const std::string& host, const std::uint8_t* sr
     throw ChannelError(name() + ": the stream did not complete");
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void TargetProcess::fill(std::uint64_t seed) {
+  channel_->write_line(fmt::format("FILL seed={}", seed), kWriteTimeout);
+  const std::string line = channel_->read_line(kReplyTimeout);
+  const Message m = Message::parse(line);
+  if (m.word != "FILLED" || m.number("blocks") != geometry_.num_blocks) {
+    throw ChannelError(fmt::format("{}: bad fill reply '{}'", name(), line.substr(0, 200)));
+  }
 }
 
 pid_t TargetProcess::pid() const { return child_ != nullptr ? child_->pid() : 0; }

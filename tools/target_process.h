@@ -87,6 +87,10 @@ class TargetProcess {
   // filled with `seed`, for each (r, l). Returns (good, bad).
   std::pair<std::uint64_t, std::uint64_t> verify(
       std::uint64_t seed, const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs);
+  // Asks the target to fill every block i of its opened region with the
+  // pattern of block i for `seed` (what --op read reads back). Throws
+  // ChannelError when it cannot.
+  void fill(std::uint64_t seed);
   // The raw TCP baseline: asks the target to take one TCP connection and
   // `bytes` into its pool, connects to it at `host` and streams them from
   // src (wrapping at src_len). Returns the seconds from connect to the
