@@ -202,10 +202,11 @@ class Bench {
   }
 
   // Checks each (r, l) of `to_verify`: block r of the pool written (the
-  // target's for writes, ours for reads) must hold the pattern of block l.
+  // target's after writes, ours after reads) must hold the pattern of
+  // block l.
   void finish(CaseResult& result, Transport& transport,
               const std::vector<std::pair<std::int64_t, std::int64_t>>& to_verify,
-              std::uint64_t seed) {
+              std::uint64_t seed, bool after_reads) {
     // Closing joins the engine's threads: every byte they copied into our
     // pool is ordered before the checks below.
     transport.close();
@@ -215,7 +216,7 @@ class Bench {
     }
     std::uint64_t good = 0;
     std::uint64_t bad = 0;
-    if (reading()) {
+    if (after_reads) {
       const std::uint64_t len = result.spec.block_len;
       for (const auto& [r, l] : to_verify) {
         const bool ok = block_matches(source().data() + static_cast<std::uint64_t>(r) * len, len,
@@ -234,7 +235,7 @@ class Bench {
     if (result.error.empty() && !result.verified) {
       result.error =
           good == 0 && bad == 0
-              ? fmt::format("no {} block could be verified", reading() ? "read" : "written")
+              ? fmt::format("no {} block could be verified", after_reads ? "read" : "written")
               : fmt::format("{} of {} blocks checked hold wrong bytes", bad, good + bad);
     }
   }
@@ -384,7 +385,7 @@ class Bench {
           "blocks of the region; use a larger --region or a smaller --depth)",
           spec.batch, spec.depth, result.num_blocks);
     }
-    finish(result, *transport, sample(landed.known, max_verify, seed + 2), seed);
+    finish(result, *transport, sample(landed.known, max_verify, seed + 2), seed, reading());
     transport.reset();
 
     if (result.verified) {
@@ -569,7 +570,8 @@ class Bench {
     result.inflight_bytes_1 = probe(1);
     result.inflight_bytes_16 = probe(16);
 
-    finish(result, *transport, written, seed);
+    // The reg case writes, whatever --op says: it times registration.
+    finish(result, *transport, written, seed, /*after_reads=*/false);
   }
 
   std::uint64_t seed_base() const { return args_.seed; }

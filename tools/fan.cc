@@ -595,6 +595,7 @@ int run_fan(const BenchArgs& args) {
 
 int run_initiator() {
   LineChannel channel(::dup(STDIN_FILENO), ::dup(STDOUT_FILENO), "bench (parent)");
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);  // stray output (UCX logs) stays out of the channel
   try {
     channel.write_line("HELLO kvxfer-initiator", kWriteTimeout);
     const Message m = Message::parse(channel.read_line(kReplyTimeout));

@@ -399,6 +399,11 @@ int TargetProcess::quit() {
 int run_target(const TargetConfig& config) {
   std::unique_ptr<Pool> pool;
   LineChannel channel(::dup(STDIN_FILENO), ::dup(STDOUT_FILENO), "initiator (parent)");
+  // The channel has its own copy of stdout; everything else this process
+  // prints there (UCX logs to stdout by default, e.g. an ERROR line when an
+  // initiator drops a TCP connection) now goes to stderr, never into the
+  // protocol.
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);
   TargetSession session(channel, config, pool);
   try {
     return session.serve();
