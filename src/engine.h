@@ -19,6 +19,13 @@ namespace kvxfer::internal {
 using PeerHandle = std::uintptr_t;
 using XferHandle = std::uintptr_t;
 
+// A notification as its target receives it: the sender's agent name and the
+// message (1..kMaxNotificationBytes bytes).
+struct Notification {
+  std::string agent;
+  std::vector<std::uint8_t> bytes;
+};
+
 // What the core knows about a peer when it asks the engine to connect.
 struct RemoteRegion {
   std::string agent_name;
@@ -59,10 +66,16 @@ class Engine {
   // every i (indices already validated by the core). On success *out is a
   // transfer handle the core later checks and releases; on failure nothing
   // is left behind. `id` tags the transfer (logs, loopback fault plan).
+  //
+  // With a `notify` message (non-empty, at most kMaxNotificationBytes, checked
+  // by the core), the engine delivers it to the peer once every byte of the
+  // transfer is in place, and check() reports kSuccess only once the peer
+  // has taken it into its queue: never before its data, never for a transfer
+  // that failed, and not for one released before its data was in place.
   [[nodiscard]] virtual Status post_write(PeerHandle peer, TransferId id,
                                           std::span<const std::int64_t> local,
-                                          std::span<const std::int64_t> remote,
-                                          XferHandle* out) = 0;
+                                          std::span<const std::int64_t> remote, XferHandle* out,
+                                          std::span<const std::uint8_t> notify = {}) = 0;
 
   // Posts one READ of remote block remote[i] of the peer's pool into local
   // block local[i] for every i (indices already validated by the core: no
@@ -74,7 +87,18 @@ class Engine {
   // finish, as a write's does.
   [[nodiscard]] virtual Status post_read(PeerHandle peer, TransferId id,
                                          std::span<const std::int64_t> local,
-                                         std::span<const std::int64_t> remote, XferHandle* out) = 0;
+                                         std::span<const std::int64_t> remote, XferHandle* out,
+                                         std::span<const std::uint8_t> notify = {}) = 0;
+
+  // A transfer of no data that delivers `message` to the peer (done once the
+  // peer has taken it into its queue).
+  [[nodiscard]] virtual Status post_notify(PeerHandle peer, TransferId id,
+                                           std::span<const std::uint8_t> message,
+                                           XferHandle* out) = 0;
+
+  // Moves the notifications peers delivered to us since the last call into
+  // *out (appended), oldest first; each is handed out once.
+  virtual void take_notifications(std::vector<Notification>* out) = 0;
 
   // Lets the engine make progress once before a batch of checks (a no-op
   // when a progress thread does it).

@@ -62,6 +62,14 @@ struct Options {
   std::map<std::string, std::string> engine_config;
 };
 
+// The most bytes one notification carries (write_blocks/read_blocks'
+// `notify`, send_notification).
+inline constexpr std::size_t kMaxNotificationBytes = 4096;
+// The most notifications a transport keeps for get_notifications(); past
+// that, peers' notifications are refused and their transfers fail at the
+// sender (nothing is dropped silently).
+inline constexpr std::size_t kMaxQueuedNotifications = 16384;
+
 // The largest Options::stall_timeout (a year): anything longer is no
 // timeout at all (use 0), and durations this long still add to clock times
 // without overflow.
@@ -187,12 +195,22 @@ class Transport {
   // is read exactly once (copied, then the copy checked and posted), so
   // another thread changing it during the call cannot get an unchecked index
   // posted.
-  [[nodiscard]] std::optional<TransferId> write_blocks(
-      std::string_view peer_id, std::span<const std::int64_t> local_idxs,
-      std::span<const std::int64_t> remote_idxs);
-  [[nodiscard]] std::optional<TransferId> write_blocks(
-      std::string_view peer_id, std::span<const std::int32_t> local_idxs,
-      std::span<const std::int32_t> remote_idxs);
+  //
+  // With `notify` (1..kMaxNotificationBytes bytes; empty means none), the
+  // peer receives that message in get_notifications() once every byte of
+  // this transfer is in its memory, never before; the transfer is reported
+  // done only once the peer took the message, and a transfer that fails, or
+  // is cancelled before its bytes landed, delivers nothing. The message is
+  // copied before the call returns. Longer messages throw
+  // std::invalid_argument.
+  [[nodiscard]] std::optional<TransferId> write_blocks(std::string_view peer_id,
+                                                       std::span<const std::int64_t> local_idxs,
+                                                       std::span<const std::int64_t> remote_idxs,
+                                                       std::span<const std::uint8_t> notify = {});
+  [[nodiscard]] std::optional<TransferId> write_blocks(std::string_view peer_id,
+                                                       std::span<const std::int32_t> local_idxs,
+                                                       std::span<const std::int32_t> remote_idxs,
+                                                       std::span<const std::uint8_t> notify = {});
 
   // Posts one READ of remote block remote_idxs[i] of the peer's pool into
   // local block local_idxs[i] for every i: the mirror of write_blocks, with
@@ -200,12 +218,28 @@ class Transport {
   // poll, cancel, strikes, faults and stall rule. Done means the bytes are in
   // OUR pool. An immediate cancel stops what has not started yet; a copy
   // already under way may still land (cancel kWait says when none can).
+  // `notify` as for write_blocks: the peer (whose blocks were read) gets
+  // the message once the bytes are in our pool.
   [[nodiscard]] std::optional<TransferId> read_blocks(std::string_view peer_id,
                                                       std::span<const std::int64_t> local_idxs,
-                                                      std::span<const std::int64_t> remote_idxs);
+                                                      std::span<const std::int64_t> remote_idxs,
+                                                      std::span<const std::uint8_t> notify = {});
   [[nodiscard]] std::optional<TransferId> read_blocks(std::string_view peer_id,
                                                       std::span<const std::int32_t> local_idxs,
-                                                      std::span<const std::int32_t> remote_idxs);
+                                                      std::span<const std::int32_t> remote_idxs,
+                                                      std::span<const std::uint8_t> notify = {});
+
+  // A transfer of no blocks that delivers `message` (1..kMaxNotificationBytes
+  // bytes, else std::invalid_argument) to the peer: its id is reported done
+  // by poll() once the peer took it, or failed. nullopt as for write_blocks.
+  [[nodiscard]] std::optional<TransferId> send_notification(std::string_view peer_id,
+                                                            std::span<const std::uint8_t> message);
+
+  // The notifications peers delivered to this transport since the last
+  // call, by sender agent name, each list in the order its sender's
+  // transfers completed; each message is handed out once. Throws
+  // std::logic_error after close().
+  [[nodiscard]] std::map<std::string, std::vector<std::vector<std::uint8_t>>> get_notifications();
 
   // Counts a post the caller could not make (for instance, indices a
   // reference-compatible wrapper refuses without throwing) against the peer

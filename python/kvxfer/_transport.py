@@ -367,9 +367,11 @@ class NixlTransport(Transport):
             # is published (the core logged it), and it returns.
             return
 
-    def write_blocks(self, peer_id: str, local_idxs: Any, remote_idxs: Any) -> Optional[int]:
+    def write_blocks(
+        self, peer_id: str, local_idxs: Any, remote_idxs: Any, notify: Any = None
+    ) -> Optional[int]:
         try:
-            return _native_write_blocks(self, peer_id, local_idxs, remote_idxs)
+            return _native_write_blocks(self, peer_id, local_idxs, remote_idxs, notify)
         except ValueError as exc:
             # The reference hands any indices to NIXL, whose post then fails.
             cause = f"invalid indices: {exc}"

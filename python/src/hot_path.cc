@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "arguments.h"
 #include "py_transport.h"
 
 namespace kvxfer::python {
@@ -135,7 +136,8 @@ PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t narg
                           PyObject* kwnames) {
   try {
     PyTransport& transport = unwrap(self);
-    static constexpr std::array<const char*, 3> kNames{"peer_id", "local_idxs", "remote_idxs"};
+    static constexpr std::array<const char*, 4> kNames{"peer_id", "local_idxs", "remote_idxs",
+                                                       "notify"};
     const auto a =
         bind_args(kRead ? "read_blocks" : "write_blocks", kNames, 3, args, nargs, kwnames);
     const std::string_view peer_id = text_arg(a[0], "peer_id");
@@ -143,6 +145,16 @@ PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t narg
     std::vector<std::int64_t> remote_copy;
     IndexArg local(a[1], "local_idxs", local_copy);
     IndexArg remote(a[2], "remote_idxs", remote_copy);
+    // None (or absent): no notification. The core copies the bytes once.
+    std::optional<ByteArg> notify;
+    if (a[3] != nullptr && a[3] != Py_None) {
+      notify.emplace(a[3], "notify");
+      if (notify->span().empty()) {
+        throw py::value_error("notify must hold at least one byte (None: no notification)");
+      }
+    }
+    const std::span<const std::uint8_t> message =
+        notify ? notify->span() : std::span<const std::uint8_t>{};
     if (local.kind() != remote.kind()) {
       local.widen();
       remote.widen();
@@ -152,11 +164,11 @@ PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t narg
       py::gil_scoped_release nogil;
       Transport& t = transport.get();
       if (local.kind() == IndexArg::Kind::kInt32) {
-        id = kRead ? t.read_blocks(peer_id, local.int32(), remote.int32())
-                   : t.write_blocks(peer_id, local.int32(), remote.int32());
+        id = kRead ? t.read_blocks(peer_id, local.int32(), remote.int32(), message)
+                   : t.write_blocks(peer_id, local.int32(), remote.int32(), message);
       } else {
-        id = kRead ? t.read_blocks(peer_id, local.int64(), remote.int64())
-                   : t.write_blocks(peer_id, local.int64(), remote.int64());
+        id = kRead ? t.read_blocks(peer_id, local.int64(), remote.int64(), message)
+                   : t.write_blocks(peer_id, local.int64(), remote.int64(), message);
       }
     }
     if (!id) Py_RETURN_NONE;
@@ -194,21 +206,24 @@ PyCFunction as_cfunction() {
 
 PyMethodDef g_write_blocks_def{
     "write_blocks", as_cfunction<&transfer_blocks<false>>(), METH_FASTCALL | METH_KEYWORDS,
-    "write_blocks($self, peer_id, local_idxs, remote_idxs)\n--\n\n"
+    "write_blocks($self, peer_id, local_idxs, remote_idxs, notify=None)\n--\n\n"
     "Posts one WRITE of local block local_idxs[i] to remote block remote_idxs[i] for\n"
     "every i. The index lists are lists, tuples or 1-D integer arrays (int32/int64\n"
     "numpy arrays are not converted: their memory is read exactly once, into the\n"
-    "copy that is then checked and posted). Returns the transfer id, or None when the\n"
-    "peer is unknown or the post failed (counted against the peer)."};
+    "copy that is then checked and posted). notify (bytes-like, 1..4096 bytes): the\n"
+    "peer's get_notifications() shows it once every byte of this write is in its\n"
+    "memory; the write is done once the peer took it. Returns the transfer id, or\n"
+    "None when the peer is unknown or the post failed (counted against the peer)."};
 
 PyMethodDef g_read_blocks_def{
     "read_blocks", as_cfunction<&transfer_blocks<true>>(), METH_FASTCALL | METH_KEYWORDS,
-    "read_blocks($self, peer_id, local_idxs, remote_idxs)\n--\n\n"
+    "read_blocks($self, peer_id, local_idxs, remote_idxs, notify=None)\n--\n\n"
     "Posts one READ of the peer's block remote_idxs[i] into local block local_idxs[i]\n"
     "for every i: the mirror of write_blocks (same index types, same checks, and a\n"
     "local block may not appear twice). poll() reports it done once the bytes are in\n"
-    "this transport's pool. Returns the transfer id, or None when the peer is unknown\n"
-    "or the post failed (counted against the peer)."};
+    "this transport's pool; notify as for write_blocks, delivered to the peer read\n"
+    "from. Returns the transfer id, or None when the peer is unknown or the post\n"
+    "failed (counted against the peer)."};
 
 PyMethodDef g_poll_def{
     "poll", as_cfunction<&poll>(), METH_FASTCALL | METH_KEYWORDS,

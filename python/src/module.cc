@@ -268,6 +268,41 @@ PYBIND11_MODULE(_kvxfer, m) {
           "Counts a post the caller could not make against the peer, as a failed post.")
       .def("cancel", &cancel, py::arg("transfer_ids"), py::arg("mode") = "immediate")
       .def(
+          "send_notification",
+          [](PyTransport& self, const std::string& peer_id, py::handle message) {
+            ByteArg bytes(message, "message");
+            std::optional<TransferId> id;
+            {
+              py::gil_scoped_release nogil;
+              id = self.get().send_notification(peer_id, bytes.span());
+            }
+            return id ? py::object(py::int_(*id)) : py::object(py::none());
+          },
+          py::arg("peer_id"), py::arg("message"),
+          "Sends message (bytes-like, 1..4096 bytes) to the peer with no blocks: a transfer id\n"
+          "that poll() reports done once the peer took it, or None.")
+      .def(
+          "get_notifications",
+          [](PyTransport& self) {
+            std::map<std::string, std::vector<std::vector<std::uint8_t>>> notes;
+            {
+              py::gil_scoped_release nogil;
+              notes = self.get().get_notifications();
+            }
+            py::dict out;
+            for (const auto& [agent, messages] : notes) {
+              py::list list;
+              for (const auto& message : messages) {
+                list.append(
+                    py::bytes(reinterpret_cast<const char*>(message.data()), message.size()));
+              }
+              out[py::str(agent)] = list;
+            }
+            return out;
+          },
+          "The notifications peers delivered since the last call: {agent_name: [bytes, ...]},\n"
+          "each list in its sender's order; each message is returned once.")
+      .def(
           "close", [](PyTransport& self) { self.get().close(); }, release_gil())
       .def("stats", [](PyTransport& self) {
         Stats s;

@@ -62,10 +62,36 @@ std::size_t TransportState::retry_unreleased() {
   return unreleased_.size();
 }
 
+std::span<const std::uint8_t> TransportState::copy_notification(
+    std::span<const std::uint8_t> message, bool required) {
+  // Like the indices, the caller's bytes are read once, into a buffer that
+  // keeps its capacity; the check and the engine see only the copy.
+  scratch_notify_.assign(message.begin(), message.end());
+  if (scratch_notify_.size() > kMaxNotificationBytes) {
+    throw std::invalid_argument(fmt::format("a notification carries at most {} bytes; got {}",
+                                            kMaxNotificationBytes, scratch_notify_.size()));
+  }
+  if (required && scratch_notify_.empty()) {
+    throw std::invalid_argument("a notification needs at least one byte");
+  }
+  return scratch_notify_;
+}
+
+Peer* TransportState::find_peer_for(std::string_view peer_id, const char* call) {
+  auto it = peers_.find(peer_id);
+  if (it != peers_.end()) return it->second.get();
+  std::vector<std::string_view> known;
+  for (const auto& [id, p] : peers_) known.push_back(id);
+  log().warn("kvxfer {}: {} to unknown peer={} (known peers: [{}])", agent_name_, call, peer_id,
+             fmt::join(known, ", "));
+  return nullptr;
+}
+
 template <typename Int>
 std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_id,
                                                    std::span<const Int> local,
-                                                   std::span<const Int> remote) {
+                                                   std::span<const Int> remote,
+                                                   std::span<const std::uint8_t> notify) {
   const char* const call = op == Op::kWrite ? "write_blocks" : "read_blocks";
   if (local.size() != remote.size()) {
     throw std::invalid_argument(fmt::format("local_idxs has {} entries but remote_idxs has {}",
@@ -82,17 +108,11 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
   scratch_local_.assign(local.begin(), local.end());
   scratch_remote_.assign(remote.begin(), remote.end());
   check_range(scratch_local_, region_.num_blocks, "local_idxs");
+  const std::span<const std::uint8_t> message = copy_notification(notify, /*required=*/false);
 
   throw_if_closing();
-  auto it = peers_.find(peer_id);
-  if (it == peers_.end()) {
-    std::vector<std::string_view> known;
-    for (const auto& [id, p] : peers_) known.push_back(id);
-    log().warn("kvxfer {}: {} to unknown peer={} (known peers: [{}])", agent_name_, call, peer_id,
-               fmt::join(known, ", "));
-    return std::nullopt;
-  }
-  Peer* peer = it->second.get();
+  Peer* peer = find_peer_for(peer_id, call);
+  if (peer == nullptr) return std::nullopt;
   check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
 
   // Two pairs landing in one block would race; refuse the transfer. The
@@ -103,20 +123,56 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
     check_no_duplicates(scratch_local_, region_.num_blocks, scratch_seen_, "local_idxs");
   }
 
-  return post(op, peer, scratch_local_, scratch_remote_);
+  return post(op, peer, scratch_local_, scratch_remote_, message);
+}
+
+std::optional<TransferId> TransportState::send_notification(std::string_view peer_id,
+                                                            std::span<const std::uint8_t> message) {
+  std::lock_guard lock(mu_);
+  const std::span<const std::uint8_t> copy = copy_notification(message, /*required=*/true);
+  throw_if_closing();
+  Peer* peer = find_peer_for(peer_id, "send_notification");
+  if (peer == nullptr) return std::nullopt;
+  return post(Op::kNotify, peer, {}, {}, copy);
+}
+
+std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::get_notifications() {
+  std::vector<Notification> taken;
+  {
+    std::lock_guard lock(mu_);
+    throw_if_closing();
+    engine_->take_notifications(&taken);
+  }
+  std::map<std::string, std::vector<std::vector<std::uint8_t>>> out;
+  for (Notification& n : taken) out[n.agent].push_back(std::move(n.bytes));
+  return out;
 }
 
 std::optional<TransferId> TransportState::post(Op op, Peer* peer,
                                                std::span<const std::int64_t> local,
-                                               std::span<const std::int64_t> remote) {
+                                               std::span<const std::int64_t> remote,
+                                               std::span<const std::uint8_t> notify) {
   // Caller holds mu_.
   const TransferId id = next_id_;
   XferHandle handle = 0;
-  const Status st = op == Op::kWrite ? engine_->post_write(peer->handle, id, local, remote, &handle)
-                                     : engine_->post_read(peer->handle, id, local, remote, &handle);
+  Status st = Status::kSuccess;
+  const char* call = "write_blocks";
+  switch (op) {
+    case Op::kWrite:
+      st = engine_->post_write(peer->handle, id, local, remote, &handle, notify);
+      break;
+    case Op::kRead:
+      call = "read_blocks";
+      st = engine_->post_read(peer->handle, id, local, remote, &handle, notify);
+      break;
+    case Op::kNotify:
+      call = "send_notification";
+      st = engine_->post_notify(peer->handle, id, notify, &handle);
+      break;
+  }
   if (st != Status::kSuccess) {
-    log().warn("kvxfer {}: {} failed for peer={}: post {}", agent_name_,
-               op == Op::kWrite ? "write_blocks" : "read_blocks", peer->id, status_name(st));
+    log().warn("kvxfer {}: {} failed for peer={}: post {}", agent_name_, call, peer->id,
+               status_name(st));
     ++peer->counters.post_failures;
     policy_.record_failure(peer->standing, peer->id, st, fmt::format("post {}", status_name(st)));
     return std::nullopt;
@@ -279,9 +335,9 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
 
 template std::optional<TransferId> TransportState::transfer<std::int64_t>(
     Op op, std::string_view peer_id, std::span<const std::int64_t> local,
-    std::span<const std::int64_t> remote);
+    std::span<const std::int64_t> remote, std::span<const std::uint8_t> notify);
 template std::optional<TransferId> TransportState::transfer<std::int32_t>(
     Op op, std::string_view peer_id, std::span<const std::int32_t> local,
-    std::span<const std::int32_t> remote);
+    std::span<const std::int32_t> remote, std::span<const std::uint8_t> notify);
 
 }  // namespace kvxfer::internal

@@ -230,26 +230,39 @@ std::vector<std::string> Transport::peers() const { return state_->peer_ids(); }
 
 std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int64_t> local_idxs,
-                                                  std::span<const std::int64_t> remote_idxs) {
-  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs);
+                                                  std::span<const std::int64_t> remote_idxs,
+                                                  std::span<const std::uint8_t> notify) {
+  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify);
 }
 
 std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int32_t> local_idxs,
-                                                  std::span<const std::int32_t> remote_idxs) {
-  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs);
+                                                  std::span<const std::int32_t> remote_idxs,
+                                                  std::span<const std::uint8_t> notify) {
+  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify);
 }
 
 std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
                                                  std::span<const std::int64_t> local_idxs,
-                                                 std::span<const std::int64_t> remote_idxs) {
-  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs);
+                                                 std::span<const std::int64_t> remote_idxs,
+                                                 std::span<const std::uint8_t> notify) {
+  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify);
 }
 
 std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
                                                  std::span<const std::int32_t> local_idxs,
-                                                 std::span<const std::int32_t> remote_idxs) {
-  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs);
+                                                 std::span<const std::int32_t> remote_idxs,
+                                                 std::span<const std::uint8_t> notify) {
+  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify);
+}
+
+std::optional<TransferId> Transport::send_notification(std::string_view peer_id,
+                                                       std::span<const std::uint8_t> message) {
+  return state_->send_notification(peer_id, message);
+}
+
+std::map<std::string, std::vector<std::vector<std::uint8_t>>> Transport::get_notifications() {
+  return state_->get_notifications();
 }
 
 PollResult Transport::poll(std::optional<std::string_view> peer_id) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,7 +38,7 @@ struct StringHash {
 
 struct Peer;
 
-enum class Op : std::uint8_t { kWrite, kRead };
+enum class Op : std::uint8_t { kWrite, kRead, kNotify };
 
 // A submitted WRITE or READ not yet drained. Linked into its peer's list so a scoped
 // poll walks only that peer's transfers.
@@ -87,7 +88,11 @@ class TransportState {
   // transfers.cc (transfer is instantiated there for int64 and int32 indices)
   template <typename Int>
   std::optional<TransferId> transfer(Op op, std::string_view peer_id, std::span<const Int> local,
-                                     std::span<const Int> remote);
+                                     std::span<const Int> remote,
+                                     std::span<const std::uint8_t> notify);
+  std::optional<TransferId> send_notification(std::string_view peer_id,
+                                              std::span<const std::uint8_t> message);
+  std::map<std::string, std::vector<std::vector<std::uint8_t>>> get_notifications();
   PollResult poll(std::optional<std::string_view> peer_id);
   std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
 
@@ -164,7 +169,14 @@ class TransportState {
   void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
 
   std::optional<TransferId> post(Op op, Peer* peer, std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote);
+                                 std::span<const std::int64_t> remote,
+                                 std::span<const std::uint8_t> notify);
+  // Copies a caller's notification into scratch_notify_ and checks the copy
+  // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
+  std::span<const std::uint8_t> copy_notification(std::span<const std::uint8_t> message,
+                                                  bool required);
+  // The peer by id, or nullptr after logging `call` to an unknown peer.
+  Peer* find_peer_for(std::string_view peer_id, const char* call);
 
   // Strikes, faults and the stall rule: every judgement of a peer goes here.
   const PeerPolicy policy_;
@@ -190,6 +202,7 @@ class TransportState {
   // these; they stay under mu_ until the engine's post has returned.
   std::vector<std::int64_t> scratch_local_;
   std::vector<std::int64_t> scratch_remote_;
+  std::vector<std::uint8_t> scratch_notify_;
   IndexSet scratch_seen_;
   // Failed transfers of a poll: peer, state, the engine's detail (or nullptr).
   std::vector<std::tuple<Peer*, Status, const char*>> scratch_failures_;

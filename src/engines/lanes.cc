@@ -124,33 +124,43 @@ class Lanes final : public Engine {
 
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out) override {
+                                  std::span<const std::int64_t> remote, XferHandle* out,
+                                  std::span<const std::uint8_t> notify) override {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
-    Lane lane = Lane::kUcx;
-    {
-      std::lock_guard lock(lanes_mu_);
-      auto it = peer_lanes_.find(peer);
-      if (it == peer_lanes_.end()) return Status::kNotFound;
-      lane = it->second;
+    const Lane lane = lane_of_peer(peer);
+    if (lane == Lane::kNone) return Status::kNotFound;
+    if (lane == Lane::kCma) {
+      // The same-host lane has no channel for notifications yet.
+      if (!notify.empty()) return Status::kNotSupported;
+      return cma_.post_write(peer, id, local, remote, out);
     }
-    return lane == Lane::kCma ? cma_.post_write(peer, id, local, remote, out)
-                              : ucx_.post_write(peer, id, local, remote, out);
+    return ucx_.post_write(peer, id, local, remote, out, notify);
   }
 
   [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
                                  std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out) override {
+                                 std::span<const std::int64_t> remote, XferHandle* out,
+                                 std::span<const std::uint8_t> notify) override {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
-    Lane lane = Lane::kUcx;
-    {
-      std::lock_guard lock(lanes_mu_);
-      auto it = peer_lanes_.find(peer);
-      if (it == peer_lanes_.end()) return Status::kNotFound;
-      lane = it->second;
+    const Lane lane = lane_of_peer(peer);
+    if (lane == Lane::kNone) return Status::kNotFound;
+    if (lane == Lane::kCma) {
+      if (!notify.empty()) return Status::kNotSupported;
+      return cma_.post_read(peer, id, local, remote, out);
     }
-    return lane == Lane::kCma ? cma_.post_read(peer, id, local, remote, out)
-                              : ucx_.post_read(peer, id, local, remote, out);
+    return ucx_.post_read(peer, id, local, remote, out, notify);
   }
+
+  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
+                                   std::span<const std::uint8_t> message,
+                                   XferHandle* out) override {
+    const Lane lane = lane_of_peer(peer);
+    if (lane == Lane::kNone) return Status::kNotFound;
+    if (lane == Lane::kCma) return Status::kNotSupported;
+    return ucx_.post_notify(peer, id, message, out);
+  }
+
+  void take_notifications(std::vector<Notification>* out) override { ucx_.take_notifications(out); }
 
   void progress() override {
     // A polling caller first helps one queued same-host chunk, then drives
@@ -226,6 +236,13 @@ class Lanes final : public Engine {
   }
 
   static Lane lane_of(XferHandle xfer) { return reinterpret_cast<const LaneXfer*>(xfer)->lane; }
+
+  // The lane that owns a connected peer, or kNone.
+  [[nodiscard]] Lane lane_of_peer(PeerHandle peer) const {
+    std::lock_guard lock(lanes_mu_);
+    const auto it = peer_lanes_.find(peer);
+    return it == peer_lanes_.end() ? Lane::kNone : it->second;
+  }
 
   [[nodiscard]] std::vector<std::uint8_t> make_blob() const {
     ucx::Blob blob;

@@ -10,7 +10,7 @@
 
 namespace kvxfer::internal {
 
-enum class Lane : std::uint8_t { kCma, kUcx };
+enum class Lane : std::uint8_t { kCma, kUcx, kNone };
 
 // The first part of every transfer a lane hands out: XferHandle is a pointer
 // to it, so one load tells which lane owns the handle.

@@ -21,6 +21,7 @@
 #include "wire/gather.h"
 #include "wire/loopback_blob.h"
 #include "wire/metadata.h"
+#include "wire/notify.h"
 #include "wire/scatter.h"
 #include "wire/ucx_blob.h"
 
@@ -380,6 +381,35 @@ void fence_seeds() {
   write_seed(t, false, "an_ack", ack(0));
 }
 
+// ---------------------------------------------------------------- notify
+
+Bytes notify_header(const NotifyHeader& h) {
+  Bytes b(notify_header_len(h.name.size()));
+  encode_notify_header(b.data(), h);
+  return b;
+}
+
+void notify_seeds() {
+  const std::string t = "notify";
+  const Bytes valid = notify_header(NotifyHeader{0x1234, 0x99, 7, 0x55, 0x66, "initiator"});
+  write_seed(t, true, "valid", valid);
+  write_seed(t, true, "valid_one_char_name", notify_header(NotifyHeader{1, 2, 3, 4, 5, "a"}));
+  const std::string longest(kMaxNotifyName, 'n');
+  write_seed(t, true, "valid_longest_name", notify_header(NotifyHeader{1, 2, 3, 4, 5, longest}));
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "fixed_only", cut(valid, 9));
+  write_seed(t, false, "truncated_name", cut(valid, 1));
+  write_seed(t, false, "trailing_byte", plus_byte(valid));
+  write_seed(t, false, "bad_magic", flip(valid, 0));
+  write_seed(t, false, "bad_version", set_u16(valid, 4, kNotifyVersion + 1));
+  write_seed(t, false, "zero_name_length", set_u16(cut(valid, 9), 6, 0));
+  write_seed(t, false, "name_too_long",
+             notify_header(NotifyHeader{1, 2, 3, 4, 5, std::string(kMaxNotifyName + 1, 'n')}));
+  write_seed(t, false, "reserved_set", set_u32(valid, 28, 1));
+  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1}));
+  write_seed(t, false, "an_ack", ack(0));
+}
+
 void ack_seeds() {
   const std::string t = "ack";
   write_seed(t, true, "ack", ack(0));
@@ -466,6 +496,7 @@ int main(int argc, char** argv) {
   gather_seeds();
   gather_reply_seeds();
   fence_seeds();
+  notify_seeds();
   cookie_seeds();
   std::printf("seeds written under %s\n", g_root.c_str());
   return 0;

@@ -77,6 +77,12 @@ class TargetProcess {
     return request(cmd.str());
   }
 
+  // A command whose reply comes later (read it with reply()).
+  void post(const std::string& line) { send(line); }
+  std::string reply(std::chrono::milliseconds timeout = std::chrono::seconds(90)) {
+    return read_line(timeout);
+  }
+
   // SIGSTOP / SIGCONT and the like; the process is not reaped.
   void send_signal(int sig) {
     if (pid_ > 0) ::kill(pid_, sig);

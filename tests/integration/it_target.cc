@@ -13,6 +13,12 @@
 // then reads commands from stdin, answering each with one line:
 //   verify G N l1 r1 ... lN rN  -> "ok" when block ri holds the pattern of
 //                                  block li in generation G, else "bad ..."
+//   watch N G                   -> takes notifications until N came, each
+//                                  "seq l1 r1 ...", checking at arrival that
+//                                  every ri holds li of generation G and the
+//                                  sender's order; "watched <n> bad=<k>
+//                                  out_of_order=<k>"
+//   notes                       -> "notes <count> <agent>=<text>..."
 //   fill G                      -> fills every block i with the pattern of
 //                                  block i in generation G; "filled"
 //   checksum                    -> "sum <fnv-1a of the whole pool>"
@@ -191,6 +197,56 @@ int main(int argc, char** argv) {
         }
       }
       out.line(reply);
+    } else if ((cmd == "watch" || cmd == "notes") && transport == nullptr) {
+      out.line("closed");
+    } else if (cmd == "watch") {
+      // watch N G: takes notifications until N have come (or 60 s pass).
+      // Each is "seq l1 r1 l2 r2 ...": at arrival, every ri must already
+      // hold the pattern of li in generation G, and seq must be its
+      // sender's next.
+      std::size_t want = 0;
+      std::uint64_t gen = 0;
+      in >> want >> gen;
+      std::size_t got = 0;
+      std::size_t bad = 0;
+      std::size_t out_of_order = 0;
+      std::map<std::string, std::uint64_t> next_seq;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (got < want && std::chrono::steady_clock::now() < deadline) {
+        const auto notes = transport->get_notifications();
+        if (notes.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        for (const auto& [agent, messages] : notes) {
+          for (const auto& m : messages) {
+            ++got;
+            std::istringstream fields(std::string(m.begin(), m.end()));
+            std::uint64_t seq = 0;
+            fields >> seq;
+            if (seq != next_seq[agent]) ++out_of_order;
+            next_seq[agent] = seq + 1;
+            std::uint64_t l = 0;
+            std::uint64_t r = 0;
+            while (fields >> l >> r) {
+              if (r >= num_blocks ||
+                  kvxfer::it::first_mismatch(pool.block(r), block_len, gen, l) >= 0) {
+                ++bad;
+              }
+            }
+          }
+        }
+      }
+      out.line("watched " + std::to_string(got) + " bad=" + std::to_string(bad) +
+               " out_of_order=" + std::to_string(out_of_order));
+    } else if (cmd == "notes") {
+      // notes: the notifications queued now, "notes <count> <agent>=<text>...".
+      std::string reply;
+      std::size_t count = 0;
+      for (const auto& [agent, messages] : transport->get_notifications()) {
+        for (const auto& m : messages) {
+          ++count;
+          reply += ' ' + agent + '=' + std::string(m.begin(), m.end());
+        }
+      }
+      out.line("notes " + std::to_string(count) + reply);
     } else if (cmd == "fill") {
       std::uint64_t gen = 0;
       in >> gen;

@@ -3,6 +3,7 @@
 // failure a real engine can produce. May use engine.h and common/; never core/.
 //
 // Users test their tier code against it; so do our unit tests.
+#include <fmt/format.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -22,8 +24,6 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "common/log.h"
 #include "engine.h"
@@ -48,6 +48,9 @@ struct Pool {
   // Writers copy under a shared lock; the owner's shutdown takes it
   // exclusively, so no copy is still running once shutdown returns.
   std::shared_mutex copy_mu;
+  // Notifications delivered to the owner, until it takes them.
+  std::mutex notes_mu;
+  std::deque<Notification> notes;
 };
 
 // The process-global directory of live loopback agents, by agent key.
@@ -211,14 +214,28 @@ class LoopbackEngine final : public Engine {
 
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out) override {
-    return post(Op::kWrite, peer, id, local, remote, out);
+                                  std::span<const std::int64_t> remote, XferHandle* out,
+                                  std::span<const std::uint8_t> notify) override {
+    return post(Op::kWrite, peer, id, local, remote, out, notify);
   }
 
   [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
                                  std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out) override {
-    return post(Op::kRead, peer, id, local, remote, out);
+                                 std::span<const std::int64_t> remote, XferHandle* out,
+                                 std::span<const std::uint8_t> notify) override {
+    return post(Op::kRead, peer, id, local, remote, out, notify);
+  }
+
+  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
+                                   std::span<const std::uint8_t> message,
+                                   XferHandle* out) override {
+    return post(Op::kNotify, peer, id, {}, {}, out, message);
+  }
+
+  void take_notifications(std::vector<Notification>* out) override {
+    std::lock_guard lock(local_->notes_mu);
+    for (Notification& n : local_->notes) out->push_back(std::move(n));
+    local_->notes.clear();
   }
 
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override {
@@ -261,7 +278,10 @@ class LoopbackEngine final : public Engine {
     // Releasing does not stop a pending WRITE: the slot stays until it lands
     // or its endpoint is closed, as a real engine keeps its request. A
     // pending READ stops here: its bytes never reach our pool.
-    if (slot->pending && slot->op == Op::kRead) finish_pending(*slot, Status::kCanceled);
+    // A pending notification alone stops too; a pending WRITE's bytes still
+    // land, but a notification released before they did is never delivered.
+    if (slot->pending && slot->op != Op::kWrite) finish_pending(*slot, Status::kCanceled);
+    if (slot->pending) slot->notify.clear();
     slot->released = true;
     --live_transfers_;
     recycle_if_done(*slot);
@@ -309,7 +329,7 @@ class LoopbackEngine final : public Engine {
   [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_.plan(); }
 
  private:
-  enum class Op : std::uint8_t { kWrite, kRead };
+  enum class Op : std::uint8_t { kWrite, kRead, kNotify };
 
   struct Peer {
     std::shared_ptr<Pool> pool;
@@ -327,14 +347,17 @@ class LoopbackEngine final : public Engine {
     TransferId id = 0;
     PeerHandle peer = 0;
     Op op = Op::kWrite;
+    std::vector<std::uint8_t> notify;  // delivered when the bytes land
     std::vector<std::int64_t> local;
     std::vector<std::int64_t> remote;
   };
 
-  // One WRITE (our local[i] into the peer's remote[i]) or READ (the peer's
-  // remote[i] into our local[i]); the fault plan scripts both alike.
+  // One WRITE (our local[i] into the peer's remote[i]), READ (the peer's
+  // remote[i] into our local[i]) or notification alone; the fault plan
+  // scripts them alike.
   Status post(Op op, PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
-              std::span<const std::int64_t> remote, XferHandle* out) {
+              std::span<const std::int64_t> remote, XferHandle* out,
+              std::span<const std::uint8_t> notify) {
     std::lock_guard lock(mu_);
     if (shut_down_) return Status::kNotAllowed;
     const auto it = peers_.find(peer);
@@ -366,6 +389,7 @@ class LoopbackEngine final : public Engine {
     slot.id = id;
     slot.peer = peer;
     slot.op = op;
+    slot.notify.assign(notify.begin(), notify.end());
     if (decision.hold) {
       slot.pending = true;
       slot.local.assign(local.begin(), local.end());
@@ -374,6 +398,8 @@ class LoopbackEngine final : public Engine {
     } else if (!copy_blocks(op, *target.pool, local, remote)) {
       free_slot(index);
       return Status::kRemoteDisconnect;  // the pool went away under us
+    } else {
+      deliver(slot, *target.pool);
     }
     ++live_transfers_;
     *out = handle_of(index);
@@ -473,10 +499,25 @@ class LoopbackEngine final : public Engine {
     return true;
   }
 
+  // After a transfer's bytes landed: its notification, if any, goes to the
+  // target's queue, unless the plan already scripted the transfer to fail.
+  // A full queue refuses it and fails the transfer (the bytes are there).
+  void deliver(Slot& slot, Pool& target) {
+    if (slot.notify.empty() || plan_.final_state(slot.id) != Status::kSuccess) return;
+    std::lock_guard lock(target.notes_mu);
+    if (!target.alive.load() || target.notes.size() >= kMaxQueuedNotifications) {
+      slot.forced = Status::kBackend;
+      return;
+    }
+    target.notes.push_back(Notification{agent_name_, slot.notify});
+  }
+
   // Writes a held transfer's bytes now (if its target is still there).
   void land_locked(Slot& slot) {
     const auto it = peers_.find(slot.peer);
-    if (it != peers_.end()) copy_blocks(slot.op, *it->second.pool, slot.local, slot.remote);
+    if (it != peers_.end() && copy_blocks(slot.op, *it->second.pool, slot.local, slot.remote)) {
+      deliver(slot, *it->second.pool);
+    }
     slot.pending = false;
     --pending_;
     recycle_if_done(slot);

@@ -51,6 +51,7 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   }
   register_scatter_handlers();
   register_gather_handlers();
+  register_notify_handler();
 
   ucs_status_t st =
       memh_.map(worker_.context(), region_.base, region_.num_blocks * region_.block_len);
@@ -126,10 +127,16 @@ std::shared_ptr<UcxPeer> UcxLane::find_peer(PeerHandle handle) const {
   return it == peers_.end() ? nullptr : it->second;
 }
 
-UcxLane::Xfer* UcxLane::start_xfer(std::shared_ptr<UcxPeer> peer, TransferId id, Xfer::Op op) {
+UcxLane::Xfer* UcxLane::start_xfer(std::shared_ptr<UcxPeer> peer, TransferId id, Xfer::Op op,
+                                   std::span<const std::uint8_t> notify) {
   Xfer* xfer = acquire_xfer();
   xfer->id = id;
   xfer->op = op;
+  xfer->notify_msg.assign(notify.begin(), notify.end());
+  {
+    std::lock_guard lock(am_mu_);
+    xfer->notify_stage = false;
+  }
   xfer->held.store(true, std::memory_order_relaxed);
   xfer->peer = std::move(peer);
   xfer->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
@@ -149,12 +156,15 @@ Status UcxLane::hand_out(Xfer* xfer, Status posted, XferHandle* out) {
 }
 
 Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
-                           std::span<const std::int64_t> remote, XferHandle* out) {
+                           std::span<const std::int64_t> remote, XferHandle* out,
+                           std::span<const std::uint8_t> notify) {
   const std::shared_ptr<UcxPeer> peer = find_peer(handle);
   if (peer == nullptr) return Status::kNotFound;
   if (peer->failed()) return Status::kRemoteDisconnect;
+  // A notification follows acked scatter messages; puts have no such path.
+  if (!notify.empty() && !peer->scatter) return Status::kNotSupported;
 
-  Xfer* xfer = start_xfer(peer, id, Xfer::Op::kWrite);
+  Xfer* xfer = start_xfer(peer, id, Xfer::Op::kWrite, notify);
   Status st = Status::kSuccess;
   // Scatter when puts are not an option (no RMA, or the peer published no
   // rkey); else when the runs are short enough that one message per run
@@ -166,7 +176,8 @@ Status UcxLane::post_write(PeerHandle handle, TransferId id, std::span<const std
       ++runs;
       return true;
     });
-    scatter = runs > 1 && local.size() * region_.block_len <= runs * settings_.scatter_max_run;
+    scatter = !notify.empty() ||
+              (runs > 1 && local.size() * region_.block_len <= runs * settings_.scatter_max_run);
   }
   if (scatter) {
     st = post_scatter(*peer, local, remote, xfer);
@@ -272,6 +283,9 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["gather_rejected"] = get(gather_rejected_);
   counters["gather_fenced"] = get(gather_fenced_);
   counters["gather_replies_ignored"] = get(gather_replies_ignored_);
+  counters["notifications_sent"] = get(notifications_sent_);
+  counters["notifications_received"] = get(notifications_received_);
+  counters["notifications_refused"] = get(notifications_refused_);
 }
 
 // ---------------------------------------------------------------------------

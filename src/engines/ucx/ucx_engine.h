@@ -49,6 +49,7 @@
 #include "engines/ucx/ucx_worker.h"
 #include "wire/fence.h"
 #include "wire/gather.h"
+#include "wire/notify.h"
 #include "wire/scatter.h"
 #include "wire/ucx_blob.h"
 
@@ -67,8 +68,8 @@ inline Status map_post_error(ucs_status_t status) {
 // The status a peer's ack or gather reply carries, as one of the statuses
 // its handler sends; anything else is an I/O error.
 inline ucs_status_t peer_status(std::int32_t sent) {
-  for (const ucs_status_t known :
-       {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_REJECTED, UCS_ERR_UNSUPPORTED, UCS_ERR_CANCELED}) {
+  for (const ucs_status_t known : {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_REJECTED,
+                                   UCS_ERR_UNSUPPORTED, UCS_ERR_CANCELED, UCS_ERR_NO_RESOURCE}) {
     if (sent == static_cast<std::int32_t>(known)) return known;
   }
   return UCS_ERR_IO_ERROR;
@@ -101,11 +102,17 @@ class UcxLane {
   [[nodiscard]] Status disconnect(PeerHandle peer);
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out);
+                                  std::span<const std::int64_t> remote, XferHandle* out,
+                                  std::span<const std::uint8_t> notify = {});
   // A READ of the peer's remote[i] into our local[i] (engine.h's contract).
   [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
                                  std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out);
+                                 std::span<const std::int64_t> remote, XferHandle* out,
+                                 std::span<const std::uint8_t> notify = {});
+  // ucx_notify.cc: a notification alone, and the ones peers delivered to us.
+  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
+                                   std::span<const std::uint8_t> message, XferHandle* out);
+  void take_notifications(std::vector<Notification>* out);
   void progress();
   [[nodiscard]] Status check(XferHandle xfer, Status* state);
   [[nodiscard]] Status release(XferHandle xfer);
@@ -131,7 +138,7 @@ class UcxLane {
   // the flush completes or the acks are in; whichever lets go last returns
   // it to the pool.
   struct Xfer : LaneXfer {
-    enum class Op : std::uint8_t { kWrite, kRead };
+    enum class Op : std::uint8_t { kWrite, kRead, kNotify };
     Xfer() : LaneXfer(Lane::kUcx) {}
     UcxLane* lane = nullptr;
     std::shared_ptr<UcxPeer> peer;
@@ -169,6 +176,11 @@ class UcxLane {
     };
     std::vector<std::uint8_t> am_headers;
     std::vector<ucp_dt_iov_t> am_iov;
+    // The notification sent once the data is in place (empty: none), its
+    // header, and (under am_mu_) whether the wait is now for its ack.
+    std::vector<std::uint8_t> notify_msg;
+    std::vector<std::uint8_t> notify_header;
+    bool notify_stage = false;
     std::vector<AmChunk> am_chunks;
   };
 
@@ -249,10 +261,26 @@ class UcxLane {
                                          const ucp_am_recv_param_t* param);
   static void on_gather_reply_sent(void* request, ucs_status_t status, void* user_data);
 
+  // ucx_notify.cc
+  void register_notify_handler();
+  // Under am_mu_, when a transfer's data wait ended well: whether its wait
+  // goes on for a notification's ack (then it holds a reference more, for
+  // send_notify() to drop).
+  static bool begin_notify_locked(Xfer* xfer);
+  // Sends the notification of a transfer begin_notify_locked() accepted
+  // (from a handler, without am_mu_); a send that fails fails the transfer.
+  void send_notify(Xfer* xfer);
+  // The send itself; caller holds send_mu_ and has checked the peer.
+  ucs_status_t send_notify_message(UcxPeer& peer, Xfer* xfer);
+  static ucs_status_t on_notify_am(void* arg, const void* header, std::size_t header_length,
+                                   void* data, std::size_t length,
+                                   const ucp_am_recv_param_t* param);
+
   // ucx_engine.cc
   void publish_rkey();
   std::shared_ptr<UcxPeer> find_peer(PeerHandle handle) const;
-  Xfer* start_xfer(std::shared_ptr<UcxPeer> peer, TransferId id, Xfer::Op op);
+  Xfer* start_xfer(std::shared_ptr<UcxPeer> peer, TransferId id, Xfer::Op op,
+                   std::span<const std::uint8_t> notify = {});
   Status hand_out(Xfer* xfer, Status posted, XferHandle* out);
   Xfer* acquire_xfer();
   void unref(Xfer* xfer);
@@ -333,6 +361,10 @@ class UcxLane {
   std::deque<ReplyMsg> replies_;
   std::vector<ReplyMsg*> free_replies_;
 
+  // Target: notifications peers delivered, until take_notifications().
+  std::mutex notes_mu_;
+  std::deque<Notification> notes_;
+
   std::atomic<std::uint64_t> live_rkeys_{0};
   std::atomic<std::uint64_t> live_peers_{0};  // connected through this lane
   std::atomic<std::uint64_t> live_transfers_{0};
@@ -349,6 +381,9 @@ class UcxLane {
   std::atomic<std::uint64_t> fences_received_{0};
   std::atomic<std::uint64_t> fences_ignored_{0};
   std::atomic<std::uint64_t> acks_ignored_{0};
+  std::atomic<std::uint64_t> notifications_sent_{0};
+  std::atomic<std::uint64_t> notifications_received_{0};
+  std::atomic<std::uint64_t> notifications_refused_{0};
   std::atomic<std::uint64_t> gather_reads_{0};
   std::atomic<std::uint64_t> gather_messages_{0};
   std::atomic<std::uint64_t> gather_handed_off_{0};  // reads the progress thread sent

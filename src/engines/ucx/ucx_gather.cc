@@ -28,7 +28,8 @@ void UcxLane::register_gather_handlers() {
 // ---------------------------------------------------------------------------
 
 Status UcxLane::post_read(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
-                          std::span<const std::int64_t> remote, XferHandle* out) {
+                          std::span<const std::int64_t> remote, XferHandle* out,
+                          std::span<const std::uint8_t> notify) {
   const std::shared_ptr<UcxPeer> peer = find_peer(handle);
   if (peer == nullptr) return Status::kNotFound;
   if (peer->failed()) return Status::kRemoteDisconnect;
@@ -36,7 +37,7 @@ Status UcxLane::post_read(PeerHandle handle, TransferId id, std::span<const std:
   // an rkey): a peer whose blob does not say it answers gather requests (an
   // older kvxfer) serves no reads.
   if (!peer->gather) return Status::kNotSupported;
-  Xfer* xfer = start_xfer(peer, id, Xfer::Op::kRead);
+  Xfer* xfer = start_xfer(peer, id, Xfer::Op::kRead, notify);
   return hand_out(xfer, post_gather(*peer, local, remote, xfer), out);
 }
 
@@ -71,6 +72,7 @@ ucs_status_t UcxLane::on_gather_reply_am(void* arg, const void* header, std::siz
   const char* drop = nullptr;  // why the reply is ignored
   bool quiet = false;          // a late reply of a read that already ended
   Xfer* done = nullptr;
+  Xfer* notify = nullptr;
   ucs_status_t result = UCS_OK;
   GatherReply reply;
   const ucp_ep_h from =
@@ -114,9 +116,13 @@ ucs_status_t UcxLane::on_gather_reply_am(void* arg, const void* header, std::siz
       // A refused chunk fails the whole read at once: the other chunks'
       // replies are then dropped rather than copied into a failed read.
       if (status != UCS_OK || --xfer->am_left == 0) {
-        xfer->am_seq = 0;
-        result = status;
-        done = xfer;
+        if (status == UCS_OK && begin_notify_locked(xfer)) {
+          notify = xfer;  // the wait goes on, for the notification's ack
+        } else {
+          xfer->am_seq = 0;
+          result = status;
+          done = xfer;
+        }
       }
     }
   }
@@ -130,6 +136,7 @@ ucs_status_t UcxLane::on_gather_reply_am(void* arg, const void* header, std::siz
     }
     return UCS_OK;
   }
+  if (notify != nullptr) lane->send_notify(notify);
   if (done == nullptr) return UCS_OK;
   if (result != UCS_OK) {
     log().warn("kvxfer UCX {}: peer {} refused gather read {}: {}", lane->agent_name_,

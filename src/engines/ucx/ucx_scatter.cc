@@ -276,6 +276,8 @@ ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
     xfer->refs.fetch_sub(1, std::memory_order_relaxed);  // another reference keeps it above zero
     if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
   }
+  // A notification alone (send_notification) is its only message.
+  if (xfer->op == Xfer::Op::kNotify) return send_notify_message(p, xfer);
   return UCS_OK;
 }
 
@@ -285,7 +287,7 @@ ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
 // that could not ask for all its bytes fails at once: replies to the
 // requests that did leave are then dropped, not copied into a failed read.
 void UcxLane::settle_unsent(Xfer* xfer, std::size_t sent, ucs_status_t status) {
-  if (xfer->op == Xfer::Op::kRead) {
+  if (xfer->op != Xfer::Op::kWrite) {  // a read, or a notification that never left
     fail_scatter(xfer, status);
     return;
   }
@@ -470,13 +472,14 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
   }
   const ucs_status_t status = peer_status(ack.status);
   Xfer* done = nullptr;
+  Xfer* notify = nullptr;
   ucs_status_t result = UCS_OK;
   {
     std::lock_guard lock(lane->am_mu_);
     if (ack.slot >= lane->slots_.size()) return UCS_OK;
     Xfer* xfer = lane->slots_[ack.slot];
     if (xfer->am_seq == 0 || xfer->am_seq != ack.sequence) return UCS_OK;  // it already ended
-    if (xfer->op != Xfer::Op::kWrite) {
+    if (xfer->op == Xfer::Op::kRead && !xfer->notify_stage) {
       lane->acks_ignored_.fetch_add(1, std::memory_order_relaxed);  // a read is answered by replies
       return UCS_OK;
     }
@@ -491,14 +494,25 @@ ucs_status_t UcxLane::on_ack_am(void* arg, const void* header, std::size_t heade
     }
     if (status != UCS_OK && xfer->am_status == UCS_OK) xfer->am_status = status;
     if (--xfer->am_left > 0) return UCS_OK;
-    xfer->am_seq = 0;
-    result = static_cast<ucs_status_t>(xfer->am_status);
-    done = xfer;
+    if (xfer->am_status == UCS_OK && begin_notify_locked(xfer)) {
+      notify = xfer;  // every byte is in place: now the notification
+    } else {
+      xfer->am_seq = 0;
+      result = static_cast<ucs_status_t>(xfer->am_status);
+      done = xfer;
+    }
+  }
+  if (notify != nullptr) {
+    lane->send_notify(notify);
+    return UCS_OK;
   }
   if (result != UCS_OK) {
-    lane->scatter_refused_.fetch_add(1, std::memory_order_relaxed);
-    log().warn("kvxfer UCX {}: peer {} refused a scatter write of transfer {}: {}",
-               lane->agent_name_, done->peer->agent_name, done->id, ucs_status_string(result));
+    const bool note = done->op == Xfer::Op::kNotify || done->notify_stage;
+    (note ? lane->notifications_refused_ : lane->scatter_refused_)
+        .fetch_add(1, std::memory_order_relaxed);
+    log().warn("kvxfer UCX {}: peer {} refused {} of transfer {}: {}", lane->agent_name_,
+               done->peer->agent_name, note ? "the notification" : "a scatter write", done->id,
+               ucs_status_string(result));
   }
   lane->end_scatter(done, result);
   return UCS_OK;
