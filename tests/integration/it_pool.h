@@ -45,6 +45,19 @@ inline void fill_block(std::uint8_t* block, std::uint64_t block_len, std::uint64
 #define KVXFER_IT_NO_TSAN
 #endif
 
+// Writes of a pool a peer then READs: the read (by the peer's request,
+// answered on our progress thread) is ordered after them only through the
+// peer, so they are not instrumented either.
+KVXFER_IT_NO_TSAN inline void fill_block_for_readers(std::uint8_t* block, std::uint64_t block_len,
+                                                     std::uint64_t gen, std::uint64_t index) {
+  for (std::uint64_t w = 0; w * 8 < block_len; ++w) {
+    const std::uint64_t v = pattern_word(gen, index, w);
+    for (std::uint64_t b = 0; b < 8 && w * 8 + b < block_len; ++b) {
+      block[w * 8 + b] = static_cast<std::uint8_t>(v >> (8 * b));
+    }
+  }
+}
+
 KVXFER_IT_NO_TSAN inline bool bytes_equal(const std::uint8_t* a, const std::uint8_t* b,
                                           std::uint64_t len) {
   for (std::uint64_t i = 0; i < len; ++i) {
@@ -112,6 +125,12 @@ class MappedPool {
 
   void fill_generation(std::uint64_t gen) {
     for (std::uint64_t i = 0; i < num_blocks_; ++i) fill_block(block(i), block_len_, gen, i);
+  }
+  // The same, for a pool peers read while this process's engine runs.
+  void fill_generation_for_readers(std::uint64_t gen) {
+    for (std::uint64_t i = 0; i < num_blocks_; ++i) {
+      fill_block_for_readers(block(i), block_len_, gen, i);
+    }
   }
 
  private:

@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
     } else if (cmd == "fill") {
       std::uint64_t gen = 0;
       in >> gen;
-      pool.fill_generation(gen);
+      pool.fill_generation_for_readers(gen);
       out.line("filled");
     } else if (cmd == "checksum") {
       out.line("sum " + std::to_string(fnv1a(pool.base(), pool.len())));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -199,9 +200,33 @@ TEST_P(UcxReadTest, SigkilledTargetFailsReadsAndNothingReadAfterwardIsDone) {
   std::set<TransferId> posted;
   std::set<TransferId> after_kill;
   Outcome out;
+  // Reads in flight together never share a local block (two copies into one
+  // block would race): each takes a free group of 16.
+  std::map<TransferId, std::int64_t> group_of;
+  std::set<std::int64_t> free_groups;
+  for (std::int64_t g = 0; g < static_cast<std::int64_t>(kBlocks / 16); ++g) free_groups.insert(g);
+  const auto settle = [&] {
+    for (auto it = group_of.begin(); it != group_of.end();) {
+      if (out.done.count(it->first) != 0 || out.failed.count(it->first) != 0) {
+        free_groups.insert(it->second);
+        it = group_of.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
   const auto post_one = [&]() -> std::optional<TransferId> {
-    const auto id = read(random_sample(rng, kBlocks, 16), random_sample(rng, kBlocks, 16));
-    if (id) posted.insert(*id);
+    settle();
+    if (free_groups.empty()) return std::nullopt;
+    const std::int64_t g = *free_groups.begin();
+    auto local = random_sample(rng, 16, 16);
+    for (auto& l : local) l += g * 16;
+    const auto id = read(local, random_sample(rng, kBlocks, 16));
+    if (id) {
+      posted.insert(*id);
+      group_of[*id] = g;
+      free_groups.erase(g);
+    }
     return id;
   };
   while (out.done.size() < 10) {
@@ -265,7 +290,9 @@ TEST_P(UcxReadTest, RemovingThePeerEndsItsReadsAndGivesEveryHandleBack) {
   add(*t);
   std::mt19937_64 rng(17);
   for (int w = 0; w < 8; ++w) {
-    ASSERT_TRUE(read(random_sample(rng, kBlocks, 8), random_sample(rng, kBlocks, 8)));
+    auto local = random_sample(rng, 8, 8);  // each read its own 8 local blocks
+    for (auto& l : local) l += w * 8;
+    ASSERT_TRUE(read(local, random_sample(rng, kBlocks, 8)));
   }
   transport_->remove_remote_peer("t");
   const HandleCounts live = transport_->stats().live;
