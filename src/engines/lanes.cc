@@ -82,7 +82,11 @@ class Lanes final : public Engine {
     Lane lane = lane_for(remote, b);
     if (lane == Lane::kCma) {
       std::string why;
-      const Status st = cma_.connect(remote, b.cookie_addr, b.cookie_epoch, &handle, &why);
+      const int notify_fd = b.notify_fd == ucx::kNoNotifyFd || b.notify_fd > 0x7fffffff
+                                ? -1
+                                : static_cast<int>(b.notify_fd);
+      const Status st =
+          cma_.connect(remote, b.cookie_addr, b.cookie_epoch, notify_fd, &handle, &why);
       if (st == Status::kRemoteDisconnect) {
         // The lane logged the details (errno or a stale cookie).
         if (reason != nullptr) {
@@ -129,11 +133,7 @@ class Lanes final : public Engine {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
     const Lane lane = lane_of_peer(peer);
     if (lane == Lane::kNone) return Status::kNotFound;
-    if (lane == Lane::kCma) {
-      // The same-host lane has no channel for notifications yet.
-      if (!notify.empty()) return Status::kNotSupported;
-      return cma_.post_write(peer, id, local, remote, out);
-    }
+    if (lane == Lane::kCma) return cma_.post_write(peer, id, local, remote, out, notify);
     return ucx_.post_write(peer, id, local, remote, out, notify);
   }
 
@@ -144,10 +144,7 @@ class Lanes final : public Engine {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
     const Lane lane = lane_of_peer(peer);
     if (lane == Lane::kNone) return Status::kNotFound;
-    if (lane == Lane::kCma) {
-      if (!notify.empty()) return Status::kNotSupported;
-      return cma_.post_read(peer, id, local, remote, out);
-    }
+    if (lane == Lane::kCma) return cma_.post_read(peer, id, local, remote, out, notify);
     return ucx_.post_read(peer, id, local, remote, out, notify);
   }
 
@@ -156,11 +153,14 @@ class Lanes final : public Engine {
                                    XferHandle* out) override {
     const Lane lane = lane_of_peer(peer);
     if (lane == Lane::kNone) return Status::kNotFound;
-    if (lane == Lane::kCma) return Status::kNotSupported;
+    if (lane == Lane::kCma) return cma_.post_notify(peer, id, message, out);
     return ucx_.post_notify(peer, id, message, out);
   }
 
-  void take_notifications(std::vector<Notification>* out) override { ucx_.take_notifications(out); }
+  void take_notifications(std::vector<Notification>* out) override {
+    cma_.take_notifications(out);
+    ucx_.take_notifications(out);
+  }
 
   void progress() override {
     // A polling caller first helps one queued same-host chunk, then drives
@@ -254,6 +254,7 @@ class Lanes final : public Engine {
     blob.cookie_epoch = cma_.cookie_epoch();
     blob.worker_address = ucx_.worker_address();
     blob.rkey = ucx_.packed_rkey();
+    if (cma_.notify_fd() >= 0) blob.notify_fd = static_cast<std::uint32_t>(cma_.notify_fd());
     return ucx::encode_blob(blob);
   }
 

@@ -5,12 +5,14 @@
 // wire/bytes.h's bounds-checked reader, a length limit per field, nothing
 // may follow.
 //
-// Layout (little-endian), version 1:
+// Layout (little-endian), version 2:
 //   u32 magic "KVXU" | u16 version | u16 flags
 //   u64 pid namespace device | u64 pid namespace inode
 //   u64 cookie address | u64 cookie epoch
 //   u32 length, worker address bytes | u32 length, packed rkey bytes
-// Nothing may follow.
+//   | u32 notify fd (the same-host lane's notification socket, a descriptor
+//     number in the agent's process, or kNoNotifyFd)
+// Nothing may follow. Version 1 (no notify fd) is refused.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,8 @@
 namespace kvxfer::internal::ucx {
 
 inline constexpr std::uint32_t kBlobMagic = 0x5558564b;  // "KVXU" as bytes
-inline constexpr std::uint16_t kBlobVersion = 1;
+inline constexpr std::uint16_t kBlobVersion = 2;
+inline constexpr std::uint32_t kNoNotifyFd = 0xffffffff;
 // Worker addresses and packed rkeys are a few hundred bytes; anything much
 // larger is not one.
 inline constexpr std::uint32_t kMaxBlobField = 64 * 1024;
@@ -48,11 +51,12 @@ struct Blob {
   std::uint64_t cookie_epoch = 0;
   std::span<const std::uint8_t> worker_address;  // views into the decoded bytes
   std::span<const std::uint8_t> rkey;
+  std::uint32_t notify_fd = kNoNotifyFd;
 };
 
 inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   std::vector<std::uint8_t> out;
-  out.reserve(48 + blob.worker_address.size() + blob.rkey.size());
+  out.reserve(52 + blob.worker_address.size() + blob.rkey.size());
   wire::ByteWriter w(out);
   w.u32(kBlobMagic);
   w.u16(kBlobVersion);
@@ -63,10 +67,11 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   w.u64(blob.cookie_epoch);
   w.prefixed(blob.worker_address);
   w.prefixed(blob.rkey);
+  w.u32(blob.notify_fd);
   return out;
 }
 
-// False when `bytes` is not a well-formed version-1 blob. On success the
+// False when `bytes` is not a well-formed version-2 blob. On success the
 // spans in *out point into `bytes`; on failure *out is left alone.
 [[nodiscard]] inline bool decode_blob(std::span<const std::uint8_t> bytes, Blob* out) {
   wire::ByteReader in(bytes);
@@ -79,6 +84,7 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   const auto cookie_epoch = in.u64();
   const auto worker_address = in.prefixed(kMaxBlobField);
   const auto rkey = in.prefixed(kMaxBlobField);
+  const auto notify_fd = in.u32();
   // ok(): every read above succeeded.
   if (!in.ok() || !in.at_end() || *magic != kBlobMagic || *version != kBlobVersion) return false;
   out->flags = *flags;
@@ -88,6 +94,7 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   out->cookie_epoch = *cookie_epoch;
   out->worker_address = *worker_address;
   out->rkey = *rkey;
+  out->notify_fd = *notify_fd;
   return true;
 }
 

@@ -4,6 +4,7 @@
 #include "engines/cma/cma_lane.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,7 +43,8 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   remote.pid = static_cast<std::uint32_t>(::getpid());
   PeerHandle peer{};
   std::string why;
-  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), &peer, &why),
+  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
+                           &peer, &why),
             Status::kSuccess)
       << why;
 
@@ -68,6 +70,65 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_GT(counters.at("cma_caller_slice_max_bytes"), 0u);
   EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), CmaLane::kCallerSliceBytes);
+  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+}
+
+// A write with a notification, and one alone, through the lane's socket
+// (duplicated with pidfd_getfd: here from this very process). The message
+// comes after the bytes; a datagram nobody of ours wrote is dropped.
+TEST(CmaLane, NotificationsReachTheTargetAfterTheirBytes) {
+  std::vector<std::uint8_t> src(kBlocks * kBlockLen, 7);
+  std::vector<std::uint8_t> dst(kBlocks * kBlockLen, 0);
+  CmaLane target("target", Region{dst.data(), kBlocks, kBlockLen}, 1);
+  CmaLane source("source", Region{src.data(), kBlocks, kBlockLen}, 1);
+  ASSERT_GE(target.notify_fd(), 0);
+  RemoteRegion remote;
+  remote.agent_name = "target";
+  remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
+  remote.num_blocks = kBlocks;
+  remote.block_len = kBlockLen;
+  remote.pid = static_cast<std::uint32_t>(::getpid());
+  PeerHandle peer{};
+  std::string why;
+  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
+                           &peer, &why),
+            Status::kSuccess)
+      << why;
+  const auto finish = [&](XferHandle xfer) {
+    Status state = Status::kInProgress;
+    while (state == Status::kInProgress) {
+      source.progress();
+      EXPECT_EQ(source.check(xfer, &state), Status::kSuccess);
+    }
+    EXPECT_EQ(source.release(xfer), Status::kSuccess);
+    return state;
+  };
+  const std::vector<std::uint8_t> note{'h', 'i'};
+  const std::vector<std::int64_t> blocks{3, 4};
+  XferHandle xfer{};
+  ASSERT_EQ(source.post_write(peer, 1, blocks, blocks, &xfer, note), Status::kSuccess);
+  ASSERT_EQ(finish(xfer), Status::kSuccess);
+  ASSERT_EQ(source.post_notify(peer, 2, std::vector<std::uint8_t>{'!'}, &xfer), Status::kSuccess);
+  ASSERT_EQ(finish(xfer), Status::kSuccess);
+  // Not ours: dropped.
+  const std::uint8_t junk[3] = {1, 2, 3};
+  ASSERT_EQ(::send(target.notify_fd(), junk, sizeof(junk), MSG_DONTWAIT), 3);
+
+  std::vector<Notification> got;
+  target.take_notifications(&got);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].agent, "source");
+  EXPECT_EQ(got[0].bytes, note);
+  EXPECT_EQ(got[1].bytes, std::vector<std::uint8_t>{'!'});
+  EXPECT_EQ(dst[3 * kBlockLen], 7);
+  EXPECT_EQ(dst[5 * kBlockLen], 0);
+  std::map<std::string, std::uint64_t> counters;
+  target.add_counters(counters);
+  EXPECT_EQ(counters.at("cma_notifications_received"), 2u);
+  EXPECT_EQ(counters.at("cma_notifications_refused"), 1u);
+  got.clear();
+  target.take_notifications(&got);
+  EXPECT_TRUE(got.empty());
   EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
 }
 

@@ -22,7 +22,8 @@ bool same_bytes(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b
 bool same_blob(const Blob& a, const Blob& b) {
   return a.flags == b.flags && a.pidns_dev == b.pidns_dev && a.pidns_ino == b.pidns_ino &&
          a.cookie_addr == b.cookie_addr && a.cookie_epoch == b.cookie_epoch &&
-         same_bytes(a.worker_address, b.worker_address) && same_bytes(a.rkey, b.rkey);
+         same_bytes(a.worker_address, b.worker_address) && same_bytes(a.rkey, b.rkey) &&
+         a.notify_fd == b.notify_fd;
 }
 
 // The decoded fields' views must lie inside the input.

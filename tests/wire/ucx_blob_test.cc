@@ -23,18 +23,20 @@ Blob golden_value() {
   b.cookie_epoch = 0x3132333435363738ull;
   b.worker_address = kAddress;
   b.rkey = kRkey;
+  b.notify_fd = 0x41424344;
   return b;
 }
 
 // Written out by hand: peers of earlier versions read and write these bytes.
 const std::vector<std::uint8_t> kGoldenBytes = {
-    'K',  'V',  'X',  'U',  0x01, 0x00, 0x03, 0x02,  // magic, version 1, flags
+    'K',  'V',  'X',  'U',  0x02, 0x00, 0x03, 0x02,  // magic, version 2, flags
     0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // pid namespace device
     0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // pid namespace inode
     0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // cookie address
     0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31,  // cookie epoch
     0x03, 0x00, 0x00, 0x00, 0xa1, 0xa2, 0xa3,        // worker address
     0x02, 0x00, 0x00, 0x00, 0xb1, 0xb2,              // packed rkey
+    0x44, 0x43, 0x42, 0x41,                          // notify fd
 };
 
 std::vector<std::uint8_t> bytes_of(std::span<const std::uint8_t> s) { return {s.begin(), s.end()}; }
@@ -59,7 +61,7 @@ TEST(UcxBlob, RoundTripsEmptyFields) {
   Blob in;
   in.flags = kBlobAcceptsCma | kBlobAcceptsScatter;
   const auto bytes = encode_blob(in);
-  EXPECT_EQ(bytes.size(), 48u);
+  EXPECT_EQ(bytes.size(), 52u);
   Blob out;
   ASSERT_TRUE(decode_blob(bytes, &out));
   EXPECT_EQ(out.flags, in.flags);

@@ -1,6 +1,10 @@
 #include "engines/cma/cma_lane.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -8,9 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "common/log.h"
+#include "wire/notify.h"
 
 namespace kvxfer::internal::cma {
 namespace {
@@ -32,14 +35,61 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
   // More copiers than cores would only make them take turns.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_copiers_ = std::clamp(num_threads, 1, cores);
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0) {
+    notify_rx_ = pair[0];
+    notify_tx_ = pair[1];
+    // Room for what the owner has not taken yet (the kernel caps it at
+    // net.core.wmem_max).
+    const int room = 8 << 20;
+    static_cast<void>(::setsockopt(notify_tx_, SOL_SOCKET, SO_SNDBUF, &room, sizeof(room)));
+  } else {
+    log().warn("kvxfer UCX {}: no notification socket ({}): same-host peers cannot notify us",
+               agent_name_, std::strerror(errno));
+  }
+}
+
+CmaLane::~CmaLane() {
+  stop_copiers();
+  if (notify_rx_ >= 0) ::close(notify_rx_);
+  if (notify_tx_ >= 0) ::close(notify_tx_);
 }
 
 // ---------------------------------------------------------------------------
 // Peers
 // ---------------------------------------------------------------------------
 
+namespace {
+
+// Our duplicate of descriptor `fd` of process `pid` (pidfd_getfd, which
+// needs the same ptrace permission as process_vm_writev), if it is an
+// AF_UNIX SOCK_SEQPACKET socket; else -1.
+int duplicate_notify_socket(pid_t pid, int fd) {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return -1;
+  const int dup = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  ::close(pidfd);
+  if (dup < 0) return -1;
+  int type = 0;
+  int domain = 0;
+  socklen_t len = sizeof(type);
+  const bool socket_ok =
+      ::getsockopt(dup, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_SEQPACKET &&
+      (len = sizeof(domain), ::getsockopt(dup, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) &&
+      domain == AF_UNIX;
+  if (!socket_ok) {
+    ::close(dup);
+    return -1;
+  }
+  ::fcntl(dup, F_SETFD, FD_CLOEXEC);
+  return dup;
+}
+
+}  // namespace
+
 Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
-                        std::uint64_t cookie_epoch, PeerHandle* out, std::string* mismatch) {
+                        std::uint64_t cookie_epoch, int notify_fd, PeerHandle* out,
+                        std::string* mismatch) {
   auto peer = std::make_shared<Peer>();
   peer->agent_name = remote.agent_name;
   peer->remote_base = remote.base_addr;
@@ -84,6 +134,21 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
         declared.base_addr, declared.num_blocks, declared.block_len);
     return Status::kMismatch;
   }
+  if (notify_fd >= 0) {
+    peer->notify_fd = duplicate_notify_socket(peer->pid, notify_fd);
+    // The cookie again: the descriptor is the peer's engine's only if its
+    // pid was not reused meanwhile.
+    int cookie_err = 0;
+    if (peer->notify_fd >= 0 && read_cookie(peer->pid, peer->cookie_addr, peer->cookie_epoch,
+                                            &cookie_err) != Status::kSuccess) {
+      ::close(peer->notify_fd);
+      peer->notify_fd = -1;
+    }
+    if (peer->notify_fd < 0) {
+      log().info("kvxfer UCX {}: peer {} (pid {}) takes no notifications from us", agent_name_,
+                 peer->agent_name, peer->pid);
+    }
+  }
   log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing with process_vm_writev",
              agent_name_, peer->agent_name, peer->pid);
   start_copiers();
@@ -110,6 +175,11 @@ Status CmaLane::disconnect(PeerHandle handle) {
   std::unique_lock lock(copy_mu_);
   peer->disconnected = true;
   copy_done_cv_.wait(lock, [&] { return peer->copies == 0; });
+  // No copy is left to send a notification through it.
+  if (peer->notify_fd >= 0) {
+    ::close(peer->notify_fd);
+    peer->notify_fd = -1;
+  }
   return Status::kSuccess;
 }
 
@@ -133,18 +203,26 @@ void CmaLane::unref(Xfer* xfer) {
 }
 
 Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
-                           std::span<const std::int64_t> remote, XferHandle* out) {
-  return post(false, handle, id, local, remote, out);
+                           std::span<const std::int64_t> remote, XferHandle* out,
+                           std::span<const std::uint8_t> notify) {
+  return post(false, handle, id, local, remote, out, notify);
 }
 
 Status CmaLane::post_read(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
-                          std::span<const std::int64_t> remote, XferHandle* out) {
-  return post(true, handle, id, local, remote, out);
+                          std::span<const std::int64_t> remote, XferHandle* out,
+                          std::span<const std::uint8_t> notify) {
+  return post(true, handle, id, local, remote, out, notify);
+}
+
+Status CmaLane::post_notify(PeerHandle handle, TransferId id, std::span<const std::uint8_t> message,
+                            XferHandle* out) {
+  // No blocks: the copy is the cookie reads alone, then the message.
+  return post(false, handle, id, {}, {}, out, message);
 }
 
 Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
                      std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
-                     XferHandle* out) {
+                     XferHandle* out, std::span<const std::uint8_t> notify) {
   std::shared_ptr<Peer> peer;
   {
     // The core only posts to peers it connected and has not disconnected, so
@@ -155,10 +233,12 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
     peer = it->second;
   }
   if (peer->gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
+  if (!notify.empty() && peer->notify_fd < 0) return Status::kNotSupported;
 
   Xfer* xfer = acquire_xfer();
   xfer->id = id;
   xfer->read = read;
+  xfer->notify.assign(notify.begin(), notify.end());
   xfer->held.store(true, std::memory_order_relaxed);
   xfer->peer = peer;
   xfer->result.store(Status::kInProgress, std::memory_order_relaxed);
@@ -248,6 +328,64 @@ Status CmaLane::release(XferHandle handle) {
   return Status::kSuccess;
 }
 
+Status CmaLane::send_notification(Peer& peer, Xfer& xfer) {
+  // The peer's fd is closed only by disconnect(), which waits for this copy.
+  const std::string_view name =
+      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), ucx::kMaxNotifyName));
+  const std::size_t header_len = ucx::notify_header_len(name.size());
+  xfer.datagram.resize(header_len + xfer.notify.size());
+  ucx::encode_notify_header(xfer.datagram.data(),
+                            ucx::NotifyHeader{peer.cookie_epoch, 0, 0, 0, 0, name});
+  std::memcpy(xfer.datagram.data() + header_len, xfer.notify.data(), xfer.notify.size());
+  const ssize_t sent = ::send(peer.notify_fd, xfer.datagram.data(), xfer.datagram.size(),
+                              MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (sent == static_cast<ssize_t>(xfer.datagram.size())) {
+    notifications_sent_.fetch_add(1, std::memory_order_relaxed);
+    return Status::kSuccess;
+  }
+  const int err = sent < 0 ? errno : EMSGSIZE;
+  notifications_refused_.fetch_add(1, std::memory_order_relaxed);
+  log().warn(
+      "kvxfer UCX {}: the notification of transfer {} to peer {} was not sent: {}", agent_name_,
+      xfer.id, peer.agent_name,
+      err == EAGAIN ? "its queue is full (its owner is not taking them)" : std::strerror(err));
+  // The receiving end is gone with the peer's engine.
+  if (err == ECONNREFUSED || err == EPIPE || err == ECONNRESET) return Status::kRemoteDisconnect;
+  return Status::kBackend;
+}
+
+void CmaLane::take_notifications(std::vector<Notification>* out) {
+  if (notify_rx_ < 0) return;
+  std::lock_guard lock(notify_mu_);
+  notify_buffer_.resize(ucx::notify_header_len(ucx::kMaxNotifyName) + kMaxNotificationBytes + 1);
+  for (;;) {
+    const ssize_t got =
+        ::recv(notify_rx_, notify_buffer_.data(), notify_buffer_.size(), MSG_DONTWAIT | MSG_TRUNC);
+    if (got < 0) return;  // EAGAIN: nothing more queued
+    // A datagram is a header (its name length in bytes 6..7) and the
+    // message; anything else a same-host process wrote there is dropped.
+    const auto size = static_cast<std::size_t>(got);
+    const std::span<const std::uint8_t> bytes(notify_buffer_.data(),
+                                              std::min(size, notify_buffer_.size()));
+    ucx::NotifyHeader h;
+    std::size_t header_len = 0;
+    if (size <= notify_buffer_.size() && size >= ucx::kNotifyFixedLen) {
+      header_len = ucx::notify_header_len(wire::load_le<std::uint16_t>(bytes.data() + 6));
+    }
+    if (header_len == 0 || header_len >= size ||
+        !ucx::decode_notify_header(bytes.first(header_len), &h) || h.token != cookie_.epoch() ||
+        size - header_len > kMaxNotificationBytes) {
+      notifications_refused_.fetch_add(1, std::memory_order_relaxed);
+      log().warn("kvxfer UCX {}: dropped a malformed notification datagram ({} bytes)", agent_name_,
+                 size);
+      continue;
+    }
+    const auto message = bytes.subspan(header_len);
+    out->push_back(Notification{std::string(h.name), {message.begin(), message.end()}});
+    notifications_received_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 void CmaLane::add_live(HandleCounts& counts) const {
   {
     std::lock_guard lock(peers_mu_);
@@ -260,6 +398,9 @@ void CmaLane::add_live(HandleCounts& counts) const {
 void CmaLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
   counters["cma_writes"] = cma_writes_.load(std::memory_order_relaxed);
   counters["cma_reads"] = cma_reads_.load(std::memory_order_relaxed);
+  counters["cma_notifications_sent"] = notifications_sent_.load(std::memory_order_relaxed);
+  counters["cma_notifications_received"] = notifications_received_.load(std::memory_order_relaxed);
+  counters["cma_notifications_refused"] = notifications_refused_.load(std::memory_order_relaxed);
   counters["cma_caller_slices"] = caller_slices_.load(std::memory_order_relaxed);
   counters["cma_caller_slice_max_bytes"] = caller_slice_max_bytes_.load(std::memory_order_relaxed);
 }
@@ -338,6 +479,12 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, std::size_t m
   lock.unlock();
   // Every chunk landed: the cookie must still read back (run_copy of none).
   if (final_result == Status::kSuccess) final_result = run_copy(peer, *xfer, n, n);
+  // Then, and only then, the notification; not for a transfer the core let
+  // go of before its bytes were in place.
+  if (final_result == Status::kSuccess && !xfer->notify.empty() &&
+      xfer->held.load(std::memory_order_relaxed)) {
+    final_result = send_notification(peer, *xfer);
+  }
   xfer->result.store(final_result, std::memory_order_release);
   live_requests_.fetch_sub(1, std::memory_order_relaxed);
   lock.lock();

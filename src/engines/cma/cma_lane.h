@@ -53,13 +53,16 @@ class CmaLane {
 
   // `num_threads` (Options::num_threads) bounds the copier threads.
   CmaLane(std::string agent_name, const Region& region, int num_threads);
-  ~CmaLane() { stop_copiers(); }
+  ~CmaLane();
   CmaLane(const CmaLane&) = delete;
   CmaLane& operator=(const CmaLane&) = delete;
 
   [[nodiscard]] PidNamespace pid_namespace() const { return pidns_; }
   [[nodiscard]] std::uint64_t cookie_addr() const { return cookie_.addr(); }
   [[nodiscard]] std::uint64_t cookie_epoch() const { return cookie_.epoch(); }
+  // The descriptor number of our notification socket's sending end, which
+  // peers on this host duplicate (pidfd_getfd) to notify us; -1 if none.
+  [[nodiscard]] int notify_fd() const { return notify_tx_; }
 
   // Reads the peer's cookie and, when its epoch matches and the pool it
   // declares is exactly `remote`'s, adds the peer (and starts the copiers).
@@ -67,17 +70,26 @@ class CmaLane {
   // describe what the target registered (refuse the peer; *mismatch says
   // what differs, for the caller to log and report). Anything else: this
   // lane cannot reach it (no ptrace permission, seccomp).
+  // `notify_fd` is the peer's notify_fd() (or -1): when it can be
+  // duplicated, the peer takes our notifications.
   [[nodiscard]] Status connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
-                               std::uint64_t cookie_epoch, PeerHandle* out,
+                               std::uint64_t cookie_epoch, int notify_fd, PeerHandle* out,
                                std::string* mismatch);
   [[nodiscard]] Status disconnect(PeerHandle peer);
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out);
+                                  std::span<const std::int64_t> remote, XferHandle* out,
+                                  std::span<const std::uint8_t> notify = {});
   // A READ of the peer's remote[i] into our local[i] (engine.h's contract).
   [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
                                  std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out);
+                                 std::span<const std::int64_t> remote, XferHandle* out,
+                                 std::span<const std::uint8_t> notify = {});
+  // A notification alone (no blocks).
+  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
+                                   std::span<const std::uint8_t> message, XferHandle* out);
+  // The notifications peers on this host sent us (engine.h's contract).
+  void take_notifications(std::vector<Notification>* out);
   // Copies at most kCallerSliceBytes of queued copies on the calling
   // thread, if any is queued.
   void progress();
@@ -101,6 +113,7 @@ class CmaLane {
     pid_t pid = 0;
     std::uint64_t cookie_addr = 0;
     std::uint64_t cookie_epoch = 0;
+    int notify_fd = -1;         // our duplicate of its notification socket
     int copies = 0;             // queued or running copies; under copy_mu_
     bool disconnected = false;  // under copy_mu_
     // Set once a copy found the peer gone; read anywhere.
@@ -114,6 +127,10 @@ class CmaLane {
     std::shared_ptr<Peer> peer;
     TransferId id = 0;
     bool read = false;  // a READ (the peer's blocks into ours), else a WRITE
+    // Sent to the peer once every byte is in place (empty: none), built
+    // into `datagram` (capacity kept).
+    std::vector<std::uint8_t> notify;
+    std::vector<std::uint8_t> datagram;
     std::atomic<Status> result{Status::kInProgress};
     std::atomic<int> refs{0};
     std::atomic<bool> held{false};  // between post_write() and release()
@@ -137,7 +154,10 @@ class CmaLane {
   // process_vm_readv (read) or process_vm_writev of matching iovec lists.
   Status cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
   Status post(bool read, PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
-              std::span<const std::int64_t> remote, XferHandle* out);
+              std::span<const std::int64_t> remote, XferHandle* out,
+              std::span<const std::uint8_t> notify);
+  // Sends a finished transfer's notification; kSuccess, or why not.
+  Status send_notification(Peer& peer, Xfer& xfer);
   Xfer* acquire_xfer();
   void unref(Xfer* xfer);
   static Xfer* from_handle(XferHandle handle) {
@@ -174,6 +194,18 @@ class CmaLane {
   std::atomic<std::uint64_t> live_requests_{0};
   std::atomic<std::uint64_t> cma_writes_{0};  // running totals for counters()
   std::atomic<std::uint64_t> cma_reads_{0};
+  std::atomic<std::uint64_t> notifications_sent_{0};
+  std::atomic<std::uint64_t> notifications_received_{0};
+  std::atomic<std::uint64_t> notifications_refused_{0};
+
+  // Our notification socket (AF_UNIX, SOCK_SEQPACKET pair): peers send on
+  // their duplicates of notify_tx_, take_notifications() reads notify_rx_.
+  // The kernel holds what is not taken yet, up to the sending end's buffer;
+  // past that a send fails (the sender's transfer fails: nothing dropped).
+  int notify_rx_ = -1;
+  int notify_tx_ = -1;
+  std::mutex notify_mu_;  // take_notifications' reads
+  std::vector<std::uint8_t> notify_buffer_;
   // Slices progress() copied on callers' threads, and the largest, in bytes.
   std::atomic<std::uint64_t> caller_slices_{0};
   std::atomic<std::uint64_t> caller_slice_max_bytes_{0};
