@@ -181,6 +181,9 @@ class UcxLane {
     std::vector<std::uint8_t> notify_msg;
     std::vector<std::uint8_t> notify_header;
     bool notify_stage = false;
+    // Queued for the progress thread to send the notification (handed-off
+    // mode): set and read on that thread (or by stop() once it is joined).
+    bool notify_queued = false;
     std::vector<AmChunk> am_chunks;
   };
 
@@ -270,6 +273,8 @@ class UcxLane {
   // Sends the notification of a transfer begin_notify_locked() accepted
   // (from a handler, without am_mu_); a send that fails fails the transfer.
   void send_notify(Xfer* xfer);
+  // The progress thread's send of a notification send_notify() queued.
+  void send_queued_notify(Xfer* xfer);
   // The send itself; caller holds send_mu_ and has checked the peer.
   ucs_status_t send_notify_message(UcxPeer& peer, Xfer* xfer);
   static ucs_status_t on_notify_am(void* arg, const void* header, std::size_t header_length,

@@ -50,6 +50,15 @@ bool UcxLane::begin_notify_locked(Xfer* xfer) {
 }
 
 void UcxLane::send_notify(Xfer* xfer) {
+  if (handoff_) {
+    // We run inside the worker's progress (a handler), and send_mu_ is
+    // always taken before the worker's lock: the progress thread sends it
+    // from its queue instead, right after this round of progress. The
+    // reference begin_notify_locked took becomes the queue's.
+    xfer->notify_queued = true;
+    submit(xfer);
+    return;
+  }
   UcxPeer& p = *xfer->peer;
   ucs_status_t st = UCS_OK;
   {
@@ -71,6 +80,32 @@ void UcxLane::send_notify(Xfer* xfer) {
     fail_scatter(xfer, st);
   }
   unref(xfer);
+}
+
+void UcxLane::send_queued_notify(Xfer* xfer) {
+  xfer->notify_queued = false;
+  UcxPeer& p = *xfer->peer;
+  ucs_status_t st = UCS_OK;
+  {
+    std::lock_guard lock(send_mu_);
+    // Not the held check of a queued post: its bytes are in place, so a
+    // transfer released since still delivers its notification.
+    if (p.closing || !sending_.load(std::memory_order_acquire)) {
+      st = UCS_ERR_CANCELED;
+    } else if (p.failed()) {
+      const auto error = static_cast<ucs_status_t>(p.error.load(std::memory_order_acquire));
+      st = error != UCS_OK ? error : UCS_ERR_CONNECTION_RESET;
+    } else {
+      st = send_notify_message(p, xfer);
+    }
+  }
+  if (st != UCS_OK) {
+    log().warn("kvxfer UCX {}: the notification of transfer {} to peer {} was not sent: {}",
+               agent_name_, xfer->id, p.agent_name, ucs_status_string(st));
+    if (is_disconnect(st)) p.mark_failed();
+    fail_scatter(xfer, st);
+  }
+  unref(xfer);  // the queue's
 }
 
 ucs_status_t UcxLane::send_notify_message(UcxPeer& p, Xfer* xfer) {

@@ -353,6 +353,10 @@ bool UcxLane::drain_submissions(bool before_sleep) {
 // stopping, or the core already let it go (an immediate cancel: better never
 // sent than landing late). Lets go of the queue's reference.
 void UcxLane::send_submitted(Xfer* xfer) {
+  if (xfer->notify_queued) {
+    send_queued_notify(xfer);
+    return;
+  }
   UcxPeer& p = *xfer->peer;
   {
     std::lock_guard lock(send_mu_);
