@@ -72,7 +72,7 @@ test-tsan: deps
 
 # libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus.
 FUZZ_SECONDS ?= 60
-FUZZERS = metadata handshake scatter scatter_fit ack fence cookie ucx_blob loopback_blob
+FUZZERS = metadata handshake scatter scatter_fit ack gather gather_reply fence notify cookie ucx_blob loopback_blob
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DKVXFER_FUZZ=ON -DKVXFER_BUILD_PYTHON=OFF \
 	  -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
