@@ -4,6 +4,8 @@
 // lane that owns the peer or the transfer.
 #include "engines/lanes.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -11,8 +13,6 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "common/host.h"
 #include "common/log.h"
@@ -73,10 +73,10 @@ class Lanes final : public Engine {
                                 remote.agent_name, blob.size()));
     }
     if (!region_is_valid(remote.base_addr, remote.num_blocks, remote.block_len)) {
-      return refuse(Status::kInvalidParam,
-                    fmt::format("peer {} has an impossible region (base {:#x}, {} blocks of {})",
-                                remote.agent_name, remote.base_addr, remote.num_blocks,
-                                remote.block_len));
+      return refuse(
+          Status::kInvalidParam,
+          fmt::format("peer {} has an impossible region (base {:#x}, {} blocks of {})",
+                      remote.agent_name, remote.base_addr, remote.num_blocks, remote.block_len));
     }
     PeerHandle handle = 0;
     Lane lane = lane_for(remote, b);
@@ -131,10 +131,8 @@ class Lanes final : public Engine {
                                   std::span<const std::int64_t> remote, XferHandle* out,
                                   std::span<const std::uint8_t> notify) override {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
-    const Lane lane = lane_of_peer(peer);
-    if (lane == Lane::kNone) return Status::kNotFound;
-    if (lane == Lane::kCma) return cma_.post_write(peer, id, local, remote, out, notify);
-    return ucx_.post_write(peer, id, local, remote, out, notify);
+    return on_lane_of(
+        peer, [&](auto& lane) { return lane.post_write(peer, id, local, remote, out, notify); });
   }
 
   [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
@@ -142,19 +140,14 @@ class Lanes final : public Engine {
                                  std::span<const std::int64_t> remote, XferHandle* out,
                                  std::span<const std::uint8_t> notify) override {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
-    const Lane lane = lane_of_peer(peer);
-    if (lane == Lane::kNone) return Status::kNotFound;
-    if (lane == Lane::kCma) return cma_.post_read(peer, id, local, remote, out, notify);
-    return ucx_.post_read(peer, id, local, remote, out, notify);
+    return on_lane_of(
+        peer, [&](auto& lane) { return lane.post_read(peer, id, local, remote, out, notify); });
   }
 
   [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
                                    std::span<const std::uint8_t> message,
                                    XferHandle* out) override {
-    const Lane lane = lane_of_peer(peer);
-    if (lane == Lane::kNone) return Status::kNotFound;
-    if (lane == Lane::kCma) return cma_.post_notify(peer, id, message, out);
-    return ucx_.post_notify(peer, id, message, out);
+    return on_lane_of(peer, [&](auto& lane) { return lane.post_notify(peer, id, message, out); });
   }
 
   void take_notifications(std::vector<Notification>* out) override {
@@ -236,6 +229,21 @@ class Lanes final : public Engine {
   }
 
   static Lane lane_of(XferHandle xfer) { return reinterpret_cast<const LaneXfer*>(xfer)->lane; }
+
+  // Runs post(lane) on the lane that owns a connected peer; kNotFound for
+  // a peer no lane owns.
+  template <typename Post>
+  [[nodiscard]] Status on_lane_of(PeerHandle peer, Post&& post) {
+    switch (lane_of_peer(peer)) {
+      case Lane::kCma:
+        return post(cma_);
+      case Lane::kUcx:
+        return post(ucx_);
+      case Lane::kNone:
+        break;
+    }
+    return Status::kNotFound;
+  }
 
   // The lane that owns a connected peer, or kNone.
   [[nodiscard]] Lane lane_of_peer(PeerHandle peer) const {

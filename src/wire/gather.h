@@ -38,6 +38,7 @@
 #include <span>
 
 #include "wire/bytes.h"
+#include "wire/runs.h"
 
 namespace kvxfer::internal::ucx {
 
@@ -51,34 +52,23 @@ inline constexpr std::uint16_t kGatherVersion = 1;
 inline constexpr std::size_t kGatherFixedLen = 48;
 // What peek_gather_address reads: magic to chunk index.
 inline constexpr std::size_t kGatherAddressLen = 32;
-inline constexpr std::size_t kGatherRunLen = 16;
+inline constexpr std::size_t kGatherRunLen = wire::kRunLen;
 inline constexpr std::size_t kMaxGatherRuns = 1024;
 inline constexpr std::size_t kGatherReplyLen = 40;
 // The most bytes one request may ask for: the largest chunk an initiator
 // can be configured to (KVXFER_SCATTER_CHUNK, ucx_config.h).
 inline constexpr std::uint64_t kMaxGatherBytes = std::uint64_t{64} << 20;
 
-struct GatherRun {
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-};
+using GatherRun = wire::Run;
 
-struct GatherRequest {
+// The runs (RunList) follow the fixed part.
+struct GatherRequest : wire::RunList {
   std::uint64_t token = 0;
   std::uint64_t sequence = 0;
   std::uint32_t slot = 0;
   std::uint32_t chunk = 0;
   std::uint64_t lineage = 0;
   std::uint64_t epoch = 0;
-  std::span<const std::uint8_t> runs;  // run count x kGatherRunLen bytes
-
-  [[nodiscard]] std::size_t run_count() const { return runs.size() / kGatherRunLen; }
-  // No bounds check: decode checked that `runs` holds run_count() runs;
-  // i < run_count() is the caller's.
-  [[nodiscard]] GatherRun run(std::size_t i) const {
-    const std::uint8_t* at = runs.data() + i * kGatherRunLen;
-    return {wire::load_le<std::uint64_t>(at), wire::load_le<std::uint64_t>(at + 8)};
-  }
 };
 
 // Which read (and which of its requests) a message names.
@@ -119,9 +109,7 @@ inline void put_gather_fixed(std::uint8_t* out, std::uint16_t run_count, std::ui
 
 inline void put_gather_run(std::uint8_t* header, std::size_t index, std::uint64_t offset,
                            std::uint64_t length) {
-  wire::ByteWriter w(std::span(header + kGatherFixedLen + index * kGatherRunLen, kGatherRunLen));
-  w.u64(offset);
-  w.u64(length);
+  wire::put_run(header, kGatherFixedLen, index, offset, length);
 }
 
 // False unless `bytes` is exactly one well-formed version-1 request. The
@@ -173,20 +161,11 @@ inline void put_gather_run(std::uint8_t* header, std::size_t index, std::uint64_
   return true;
 }
 
-// True when every run lies inside a region of `region_len` bytes, no run is
-// empty, and the runs add up to at most `limit` bytes; then *total is that
-// sum. On false *total is left alone.
+// wire::runs_in_region for a request: every run inside the region, none
+// empty, at most `limit` bytes in all (then *total).
 [[nodiscard]] inline bool gather_runs_fit(const GatherRequest& request, std::uint64_t region_len,
                                           std::uint64_t limit, std::uint64_t* total) {
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < request.run_count(); ++i) {
-    const GatherRun r = request.run(i);
-    if (r.length == 0 || r.length > region_len || r.offset > region_len - r.length) return false;
-    if (r.length > limit - sum) return false;  // also guards the sum's overflow
-    sum += r.length;
-  }
-  *total = sum;
-  return true;
+  return wire::runs_in_region(request, region_len, limit, total);
 }
 
 // Writes a reply header in place at `out` (kGatherReplyLen bytes).

@@ -39,6 +39,7 @@
 #include <span>
 
 #include "wire/bytes.h"
+#include "wire/runs.h"
 
 namespace kvxfer::internal::ucx {
 
@@ -50,30 +51,19 @@ inline constexpr std::uint32_t kScatterMagic = 0x5358564b;  // "KVXS" as bytes
 inline constexpr std::uint32_t kAckMagic = 0x4158564b;      // "KVXA" as bytes
 inline constexpr std::uint16_t kScatterVersion = 2;
 inline constexpr std::size_t kScatterFixedLen = 48;
-inline constexpr std::size_t kScatterRunLen = 16;
+inline constexpr std::size_t kScatterRunLen = wire::kRunLen;
 inline constexpr std::size_t kMaxScatterRuns = 1024;
 inline constexpr std::size_t kAckLen = 24;
 
-struct ScatterRun {
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-};
+using ScatterRun = wire::Run;
 
-struct ScatterHeader {
+// The runs (RunList) follow the fixed part.
+struct ScatterHeader : wire::RunList {
   std::uint64_t token = 0;
   std::uint64_t sequence = 0;
   std::uint32_t slot = 0;
   std::uint64_t lineage = 0;
   std::uint64_t epoch = 0;
-  std::span<const std::uint8_t> runs;  // run count x kScatterRunLen bytes
-
-  [[nodiscard]] std::size_t run_count() const { return runs.size() / kScatterRunLen; }
-  // Per run per message: two plain loads, no bounds check (decode checked
-  // that `runs` holds run_count() runs; i < run_count() is the caller's).
-  [[nodiscard]] ScatterRun run(std::size_t i) const {
-    const std::uint8_t* at = runs.data() + i * kScatterRunLen;
-    return {wire::load_le<std::uint64_t>(at), wire::load_le<std::uint64_t>(at + 8)};
-  }
 };
 
 struct ScatterAck {
@@ -106,9 +96,7 @@ inline void put_scatter_fixed(std::uint8_t* out, std::uint16_t run_count, std::u
 
 inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64_t offset,
                             std::uint64_t length) {
-  wire::ByteWriter w(std::span(header + kScatterFixedLen + index * kScatterRunLen, kScatterRunLen));
-  w.u64(offset);
-  w.u64(length);
+  wire::put_run(header, kScatterFixedLen, index, offset, length);
 }
 
 // False unless `bytes` is exactly one well-formed version-2 write header.
@@ -146,13 +134,7 @@ inline void put_scatter_run(std::uint8_t* header, std::size_t index, std::uint64
 [[nodiscard]] inline bool scatter_runs_fit(const ScatterHeader& header, std::uint64_t region_len,
                                            std::uint64_t payload_len) {
   std::uint64_t total = 0;
-  for (std::size_t i = 0; i < header.run_count(); ++i) {
-    const ScatterRun r = header.run(i);
-    if (r.length == 0 || r.length > region_len || r.offset > region_len - r.length) return false;
-    if (r.length > payload_len - total) return false;  // also guards the sum's overflow
-    total += r.length;
-  }
-  return total == payload_len;
+  return wire::runs_in_region(header, region_len, payload_len, &total) && total == payload_len;
 }
 
 // Writes an ack in place at `out` (kAckLen bytes).

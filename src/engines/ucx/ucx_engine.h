@@ -275,6 +275,9 @@ class UcxLane {
   void send_notify(Xfer* xfer);
   // The progress thread's send of a notification send_notify() queued.
   void send_queued_notify(Xfer* xfer);
+  // Both sends': under send_mu_, sends unless the peer is closing or
+  // failed; a notification not sent fails its transfer.
+  void send_notify_checked(Xfer* xfer);
   // The send itself; caller holds send_mu_ and has checked the peer.
   ucs_status_t send_notify_message(UcxPeer& peer, Xfer* xfer);
   static ucs_status_t on_notify_am(void* arg, const void* header, std::size_t header_length,

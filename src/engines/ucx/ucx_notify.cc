@@ -59,37 +59,24 @@ void UcxLane::send_notify(Xfer* xfer) {
     submit(xfer);
     return;
   }
-  UcxPeer& p = *xfer->peer;
-  ucs_status_t st = UCS_OK;
-  {
-    // As for a queued write: never a send on an endpoint being closed.
-    std::lock_guard lock(send_mu_);
-    if (p.closing || !sending_.load(std::memory_order_acquire)) {
-      st = UCS_ERR_CANCELED;
-    } else if (p.failed()) {
-      const auto error = static_cast<ucs_status_t>(p.error.load(std::memory_order_acquire));
-      st = error != UCS_OK ? error : UCS_ERR_CONNECTION_RESET;
-    } else {
-      st = send_notify_message(p, xfer);
-    }
-  }
-  if (st != UCS_OK) {
-    log().warn("kvxfer UCX {}: the notification of transfer {} to peer {} was not sent: {}",
-               agent_name_, xfer->id, p.agent_name, ucs_status_string(st));
-    if (is_disconnect(st)) p.mark_failed();
-    fail_scatter(xfer, st);
-  }
-  unref(xfer);
+  send_notify_checked(xfer);
+  unref(xfer);  // begin_notify_locked's
 }
 
 void UcxLane::send_queued_notify(Xfer* xfer) {
   xfer->notify_queued = false;
+  send_notify_checked(xfer);
+  unref(xfer);  // the queue's
+}
+
+void UcxLane::send_notify_checked(Xfer* xfer) {
   UcxPeer& p = *xfer->peer;
   ucs_status_t st = UCS_OK;
   {
-    std::lock_guard lock(send_mu_);
-    // Not the held check of a queued post: its bytes are in place, so a
+    // As for a queued write, never a send on an endpoint being closed. But
+    // not the held check of a queued post: the bytes are in place, so a
     // transfer released since still delivers its notification.
+    std::lock_guard lock(send_mu_);
     if (p.closing || !sending_.load(std::memory_order_acquire)) {
       st = UCS_ERR_CANCELED;
     } else if (p.failed()) {
@@ -99,13 +86,11 @@ void UcxLane::send_queued_notify(Xfer* xfer) {
       st = send_notify_message(p, xfer);
     }
   }
-  if (st != UCS_OK) {
-    log().warn("kvxfer UCX {}: the notification of transfer {} to peer {} was not sent: {}",
-               agent_name_, xfer->id, p.agent_name, ucs_status_string(st));
-    if (is_disconnect(st)) p.mark_failed();
-    fail_scatter(xfer, st);
-  }
-  unref(xfer);  // the queue's
+  if (st == UCS_OK) return;
+  log().warn("kvxfer UCX {}: the notification of transfer {} to peer {} was not sent: {}",
+             agent_name_, xfer->id, p.agent_name, ucs_status_string(st));
+  if (is_disconnect(st)) p.mark_failed();
+  fail_scatter(xfer, st);
 }
 
 ucs_status_t UcxLane::send_notify_message(UcxPeer& p, Xfer* xfer) {
