@@ -105,6 +105,18 @@ class HostInitiator {
     return id;
   }
 
+  // A write that delivers `note` to the target once its bytes are there.
+  std::optional<TransferId> write_noting(const std::string& peer_id, std::int64_t local,
+                                         std::int64_t remote, const std::string& note,
+                                         Outcome& out) {
+    const std::vector<std::uint8_t> bytes(note.begin(), note.end());
+    const auto id = transport_.write_blocks(peer_id, std::span<const std::int64_t>(&local, 1),
+                                            std::span<const std::int64_t>(&remote, 1),
+                                            std::span<const std::uint8_t>(bytes));
+    if (id) out.posted.insert(*id);
+    return id;
+  }
+
   // Streams write only the lower half of the remote pool; checks after a
   // recovery use the upper half (see kRecoveryBlocks).
   std::optional<TransferId> write_random(const std::string& peer_id, Outcome& out) {
@@ -343,6 +355,47 @@ TEST_F(NetnsTest, BlocksReadFromTwoOtherHostsArriveByteForByte) {
         << "round " << round;
   }
   EXPECT_GE(a.transport().stats().engine_counters.at("gather_reads"), 6u);
+}
+
+// Writes with notifications to two other hosts, many in flight: each target
+// checks, as every message arrives, that the block it names already holds
+// its bytes, and that its sender's messages come in order.
+TEST_F(NetnsTest, NotificationsReachTwoOtherHostsAfterTheirBytesAndInOrder) {
+  TargetProcess h2(on_host("kvx-h2", "target-h2"));
+  TargetProcess h3(on_host("kvx-h3", "target-h3"));
+  HostInitiator a(30s);
+  a.add("h2", h2);
+  a.add("h3", h3);
+  const std::string watch = "watch " + std::to_string(kBlocks) + " " + std::to_string(kGen);
+  h2.post(watch);
+  h3.post(watch);
+  std::mt19937_64 rng(11);
+  Outcome out2, out3;
+  const auto local = random_sample(rng, kBlocks, kBlocks);
+  const auto r2 = random_sample(rng, kBlocks, kBlocks);  // every block once
+  const auto r3 = random_sample(rng, kBlocks, kBlocks);
+  for (std::size_t w = 0; w < kBlocks; ++w) {
+    const std::string seq = std::to_string(w) + ' ' + std::to_string(local[w]) + ' ';
+    ASSERT_TRUE(a.write_noting("h2", local[w], r2[w], seq + std::to_string(r2[w]), out2));
+    ASSERT_TRUE(a.write_noting("h3", local[w], r3[w], seq + std::to_string(r3[w]), out3));
+  }
+  a.stream("h2", out2, 0, 30s, [&] { return out2.pending() == 0; });
+  a.stream("h3", out3, 0, 30s, [&] { return out3.pending() == 0; });
+  EXPECT_EQ(out2.done, out2.posted);
+  EXPECT_EQ(out3.done, out3.posted);
+  const std::string all_good = "watched " + std::to_string(kBlocks) + " bad=0 out_of_order=0";
+  EXPECT_EQ(h2.reply(), all_good);
+  EXPECT_EQ(h3.reply(), all_good);
+  // And one without data, which comes after all of them.
+  const std::string hello = "hello";
+  Outcome out;
+  const auto id = a.transport().send_notification(
+      "h2", std::span(reinterpret_cast<const std::uint8_t*>(hello.data()), hello.size()));
+  ASSERT_TRUE(id);
+  out.posted.insert(*id);
+  a.stream("h2", out, 0, 30s, [&] { return out.pending() == 0; });
+  EXPECT_EQ(out.done, out.posted);
+  EXPECT_EQ(h2.request("notes"), "notes 1 initiator=hello");
 }
 
 TEST_F(NetnsTest, LinkCutMidStreamFaultsPeerWithinStallTimeoutAndReRegistrationWorks) {

@@ -1,6 +1,7 @@
 // The UCX lane against stale and hostile peers, over TCP in this process:
 // - fencing: once a newer registration of a target wrote, nothing an older
-//   registration sent is applied (wire/fence.h);
+//   registration sent is applied or delivered (wire/fence.h), writes and
+//   notifications alike;
 // - no raw-address writes: without an RDMA device, a UCP client with RMA
 //   cannot put outside (or into) the target's pool;
 // - acks: a peer cannot complete another peer's write;
@@ -108,6 +109,64 @@ TEST(UcxFenceTest, OlderRegistrationIsFencedOnceTheNewerOneWrote) {
   EXPECT_EQ(write_wait(a, new_peer, {12, 13}, {7, 8}),
             std::make_pair(Status::kSuccess, Status::kSuccess));
   EXPECT_TRUE(holds(b, 7, 1, 12) && holds(b, 8, 1, 13));
+  EXPECT_EQ(a.engine->disconnect(old_peer), Status::kSuccess);
+  EXPECT_EQ(a.engine->disconnect(new_peer), Status::kSuccess);
+  EXPECT_EQ(a.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
+}
+
+// Sends `message` alone on `peer` and waits for the transfer's end.
+std::pair<Status, Status> notify_wait(Agent& src, PeerHandle peer, const std::string& message) {
+  XferHandle xfer = 0;
+  const std::vector<std::uint8_t> bytes(message.begin(), message.end());
+  const Status posted = src.engine->post_notify(peer, 1, bytes, &xfer);
+  if (posted != Status::kSuccess) return {posted, posted};
+  const auto result = wait_state(*src.engine, xfer);
+  EXPECT_EQ(src.engine->release(xfer), Status::kSuccess);
+  return result;
+}
+
+// The messages the target took, as "agent:text".
+std::vector<std::string> taken(Agent& target) {
+  std::vector<internal::Notification> notes;
+  target.engine->take_notifications(&notes);
+  std::vector<std::string> out;
+  for (const auto& n : notes)
+    out.push_back(n.agent + ':' + std::string(n.bytes.begin(), n.bytes.end()));
+  return out;
+}
+
+// Notifications are fenced like writes: once a newer registration wrote,
+// a notification sent on the older endpoint (alone, or after a write of
+// its own) is refused and never queued, while the newer one's arrive.
+TEST(UcxFenceTest, AnOlderRegistrationsNotificationIsRefusedOnceTheNewerOneWrote) {
+  Agent a("fence-a", 1);
+  Agent b("fence-b", 2);
+  PeerHandle old_peer = 0;
+  PeerHandle new_peer = 0;
+  ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &old_peer), Status::kSuccess);
+  EXPECT_EQ(notify_wait(a, old_peer, "old"), std::make_pair(Status::kSuccess, Status::kSuccess));
+  EXPECT_EQ(taken(b), std::vector<std::string>{"fence-a:old"});
+
+  ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &new_peer), Status::kSuccess);
+  EXPECT_EQ(write_wait(a, new_peer, {2}, {2}), std::make_pair(Status::kSuccess, Status::kSuccess));
+
+  EXPECT_EQ(notify_wait(a, old_peer, "stale"), std::make_pair(Status::kSuccess, Status::kCanceled));
+  XferHandle stale_write = 0;
+  const std::string note = "stale write";
+  const std::vector<std::uint8_t> note_bytes(note.begin(), note.end());
+  const std::vector<std::int64_t> local{10};
+  const std::vector<std::int64_t> remote{5};
+  ASSERT_EQ(a.engine->post_write(old_peer, 2, local, remote, &stale_write, note_bytes),
+            Status::kSuccess);
+  EXPECT_EQ(wait_state(*a.engine, stale_write),
+            std::make_pair(Status::kSuccess, Status::kCanceled));
+  EXPECT_EQ(a.engine->release(stale_write), Status::kSuccess);
+  EXPECT_TRUE(holds(b, 5, 2, 5)) << "a stale registration's write landed";
+
+  EXPECT_EQ(notify_wait(a, new_peer, "new"), std::make_pair(Status::kSuccess, Status::kSuccess));
+  EXPECT_EQ(taken(b), std::vector<std::string>{"fence-a:new"});
+  EXPECT_EQ(b.counter("notifications_received"), 2u);
+  EXPECT_EQ(b.counter("notifications_refused"), 1u);  // the write's was never sent
   EXPECT_EQ(a.engine->disconnect(old_peer), Status::kSuccess);
   EXPECT_EQ(a.engine->disconnect(new_peer), Status::kSuccess);
   EXPECT_EQ(a.engine->live(), (HandleCounts{1, 0, 0, 0, 0}));
