@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "kvxfer/transport.h"
 #include "perftest.h"
+#include "timing.h"
 #include "workload.h"
 
 namespace kvxfer::tools {
@@ -55,34 +57,13 @@ struct BenchArgs {
   // Fan-out / incast (fan.h): when either is set, the bench runs only those.
   std::vector<int> targets;
   std::vector<int> initiators;
+  // --op notify: notifications per mode (notify_bench.h).
+  std::uint64_t notifications = 2000;
 };
 
-struct Timing {
-  std::uint64_t count = 0;
-  double mean_us = 0;
-  double p50_us = 0;
-  double p99_us = 0;
-  double max_us = 0;
-  static Timing of(std::vector<double> micros);
-};
-
-// Call durations too many to keep one by one (every poll of a case): fixed
-// buckets, 0.1 µs wide up to 100 µs and 2% wider each beyond, so a
-// percentile is within 0.1 µs or 2% of the truth. add() allocates nothing.
-class LatencyHistogram {
- public:
-  LatencyHistogram();
-  void add(double micros);
-  [[nodiscard]] Timing timing() const;
-
- private:
-  static std::size_t bucket(double micros);
-  static double upper(std::size_t bucket);
-  std::vector<std::uint64_t> counts_;
-  std::uint64_t count_ = 0;
-  double sum_ = 0;
-  double max_ = 0;
-};
+// The initiator's Options for these arguments: the bench's config fields,
+// --tls, --engine, --no-progress-thread, --num-threads.
+Options bench_transport_options(const BenchArgs& args);
 
 struct CaseResult {
   CaseSpec spec;                 // as run, overrides applied

@@ -12,7 +12,8 @@ namespace kvxfer::tools {
 // Bumped when the block contents (pattern.h) or the target protocol change
 // meaning, so old and new tools refuse each other instead of failing verify.
 // 2: STREAM (raw TCP baseline); 3: FILL (the target's pool for --op read)
-inline constexpr const char* kBenchProtocol = "3";
+// 4: NOTES (--op notify)
+inline constexpr const char* kBenchProtocol = "4";
 inline constexpr const char* kPatternName = "mix64-v1";
 
 // UCX_TLS for a --tls value: "sm" is sm,self; "tcp" is tcp; anything else is

@@ -20,6 +20,7 @@
 #include "fan.h"
 #include "kvxfer/transport.h"
 #include "machine.h"
+#include "notify_bench.h"
 #include "pattern.h"
 #include "peers_bench.h"
 #include "pool.h"
@@ -177,9 +178,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_cmd
       ->add_option("--op", bench.op,
-                   "write (write_blocks into the target, checked there) or read (read_blocks "
-                   "from the target's pool, checked here)")
-      ->check(CLI::IsMember({"write", "read"}))
+                   "write (write_blocks into the target, checked there), read (read_blocks "
+                   "from the target's pool, checked here), or notify (post-to-delivery latency "
+                   "of notifications, after a write and alone)")
+      ->check(CLI::IsMember({"write", "read", "notify"}))
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--notifications", bench.notifications,
+                   "--op notify: notifications per mode, one in flight")
+      ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
   bench_cmd->add_option("--block-len", bench.block_len, "block length for every case (e.g. 64K)")
       ->transform(CLI::AsSizeValue(false));
@@ -339,6 +346,11 @@ int main(int argc, char** argv) {
         return run_target_listener(HostPort::parse(listen), config, sessions);
       }
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
+      if (bench.op == "notify") {
+        if (!bench.targets.empty() || !bench.initiators.empty())
+          throw CLI::ValidationError("--op notify: no --targets/--initiators");
+        return run_notify_bench(bench);
+      }
       if (!bench.targets.empty() || !bench.initiators.empty()) {
         if (bench.op != "write")
           throw CLI::ValidationError("--targets/--initiators run writes only: no --op read");

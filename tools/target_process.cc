@@ -6,14 +6,19 @@
 #include <charconv>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "bench_config.h"
 #include "kvxfer/transport.h"
+#include "notify_probe.h"
 #include "pattern.h"
 #include "pool.h"
 #include "raw_stream.h"
 #include "subprocess.h"
+#include "timing.h"
 
 namespace kvxfer::tools {
 namespace {
@@ -29,6 +34,9 @@ constexpr Millis kIdleTimeout{60 * 60 * 1000};
 constexpr Millis kWriteTimeout{30'000};
 // Longest "<remote> <local>" line of a VERIFY list.
 constexpr std::size_t kMaxPairLine = 64;
+// Most notifications one NOTES may wait for, and for how long.
+constexpr std::uint64_t kMaxNotes = 1'000'000;
+constexpr auto kNotesTimeout = std::chrono::seconds(60);
 // Most bytes one STREAM may ask a target to receive.
 constexpr std::uint64_t kMaxStreamBytes = std::uint64_t{64} << 30;
 
@@ -73,6 +81,8 @@ class TargetSession {
         stream(m);
       } else if (m.word == "FILL") {
         fill(m);
+      } else if (m.word == "NOTES") {
+        notes(m);
       } else {
         const std::string word = m.word.substr(0, 32);
         channel_.write_line("ERROR unknown command '" + word + "'", kWriteTimeout);
@@ -155,6 +165,67 @@ class TargetSession {
       fill_block(pool_->data() + i * block_len_, block_len_, seed, i);
     }
     channel_.write_line(fmt::format("FILLED blocks={}", num_blocks_), kWriteTimeout);
+  }
+
+  // NOTES count=N seed=S: takes notifications (bench --op notify) until N
+  // came or kNotesTimeout passed, and answers how long each took from its
+  // post to here, whether the block it names already held its bytes (the
+  // pattern of its local block for S), and whether each sender's came in
+  // order.
+  void notes(const Message& m) {
+    const std::uint64_t count = m.number("count");
+    const std::uint64_t seed = m.number("seed");
+    if (transport_ == nullptr || num_blocks_ == 0 || count == 0 || count > kMaxNotes) {
+      channel_.write_line(
+          fmt::format("ERROR NOTES of {} needs an opened region and at most {}", count, kMaxNotes),
+          kWriteTimeout);
+      throw ChannelError(fmt::format("{} asked for bad NOTES", channel_.peer_name()));
+    }
+    channel_.write_line("NOTING", kWriteTimeout);
+    std::vector<double> latency_us;
+    latency_us.reserve(count);
+    std::uint64_t bad = 0;
+    std::uint64_t out_of_order = 0;
+    std::map<std::string, std::uint64_t> next_seq;
+    const auto deadline = std::chrono::steady_clock::now() + kNotesTimeout;
+    while (latency_us.size() < count && std::chrono::steady_clock::now() < deadline) {
+      const auto taken = transport_->get_notifications();
+      const std::uint64_t now = monotonic_ns();
+      if (taken.empty()) {
+        std::this_thread::yield();  // a serving loop would do other work here
+        continue;
+      }
+      for (const auto& [sender, messages] : taken) {
+        for (const auto& bytes : messages) {
+          const auto probe = NotifyProbe::decode(bytes);
+          if (!probe) {
+            ++bad;
+            latency_us.push_back(0);
+            continue;
+          }
+          latency_us.push_back(static_cast<double>(now - probe->posted_ns) / 1000.0);
+          std::uint64_t& next = next_seq[sender];
+          if (probe->seq != next) ++out_of_order;
+          next = probe->seq + 1;
+          if (probe->remote >= 0) {
+            const auto r = static_cast<std::uint64_t>(probe->remote);
+            if (r >= num_blocks_ || probe->local < 0 ||
+                !block_matches(pool_->data() + r * block_len_, block_len_, seed,
+                               static_cast<std::uint64_t>(probe->local))) {
+              ++bad;
+            }
+          }
+        }
+      }
+    }
+    const Timing t = Timing::of(latency_us);
+    channel_.write_line(
+        fmt::format("NOTED got={} bad={} out_of_order={} p50_ns={} p99_ns={} max_ns={} mean_ns={}",
+                    t.count, bad, out_of_order, static_cast<std::uint64_t>(t.p50_us * 1000),
+                    static_cast<std::uint64_t>(t.p99_us * 1000),
+                    static_cast<std::uint64_t>(t.max_us * 1000),
+                    static_cast<std::uint64_t>(t.mean_us * 1000)),
+        kWriteTimeout);
   }
 
   // The raw TCP baseline: one connection, `bytes` received into the pool.
@@ -376,6 +447,26 @@ void TargetProcess::fill(std::uint64_t seed) {
   if (m.word != "FILLED" || m.number("blocks") != geometry_.num_blocks) {
     throw ChannelError(fmt::format("{}: bad fill reply '{}'", name(), line.substr(0, 200)));
   }
+}
+
+void TargetProcess::notes_begin(std::uint64_t count, std::uint64_t seed) {
+  channel_->write_line(fmt::format("NOTES count={} seed={}", count, seed), kWriteTimeout);
+  const std::string line = channel_->read_line(kReplyTimeout);
+  if (line != "NOTING") {
+    throw ChannelError(fmt::format("{}: bad notes reply '{}'", name(), line.substr(0, 200)));
+  }
+}
+
+TargetProcess::NotesTaken TargetProcess::notes_taken() {
+  // The target gives up after kNotesTimeout on its own.
+  const std::string line = channel_->read_line(kReplyTimeout);
+  const Message m = Message::parse(line);
+  if (m.word != "NOTED") {
+    throw ChannelError(fmt::format("{}: bad notes reply '{}'", name(), line.substr(0, 200)));
+  }
+  const auto us = [&](const char* key) { return static_cast<double>(m.number(key)) / 1000.0; };
+  return {m.number("got"), m.number("bad"), m.number("out_of_order"), us("p50_ns"), us("p99_ns"),
+          us("max_ns"),    us("mean_ns")};
 }
 
 pid_t TargetProcess::pid() const { return child_ != nullptr ? child_->pid() : 0; }

@@ -91,6 +91,17 @@ class TargetProcess {
   // pattern of block i for `seed` (what --op read reads back). Throws
   // ChannelError when it cannot.
   void fill(std::uint64_t seed);
+  // bench --op notify: asks the target to take `count` notifications
+  // (notify_probe.h) and returns once it is listening; notes_taken() then
+  // waits for its account of them. Throws ChannelError when it cannot.
+  void notes_begin(std::uint64_t count, std::uint64_t seed);
+  struct NotesTaken {
+    std::uint64_t got = 0;
+    std::uint64_t bad = 0;  // undecodable, or its block lacked its bytes
+    std::uint64_t out_of_order = 0;
+    double p50_us = 0, p99_us = 0, max_us = 0, mean_us = 0;  // post to delivery
+  };
+  NotesTaken notes_taken();
   // The raw TCP baseline: asks the target to take one TCP connection and
   // `bytes` into its pool, connects to it at `host` and streams them from
   // src (wrapping at src_len). Returns the seconds from connect to the
