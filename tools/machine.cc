@@ -135,6 +135,10 @@ int run_info() {
   const UcxInfo ucx = ucx_info();
   const MachineInfo m = machine_info();
   fmt::print("{}\n", kvxfer::version());
+  // Which libkvxfer this process runs: with a system package, a pip venv and
+  // a build tree on one machine, the loader's choice is not obvious.
+  const std::string library = kvxfer::library_path();
+  fmt::print("library: {}\n", library.empty() ? "(unknown: the loader does not say)" : library);
   fmt::print("UCX {} (libucp this tool runs with)\n", ucx.version);
   if (const char* tls = std::getenv("UCX_TLS"))
     fmt::print("UCX_TLS={} (from the environment)\n", tls);

@@ -283,4 +283,10 @@ class Transport {
 // "kvxfer X.Y.Z".
 [[nodiscard]] std::string_view version() noexcept;
 
+// The file this library's code was loaded from (libkvxfer.so.N, or the
+// program or extension it is linked into), as the dynamic loader reports it;
+// "" if the loader cannot say. For `kvxfer info` and `python3 -m kvxfer
+// info`: which of several installed copies a process really runs.
+[[nodiscard]] std::string library_path();
+
 }  // namespace kvxfer

@@ -26,6 +26,23 @@ from ._kvxfer import (
 )
 from ._transport import NixlTransport, PollResult, Transport, config_fingerprint
 from . import loopback
+from . import _kvxfer
+
+
+def info() -> dict:
+    """Where this kvxfer comes from: version, package dir, extension, library.
+
+    A machine may hold several copies (a build tree, a pip venv, the Debian
+    package); this says which one the running interpreter imported, and which
+    libkvxfer the extension's loader picked. `python3 -m kvxfer info` prints it.
+    """
+    return {
+        "version": __version__,
+        "package": __path__[0],
+        "extension": _kvxfer.__file__,
+        "library": _kvxfer.library_path(),
+    }
+
 
 __all__ = [
     "FaultPlan",
@@ -36,6 +53,7 @@ __all__ = [
     "Transport",
     "__version__",
     "config_fingerprint",
+    "info",
     "loopback",
     "sync_log_level",
 ]

@@ -142,6 +142,8 @@ PYBIND11_MODULE(_kvxfer, m) {
 
   m.doc() = "C++ core of the kvxfer package; import kvxfer instead.";
   m.attr("__version__") = std::string(version().substr(version().find(' ') + 1));
+  m.def("library_path", &library_path,
+        "The file the C++ library was loaded from (see kvxfer.info()).");
 
   py::enum_<Status> status(m, "Status", "kvxfer status codes (mirrors the NIXL status set).");
   for (const Status s : kStatuses) status.value(std::string(status_name(s)).c_str(), s);

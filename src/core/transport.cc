@@ -5,6 +5,7 @@
 // src/wire/; never a UCX header.
 #include "kvxfer/transport.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -283,5 +284,15 @@ Stats Transport::stats() const { return state_->stats(); }
 loopback::FaultPlan* Transport::fault_plan() noexcept { return state_->engine_->fault_plan(); }
 
 std::string_view version() noexcept { return "kvxfer " KVXFER_VERSION; }
+
+std::string library_path() {
+  // dladdr on a function of this file names the object that holds this code,
+  // whichever copy the loader picked (RPATH, LD_LIBRARY_PATH, ld.so.cache).
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<const void*>(&version), &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  return info.dli_fname;
+}
 
 }  // namespace kvxfer

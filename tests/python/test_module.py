@@ -1,6 +1,9 @@
 """The package's surface: names, properties, PollResult, stats, view handling."""
 
 import gc
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -167,3 +170,32 @@ def test_stats_carries_the_engines_own_counters(make_agent):
         counters = t.stats()["engine_counters"]
     assert {"put_writes", "scatter_writes", "scatter_messages", "scatter_received"} <= set(counters)
     assert all(isinstance(v, int) and v == 0 for v in counters.values())
+
+
+def _mapped_files():
+    with open("/proc/self/maps") as maps:
+        return {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
+
+
+def test_info_names_the_files_this_process_loaded():
+    info = kvxfer.info()
+    assert info["version"] == kvxfer.__version__
+    assert os.path.realpath(info["package"]) == os.path.realpath(os.path.dirname(kvxfer.__file__))
+    assert os.path.dirname(os.path.realpath(info["extension"])) == os.path.realpath(info["package"])
+    # The library is whatever file the loader mapped the C++ core from: a
+    # libkvxfer.so.N in a build tree or a package.
+    library = os.path.realpath(info["library"])
+    assert os.path.basename(library).startswith("libkvxfer.so.")
+    assert library in _mapped_files()
+
+
+def test_python_m_kvxfer_info_prints_the_same_lines():
+    out = subprocess.run(
+        [sys.executable, "-m", "kvxfer", "info"], check=True, capture_output=True, text=True
+    ).stdout
+    assert out == "".join(f"{key}: {value}\n" for key, value in kvxfer.info().items())
+
+
+def test_python_m_kvxfer_without_info_is_a_usage_error():
+    done = subprocess.run([sys.executable, "-m", "kvxfer"], capture_output=True, text=True)
+    assert done.returncode == 2 and "usage" in done.stderr
