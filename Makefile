@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo bench microbench test test-unit test-integration test-python install clean
+.PHONY: all deps configure build demo bench microbench test test-unit test-integration test-python install package clean
 
 all: build
 
@@ -49,8 +49,20 @@ test-python: build
 install: build
 	cmake --install $(BUILD)
 
+# Debian packages (libkvxfer0, libkvxfer-dev, python3-kvxfer, kvxfer) in
+# $(PKG_BUILD), from a tree of their own: prefix /usr puts the library in
+# /usr/lib/<triplet> and the module in /usr/lib/python3/dist-packages, which
+# the $(BUILD) tree (prefix /usr/local) does not. See cmake/packaging.cmake;
+# install with `apt install ./$(PKG_BUILD)/*.deb`.
+PKG_BUILD ?= build-pkg
+package: deps
+	cmake -S . -B $(PKG_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DKVXFER_BUILD_TESTS=OFF -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=ON -DKVXFER_BUILD_PYTHON=ON
+	cmake --build $(PKG_BUILD) -j$(JOBS)
+	cd $(PKG_BUILD) && cpack -G DEB
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(PKG_BUILD)
 
 # Sanitizer runs of the C++ suites (unit + integration). UCX's memory hooks
 # fight ASan's allocator, so they are off in these runs.
