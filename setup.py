@@ -1,0 +1,94 @@
+"""Builds the kvxfer wheel: CMake makes the _kvxfer extension and libkvxfer.
+
+The version is project(kvxfer VERSION ...) in CMakeLists.txt, the one source
+of truth. The extension is configured for the interpreter running this build
+(sys.executable, e.g. a venv's python), so it matches the environment pip
+installs into. The wheel holds libkvxfer.so.N beside the extension, which
+finds it through its RPATH $ORIGIN: no system libkvxfer is needed, and the
+one in the wheel is used even when another is installed. See pyproject.toml
+for how to run it.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = pathlib.Path(__file__).resolve().parent
+
+
+def project_version() -> str:
+    text = (ROOT / "CMakeLists.txt").read_text()
+    match = re.search(r"project\(\s*kvxfer\s+VERSION\s+([0-9][0-9.]*)", text)
+    if match is None:
+        raise RuntimeError("no project(kvxfer VERSION ...) in CMakeLists.txt")
+    return match.group(1)
+
+
+class CMakeBuild(build_ext):
+    """Configures, builds and installs the python + runtime components into a
+    staging dir, then copies the extension and libkvxfer.so.N into the wheel."""
+
+    def build_extension(self, ext: Extension) -> None:
+        temp = pathlib.Path(self.build_temp).resolve()
+        cmake_dir = temp / "cmake"
+        stage = temp / "stage"
+        shutil.rmtree(stage, ignore_errors=True)
+        subprocess.run(
+            [
+                "cmake", "-S", str(ROOT), "-B", str(cmake_dir),
+                "-DCMAKE_BUILD_TYPE=Release",
+                f"-DPython_EXECUTABLE={sys.executable}",
+                "-DKVXFER_BUILD_PYTHON=ON",
+                "-DKVXFER_BUILD_TESTS=OFF",
+                "-DKVXFER_BUILD_TOOLS=OFF",
+                "-DKVXFER_BUILD_BENCH=OFF",
+                # The library and the package land in one directory, so the
+                # extension's install RPATH (python/CMakeLists.txt) is $ORIGIN.
+                f"-DCMAKE_INSTALL_PREFIX={stage}",
+                f"-DCMAKE_INSTALL_LIBDIR={stage / 'kvxfer'}",
+                f"-DKVXFER_PYTHON_INSTALL_DIR={stage}",
+            ],
+            check=True,
+        )
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
+        subprocess.run(
+            ["cmake", "--build", str(cmake_dir), "--target", "_kvxfer", "-j", jobs], check=True
+        )
+        for component in ("runtime", "python"):
+            subprocess.run(
+                ["cmake", "--install", str(cmake_dir), "--component", component], check=True
+            )
+
+        package = stage / "kvxfer"
+        extension = pathlib.Path(self.get_ext_fullpath(ext.name))
+        extension.parent.mkdir(parents=True, exist_ok=True)
+        built = [p for p in package.glob("_kvxfer.*.so")]
+        if len(built) != 1:
+            raise RuntimeError(f"expected one _kvxfer extension in {package}, found {built}")
+        shutil.copyfile(built[0], extension)
+        # Only the SONAME file (libkvxfer.so.N) is loaded; copy it as a file
+        # (the build's symlink chain would become duplicate copies in a wheel).
+        sonames = [p for p in package.iterdir() if re.fullmatch(r"libkvxfer\.so\.\d+", p.name)]
+        if len(sonames) != 1:
+            raise RuntimeError(f"expected one libkvxfer.so.N in {package}, found {sonames}")
+        shutil.copyfile(sonames[0], extension.parent / sonames[0].name)
+
+
+# Everything setuptools writes goes under build/pip (ignored by git), away
+# from the CMake build trees.
+(ROOT / "build" / "pip").mkdir(parents=True, exist_ok=True)
+setup(
+    version=project_version(),
+    packages=["kvxfer"],
+    package_dir={"kvxfer": "python/kvxfer"},
+    ext_modules=[Extension("kvxfer._kvxfer", sources=[])],
+    cmdclass={"build_ext": CMakeBuild},
+    options={"build": {"build_base": "build/pip"}, "egg_info": {"egg_base": "build/pip"}},
+    zip_safe=False,
+)
