@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `pip install .` as the README says, end to end: a fresh venv on Debian's
+# python3 (system site packages: Debian's setuptools, wheel and numpy),
+# offline, then the installed package used from another directory.
+#   pip_venv.sh SOURCE_DIR WORK_DIR VERSION
+set -euo pipefail
+src=$1 work=$2 version=$3
+
+rm -rf "$work"
+mkdir -p "$work/elsewhere"
+trap 'rm -rf "$work/venv"' EXIT
+# Nothing of a build tree or of the caller's environment may leak in.
+unset PYTHONPATH PYTHONHOME MAKEFLAGS MFLAGS
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/pip" install --no-build-isolation --no-index --no-cache-dir -q "$src"
+# The wheel's metadata carries the project version too.
+"$work/venv/bin/python" -c 'import importlib.metadata as m, sys; v = m.version("kvxfer"); assert v == sys.argv[1], v' "$version"
+
+cd "$work/elsewhere"
+"$work/venv/bin/python" "$src/tests/package/smoke.py" "$work/venv" "$version"
+"$work/venv/bin/python" -m kvxfer info
