@@ -68,7 +68,7 @@ class CMakeBuild(build_ext):
         package = stage / "kvxfer"
         extension = pathlib.Path(self.get_ext_fullpath(ext.name))
         extension.parent.mkdir(parents=True, exist_ok=True)
-        built = [p for p in package.glob("_kvxfer.*.so")]
+        built = list(package.glob("_kvxfer.*.so"))
         if len(built) != 1:
             raise RuntimeError(f"expected one _kvxfer extension in {package}, found {built}")
         shutil.copyfile(built[0], extension)
