@@ -35,6 +35,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <span>
 #include <string>
@@ -162,6 +163,10 @@ class UcxLane {
     Xfer* next_submit = nullptr;
     std::uint64_t am_seq = 0;
     int am_left = 0;
+    // A read's replies being copied into our pool right now, outside
+    // am_mu_: whoever ends the wait waits for none to be left
+    // (end_wait_locked), so no byte lands after the end is reported.
+    int copying = 0;
     int am_status = UCS_OK;
     // The messages, built whole before the first is sent (UCX keeps pointers
     // into these until each send completes); capacity is kept on reuse.
@@ -232,6 +237,9 @@ class UcxLane {
   bool drain_submissions(bool before_sleep);
   void send_submitted(Xfer* xfer);
   void fail_scatter(Xfer* xfer, ucs_status_t status);
+  // Under am_mu_ (`lock`): ends a transfer's wait (clears am_seq), then
+  // waits until none of its read replies is being copied.
+  void end_wait_locked(Xfer* xfer, std::unique_lock<std::mutex>& lock);
   void end_scatter(Xfer* xfer, ucs_status_t status);
   void fail_peer_scatters(const UcxPeer* peer, ucs_status_t status);
   void send_ack(const ucp_am_recv_param_t* param, const ScatterAck& ack);
@@ -345,6 +353,8 @@ class UcxLane {
   // our pool under it). As target: whether the handlers may write (or read)
   // the region.
   std::mutex am_mu_;
+  // Signalled (under am_mu_) when a read's reply copy ends.
+  std::condition_variable copies_cv_;
   std::vector<Xfer*> slots_;
   std::atomic<bool> accepting_writes_{false};
   // Handed-off posts (settings_.post_handoff with the progress thread on):

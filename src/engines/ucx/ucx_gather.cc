@@ -62,9 +62,11 @@ Status UcxLane::post_gather(UcxPeer& p, std::span<const std::int64_t> local,
 // Initiator: a target's answer to one request. Its bytes are copied only
 // when it came through the endpoint of the peer the read went to, names a
 // read still awaited (random sequence) and a chunk of it not yet answered,
-// and carries exactly the bytes that chunk asked for. The copy runs under
-// am_mu_, where every end of a read's wait (done, failed, released, peer
-// gone) clears am_seq: once a read is reported ended, nothing more lands.
+// and carries exactly the bytes that chunk asked for. The copy itself runs
+// outside am_mu_ (a post never waits for it), counted in the read's
+// `copying`: every end of a read's wait (done, failed, released, peer gone)
+// clears am_seq and then waits for that count to be zero under am_mu_
+// (end_wait_locked), so once a read is reported ended nothing more lands.
 ucs_status_t UcxLane::on_gather_reply_am(void* arg, const void* header, std::size_t header_length,
                                          void* data, std::size_t length,
                                          const ucp_am_recv_param_t* param) {
@@ -73,6 +75,7 @@ ucs_status_t UcxLane::on_gather_reply_am(void* arg, const void* header, std::siz
   bool quiet = false;          // a late reply of a read that already ended
   Xfer* done = nullptr;
   Xfer* notify = nullptr;
+  Xfer* copy_into = nullptr;  // a read whose chunk this reply fills
   ucs_status_t result = UCS_OK;
   GatherReply reply;
   const ucp_ep_h from =
@@ -90,7 +93,7 @@ ucs_status_t UcxLane::on_gather_reply_am(void* arg, const void* header, std::siz
     drop = "whose bytes differ from its header";
   } else {
     const ucs_status_t status = peer_status(reply.status);
-    std::lock_guard lock(lane->am_mu_);
+    std::unique_lock lock(lane->am_mu_);
     Xfer* xfer = reply.slot < lane->slots_.size() ? lane->slots_[reply.slot] : nullptr;
     if (xfer == nullptr || xfer->am_seq == 0 || xfer->am_seq != reply.sequence ||
         xfer->op != Xfer::Op::kRead) {
@@ -103,28 +106,42 @@ ucs_status_t UcxLane::on_gather_reply_am(void* arg, const void* header, std::siz
     } else if (status == UCS_OK && length != xfer->am_chunks[reply.chunk].bytes) {
       drop = "of another length than its chunk asked for";
     } else {
-      Xfer::AmChunk& chunk = xfer->am_chunks[reply.chunk];
-      chunk.answered = true;
+      xfer->am_chunks[reply.chunk].answered = true;
       if (status == UCS_OK) {
-        const auto* src = static_cast<const std::uint8_t*>(data);
-        for (std::size_t i = 0; i < chunk.runs; ++i) {
-          const ucp_dt_iov_t& dst = xfer->am_iov[chunk.iov_offset + i];
-          std::memcpy(dst.buffer, src, dst.length);
-          src += dst.length;
-        }
-      }
-      // A refused chunk fails the whole read at once: the other chunks'
-      // replies are then dropped rather than copied into a failed read.
-      if (status != UCS_OK || --xfer->am_left == 0) {
-        if (status == UCS_OK && begin_notify_locked(xfer)) {
-          notify = xfer;  // the wait goes on, for the notification's ack
-        } else {
-          xfer->am_seq = 0;
-          result = status;
-          done = xfer;
-        }
+        // The wait cannot end (nor the transfer be let go) until this
+        // copy is counted out below.
+        ++xfer->copying;
+        copy_into = xfer;
+      } else {
+        // A refused chunk fails the whole read at once: the other chunks'
+        // replies are then dropped rather than copied into a failed read.
+        lane->end_wait_locked(xfer, lock);
+        result = status;
+        done = xfer;
       }
     }
+  }
+  if (copy_into != nullptr) {
+    // The chunk and its iovecs were fixed before the read was posted.
+    const Xfer::AmChunk& chunk = copy_into->am_chunks[reply.chunk];
+    const auto* src = static_cast<const std::uint8_t*>(data);
+    for (std::size_t i = 0; i < chunk.runs; ++i) {
+      const ucp_dt_iov_t& dst = copy_into->am_iov[chunk.iov_offset + i];
+      std::memcpy(dst.buffer, src, dst.length);
+      src += dst.length;
+    }
+    std::unique_lock lock(lane->am_mu_);
+    const bool last_copy = --copy_into->copying == 0;
+    // Still awaited (not ended while we copied): count the chunk in.
+    if (copy_into->am_seq == reply.sequence && --copy_into->am_left == 0) {
+      if (begin_notify_locked(copy_into)) {
+        notify = copy_into;  // the wait goes on, for the notification's ack
+      } else {
+        lane->end_wait_locked(copy_into, lock);
+        done = copy_into;
+      }
+    }
+    if (last_copy) lane->copies_cv_.notify_all();
   }
   if (drop != nullptr) {
     lane->gather_replies_ignored_.fetch_add(1, std::memory_order_relaxed);

@@ -408,11 +408,18 @@ void UcxLane::wait_sends(UcxPeer& p, Xfer* xfer) {
 // Ends a transfer's wait for acks with `status`, unless it already ended.
 void UcxLane::fail_scatter(Xfer* xfer, ucs_status_t status) {
   {
-    std::lock_guard lock(am_mu_);
+    std::unique_lock lock(am_mu_);
     if (xfer->am_seq == 0) return;
-    xfer->am_seq = 0;
+    end_wait_locked(xfer, lock);
   }
   end_scatter(xfer, status);
+}
+
+void UcxLane::end_wait_locked(Xfer* xfer, std::unique_lock<std::mutex>& lock) {
+  xfer->am_seq = 0;
+  // A reply copy under way (on the thread that progresses the worker) is
+  // bounded by one chunk; none can start now that am_seq is clear.
+  copies_cv_.wait(lock, [xfer] { return xfer->copying == 0; });
 }
 
 // The wait for acks is over (am_seq was cleared under am_mu_): publish the
@@ -428,13 +435,14 @@ void UcxLane::end_scatter(Xfer* xfer, ucs_status_t status) {
 void UcxLane::fail_peer_scatters(const UcxPeer* peer, ucs_status_t status) {
   std::vector<Xfer*> failed;
   {
-    std::lock_guard lock(am_mu_);
+    std::unique_lock lock(am_mu_);
     for (Xfer* x : slots_) {
       if (x->am_seq != 0 && x->peer.get() == peer) {
         x->am_seq = 0;
         failed.push_back(x);
       }
     }
+    for (Xfer* x : failed) end_wait_locked(x, lock);  // waits out reply copies
   }
   for (Xfer* x : failed) end_scatter(x, status);
 }
