@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvxfer/metrics.h"
 #include "kvxfer/status.h"
 
 namespace kvxfer {
@@ -175,17 +176,16 @@ class Transport {
   // Registers (or re-registers: the old registration is torn down first) a
   // peer. O(1) in num_blocks. Throws std::invalid_argument on bad metadata or
   // geometry, std::runtime_error when the engine cannot reach the peer.
-  void add_remote_peer(const std::string& peer_id,
-                       std::span<const std::uint8_t> metadata,
-                       std::uintptr_t base_addr, std::uint64_t num_blocks,
-                       std::uint64_t block_len);
+  void add_remote_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
+                       std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len);
   // The same on the registration worker. Metadata is checked before this
   // returns (and throws); the future fails with SupersededError if the peer
   // is removed or re-registered meanwhile.
-  [[nodiscard]] std::future<void> add_remote_peer_async(
-      const std::string& peer_id, std::span<const std::uint8_t> metadata,
-      std::uintptr_t base_addr, std::uint64_t num_blocks,
-      std::uint64_t block_len);
+  [[nodiscard]] std::future<void> add_remote_peer_async(const std::string& peer_id,
+                                                        std::span<const std::uint8_t> metadata,
+                                                        std::uintptr_t base_addr,
+                                                        std::uint64_t num_blocks,
+                                                        std::uint64_t block_len);
   void remove_remote_peer(const std::string& peer_id);
   [[nodiscard]] std::vector<std::string> peers() const;
 
@@ -250,12 +250,11 @@ class Transport {
 
   // Scoped to peer_id when given (costs O(that peer's in-flight)); nullopt
   // checks every peer (shutdown drain).
-  [[nodiscard]] PollResult poll(
-      std::optional<std::string_view> peer_id = std::nullopt);
+  [[nodiscard]] PollResult poll(std::optional<std::string_view> peer_id = std::nullopt);
 
   // Returns the ids still in flight (always empty for kImmediate).
-  [[nodiscard]] std::vector<TransferId> cancel(
-      std::span<const TransferId> ids, CancelMode mode = CancelMode::kImmediate);
+  [[nodiscard]] std::vector<TransferId> cancel(std::span<const TransferId> ids,
+                                               CancelMode mode = CancelMode::kImmediate);
 
   // Idempotent. Stops the registration worker, releases every transfer and
   // peer, deregisters the pool.
@@ -263,6 +262,9 @@ class Transport {
   [[nodiscard]] bool closed() const noexcept;
 
   [[nodiscard]] Stats stats() const;
+  // Running totals, gauges and latency histograms (kvxfer/metrics.h); the
+  // histograms are read without the transport's lock.
+  [[nodiscard]] Metrics metrics() const;
 
   // The loopback engine's fault plan; nullptr for other engines.
   [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept;
@@ -272,8 +274,7 @@ class Transport {
 };
 
 // The fingerprint function on its own (what config_fingerprint() returns).
-[[nodiscard]] std::string config_fingerprint(
-    const std::map<std::string, std::string>& fields);
+[[nodiscard]] std::string config_fingerprint(const std::map<std::string, std::string>& fields);
 // The same from canonical JSON text (see Options::config_json): the first
 // 16 hex chars of the SHA-256 of those bytes; "" for "" and "{}". Throws
 // std::invalid_argument for text that cannot be canonical JSON of an object

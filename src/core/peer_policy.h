@@ -4,11 +4,14 @@
 // Touches a peer's Standing and the log, nothing else.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "kvxfer/metrics.h"
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
 
@@ -21,6 +24,18 @@ struct Standing {
   int strikes = 0;
   // Why the registration is unusable; set once, the first cause sticks.
   std::optional<std::string> fault;
+  // The fault's kind (the metrics' `cause` label), set with it.
+  std::optional<FaultCause> fault_cause;
+  // Every strike ever given to this registration (metrics).
+  std::uint64_t strikes_total = 0;
+};
+
+// The transport's running totals of what the policy decided, over every
+// registration it ever judged (metrics). Guarded by the transport's mutex,
+// like every Standing.
+struct PolicyTally {
+  std::uint64_t strikes_total = 0;
+  std::array<std::uint64_t, kNumFaultCauses> faults{};
 };
 
 // The clock the stall rule reads. Stall detection needs seconds, not
@@ -29,11 +44,15 @@ struct Standing {
 
 class PeerPolicy {
  public:
-  // Never throws: the options are validated by the transport.
-  PeerPolicy(std::string agent_name, int strike_limit, std::chrono::milliseconds stall_timeout);
+  // Never throws: the options are validated by the transport. `tally`, when
+  // given, counts every strike and fault once, when it happens.
+  PeerPolicy(std::string agent_name, int strike_limit, std::chrono::milliseconds stall_timeout,
+             PolicyTally* tally = nullptr);
 
-  // Faults the peer with `cause` and logs it, unless it is faulted already.
-  void set_fault(Standing& peer, std::string_view peer_id, std::string cause) const;
+  // Faults the peer with `cause` (of kind `kind`) and logs it, unless it is
+  // faulted already.
+  void set_fault(Standing& peer, std::string_view peer_id, FaultCause kind,
+                 std::string cause) const;
 
   // A failed post, or a transfer that finished failed: a peer-scope status
   // faults the peer at once, any other is one strike.
@@ -69,6 +88,7 @@ class PeerPolicy {
   const std::string agent_name_;
   const int strike_limit_;
   const std::chrono::milliseconds stall_timeout_;
+  PolicyTally* const tally_;
 };
 
 }  // namespace kvxfer::internal

@@ -3,13 +3,13 @@
 // the peers) and cancel. write and poll are the hot path: nothing here
 // allocates per block.
 // May touch the engine interface and src/common/.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "common/log.h"
 #include "core/transport_state.h"
@@ -91,7 +91,8 @@ template <typename Int>
 std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_id,
                                                    std::span<const Int> local,
                                                    std::span<const Int> remote,
-                                                   std::span<const std::uint8_t> notify) {
+                                                   std::span<const std::uint8_t> notify,
+                                                   std::chrono::steady_clock::time_point started) {
   const char* const call = op == Op::kWrite ? "write_blocks" : "read_blocks";
   if (local.size() != remote.size()) {
     throw std::invalid_argument(fmt::format("local_idxs has {} entries but remote_idxs has {}",
@@ -123,17 +124,18 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
     check_no_duplicates(scratch_local_, region_.num_blocks, scratch_seen_, "local_idxs");
   }
 
-  return post(op, peer, scratch_local_, scratch_remote_, message);
+  return post(op, peer, scratch_local_, scratch_remote_, message, started);
 }
 
-std::optional<TransferId> TransportState::send_notification(std::string_view peer_id,
-                                                            std::span<const std::uint8_t> message) {
+std::optional<TransferId> TransportState::send_notification(
+    std::string_view peer_id, std::span<const std::uint8_t> message,
+    std::chrono::steady_clock::time_point started) {
   std::lock_guard lock(mu_);
   const std::span<const std::uint8_t> copy = copy_notification(message, /*required=*/true);
   throw_if_closing();
   Peer* peer = find_peer_for(peer_id, "send_notification");
   if (peer == nullptr) return std::nullopt;
-  return post(Op::kNotify, peer, {}, {}, copy);
+  return post(Op::kNotify, peer, {}, {}, copy, started);
 }
 
 std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::get_notifications() {
@@ -151,7 +153,8 @@ std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::ge
 std::optional<TransferId> TransportState::post(Op op, Peer* peer,
                                                std::span<const std::int64_t> local,
                                                std::span<const std::int64_t> remote,
-                                               std::span<const std::uint8_t> notify) {
+                                               std::span<const std::uint8_t> notify,
+                                               std::chrono::steady_clock::time_point started) {
   // Caller holds mu_.
   const TransferId id = next_id_;
   XferHandle handle = 0;
@@ -174,6 +177,7 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
     log().warn("kvxfer {}: {} failed for peer={}: post {}", agent_name_, call, peer->id,
                status_name(st));
     ++peer->counters.post_failures;
+    ++post_failures_;
     policy_.record_failure(peer->standing, peer->id, st, fmt::format("post {}", status_name(st)));
     return std::nullopt;
   }
@@ -184,9 +188,25 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
   e.handle = handle;
   e.op = op;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
-  if (policy_.watches_stalls()) e.posted = coarse_now();
+  e.posted = started;
   link(peer, &e);
   return id;
+}
+
+void TransportState::count_finished(Inflight& e, bool done,
+                                    std::chrono::steady_clock::time_point now) {
+  const auto op = static_cast<std::size_t>(e.op);
+  OpCounters& peer_ops = e.peer->ops[op];
+  if (done) {
+    ++peer_ops.transfers_done;
+    peer_ops.bytes_done += e.bytes;
+    ++ops_[op].transfers_done;
+    ops_[op].bytes_done += e.bytes;
+    latency_[op].record(now - e.posted);
+  } else {
+    ++peer_ops.transfers_failed;
+    ++ops_[op].transfers_failed;
+  }
 }
 
 void TransportState::poll_peer(Peer* peer, PollResult& out,
@@ -222,6 +242,7 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
         ++peer->counters.reads_done;
         peer->counters.read_bytes_done += e->bytes;
       }
+      count_finished(*e, /*done=*/true, now);
       scratch_finished_.push_back(e);
     } else if (state == Status::kInProgress) {
       // Stays, since it may still land; a stalled one faults its peer.
@@ -229,13 +250,15 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
     } else {
       out.failed.push_back(e->id);
       ++peer->counters.transfers_failed;
+      count_finished(*e, /*done=*/false, now);
       if (!e->struck) scratch_failures_.emplace_back(peer, state, engine_->detail(e->handle));
       scratch_finished_.push_back(e);
     }
   }
 }
 
-PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
+PollResult TransportState::poll(std::optional<std::string_view> peer_id,
+                                std::chrono::steady_clock::time_point started) {
   PollResult out;
   std::lock_guard lock(mu_);
   throw_if_closing();
@@ -252,8 +275,9 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id) {
   if (!inflight_.empty()) {
     scratch_failures_.clear();
     scratch_finished_.clear();
-    const auto now =
-        policy_.watches_stalls() ? coarse_now() : std::chrono::steady_clock::time_point{};
+    // One clock for the batch: completions are seen, and stalls judged, as
+    // of the call's start.
+    const auto now = started;
     if (scoped != nullptr) {
       poll_peer(scoped, out, now);
     } else {
@@ -335,9 +359,11 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
 
 template std::optional<TransferId> TransportState::transfer<std::int64_t>(
     Op op, std::string_view peer_id, std::span<const std::int64_t> local,
-    std::span<const std::int64_t> remote, std::span<const std::uint8_t> notify);
+    std::span<const std::int64_t> remote, std::span<const std::uint8_t> notify,
+    std::chrono::steady_clock::time_point started);
 template std::optional<TransferId> TransportState::transfer<std::int32_t>(
     Op op, std::string_view peer_id, std::span<const std::int32_t> local,
-    std::span<const std::int32_t> remote, std::span<const std::uint8_t> notify);
+    std::span<const std::int32_t> remote, std::span<const std::uint8_t> notify,
+    std::chrono::steady_clock::time_point started);
 
 }  // namespace kvxfer::internal

@@ -6,17 +6,17 @@
 #include "kvxfer/transport.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "common/host.h"
 #include "common/log.h"
@@ -41,9 +41,9 @@ Options checked(Options options) {
         fmt::format("Options::strike_limit must be >= 1; got {}", options.strike_limit));
   }
   if (options.stall_timeout.count() < 0 || options.stall_timeout > kMaxStallTimeout) {
-    throw std::invalid_argument(fmt::format(
-        "Options::stall_timeout must be between 0 (off) and {} ms (a year); got {} ms",
-        kMaxStallTimeout.count(), options.stall_timeout.count()));
+    throw std::invalid_argument(
+        fmt::format("Options::stall_timeout must be between 0 (off) and {} ms (a year); got {} ms",
+                    kMaxStallTimeout.count(), options.stall_timeout.count()));
   }
   if (!options.config_fields.empty() && !options.config_json.empty()) {
     throw std::invalid_argument(
@@ -65,7 +65,7 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
       options_(checked(std::move(options))),
       fingerprint_(fingerprint_of(options_)),
       boot_id_(boot_id()),
-      policy_(agent_name_, options_.strike_limit, options_.stall_timeout) {
+      policy_(agent_name_, options_.strike_limit, options_.stall_timeout, &tally_) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
   if (region_.base == nullptr) throw std::invalid_argument("region base must not be null");
   if (region_.num_blocks == 0) throw std::invalid_argument("region num_blocks must be > 0");
@@ -87,12 +87,12 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
     break;
   }
   if (!engine_) {
-    throw std::invalid_argument(fmt::format(
-        "no supported backend in [{}] (supported: UCX, LOOPBACK)",
-        fmt::join(options_.backends, ", ")));
+    throw std::invalid_argument(
+        fmt::format("no supported backend in [{}] (supported: UCX, LOOPBACK)",
+                    fmt::join(options_.backends, ", ")));
   }
-  log().info("kvxfer {}: backend={} registered {} blocks of {} bytes", agent_name_,
-             engine_->name(), region_.num_blocks, region_.block_len);
+  log().info("kvxfer {}: backend={} registered {} blocks of {} bytes", agent_name_, engine_->name(),
+             region_.num_blocks, region_.block_len);
 }
 
 TransportState::~TransportState() { close(); }
@@ -123,6 +123,7 @@ bool TransportState::record_post_failure(std::string_view peer_id, std::string_v
   Peer& peer = *it->second;
   log().warn("kvxfer {}: write_blocks failed for peer={}: {}", agent_name_, peer.id, cause);
   ++peer.counters.post_failures;
+  ++post_failures_;
   // What a failed post of that kind costs: one strike (kInvalidParam is not
   // a peer-scope status).
   policy_.record_failure(peer.standing, peer.id, Status::kInvalidParam, cause);
@@ -188,6 +189,59 @@ Stats TransportState::stats() const {
   return s;
 }
 
+Metrics TransportState::metrics() const {
+  Metrics m;
+  m.agent = agent_name_;
+  // Histograms first, without the lock: they never need it.
+  for (std::size_t i = 0; i < kNumTransferOps; ++i) m.transfer_latency[i] = latency_[i].snapshot();
+  m.write_blocks_duration = write_blocks_duration_.snapshot();
+  m.poll_duration = poll_duration_.snapshot();
+  std::lock_guard lock(mu_);
+  m.ops = ops_;
+  m.post_failures = post_failures_;
+  m.strikes_total = tally_.strikes_total;
+  m.faults = tally_.faults;
+  m.inflight = inflight_.size();
+  m.peers_registered = peers_.size();
+  m.registrations_pending = worker_.pending();
+  m.engine_counters = engine_->counters();
+  m.peers.reserve(peers_.size());
+  for (const auto& [id, peer] : peers_) {
+    PeerMetrics& p = m.peers.emplace_back();
+    p.peer_id = id;
+    p.ops = peer->ops;
+    p.post_failures = peer->counters.post_failures;
+    p.strikes_total = peer->standing.strikes_total;
+    if (peer->standing.fault_cause) {
+      ++p.faults[static_cast<std::size_t>(*peer->standing.fault_cause)];
+    }
+    p.inflight = peer->inflight;
+    p.strikes = peer->standing.strikes;
+    p.faulted = peer->standing.fault.has_value();
+  }
+  std::sort(m.peers.begin(), m.peers.end(),
+            [](const PeerMetrics& a, const PeerMetrics& b) { return a.peer_id < b.peer_id; });
+  return m;
+}
+
+namespace {
+
+// Records the duration of a whole public call, however it ends.
+class CallTimer {
+ public:
+  explicit CallTimer(AtomicHistogram& histogram)
+      : histogram_(histogram), started_(std::chrono::steady_clock::now()) {}
+  ~CallTimer() { histogram_.record(std::chrono::steady_clock::now() - started_); }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+  [[nodiscard]] std::chrono::steady_clock::time_point started() const { return started_; }
+
+ private:
+  AtomicHistogram& histogram_;
+  const std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace
 }  // namespace internal
 
 // ---------------------------------------------------------------------------
@@ -233,33 +287,39 @@ std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int64_t> local_idxs,
                                                   std::span<const std::int64_t> remote_idxs,
                                                   std::span<const std::uint8_t> notify) {
-  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify);
+  const internal::CallTimer timer(state_->write_blocks_duration_);
+  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify,
+                          timer.started());
 }
 
 std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int32_t> local_idxs,
                                                   std::span<const std::int32_t> remote_idxs,
                                                   std::span<const std::uint8_t> notify) {
-  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify);
+  const internal::CallTimer timer(state_->write_blocks_duration_);
+  return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify,
+                          timer.started());
 }
 
 std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
                                                  std::span<const std::int64_t> local_idxs,
                                                  std::span<const std::int64_t> remote_idxs,
                                                  std::span<const std::uint8_t> notify) {
-  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify);
+  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify,
+                          std::chrono::steady_clock::now());
 }
 
 std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
                                                  std::span<const std::int32_t> local_idxs,
                                                  std::span<const std::int32_t> remote_idxs,
                                                  std::span<const std::uint8_t> notify) {
-  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify);
+  return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify,
+                          std::chrono::steady_clock::now());
 }
 
 std::optional<TransferId> Transport::send_notification(std::string_view peer_id,
                                                        std::span<const std::uint8_t> message) {
-  return state_->send_notification(peer_id, message);
+  return state_->send_notification(peer_id, message, std::chrono::steady_clock::now());
 }
 
 std::map<std::string, std::vector<std::vector<std::uint8_t>>> Transport::get_notifications() {
@@ -267,7 +327,8 @@ std::map<std::string, std::vector<std::vector<std::uint8_t>>> Transport::get_not
 }
 
 PollResult Transport::poll(std::optional<std::string_view> peer_id) {
-  return state_->poll(peer_id);
+  const internal::CallTimer timer(state_->poll_duration_);
+  return state_->poll(peer_id, timer.started());
 }
 
 bool Transport::record_post_failure(std::string_view peer_id, std::string_view cause) {
@@ -281,6 +342,7 @@ std::vector<TransferId> Transport::cancel(std::span<const TransferId> ids, Cance
 void Transport::close() { state_->close(); }
 bool Transport::closed() const noexcept { return state_->closed(); }
 Stats Transport::stats() const { return state_->stats(); }
+Metrics Transport::metrics() const { return state_->metrics(); }
 loopback::FaultPlan* Transport::fault_plan() noexcept { return state_->engine_->fault_plan(); }
 
 std::string_view version() noexcept { return "kvxfer " KVXFER_VERSION; }

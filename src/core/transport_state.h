@@ -21,10 +21,12 @@
 #include <utility>
 #include <vector>
 
+#include "core/histogram.h"
 #include "core/index_set.h"
 #include "core/peer_policy.h"
 #include "core/registration_worker.h"
 #include "engine.h"
+#include "kvxfer/metrics.h"
 #include "kvxfer/transport.h"
 
 namespace kvxfer::internal {
@@ -38,7 +40,7 @@ struct StringHash {
 
 struct Peer;
 
-enum class Op : std::uint8_t { kWrite, kRead, kNotify };
+using Op = TransferOp;
 
 // A submitted WRITE or READ not yet drained. Linked into its peer's list so a scoped
 // poll walks only that peer's transfers.
@@ -48,6 +50,8 @@ struct Inflight {
   XferHandle handle = 0;
   std::uint64_t bytes = 0;
   Op op = Op::kWrite;
+  // When the call that posted it began: the start of its latency, and of
+  // the stall rule's clock.
   std::chrono::steady_clock::time_point posted;
   // Set once the transfer has counted against its peer, so a check that
   // keeps failing charges the peer once, not once per poll.
@@ -68,6 +72,7 @@ struct Peer {
   std::uint64_t inflight = 0;
   bool succeeded_in_batch = false;
   PeerStats counters;
+  std::array<OpCounters, kNumTransferOps> ops{};  // metrics, by op
 };
 
 class TransportState {
@@ -79,28 +84,38 @@ class TransportState {
   void add_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
                 std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len);
   std::future<void> add_peer_async(const std::string& peer_id,
-                                   std::span<const std::uint8_t> metadata,
-                                   std::uintptr_t base_addr, std::uint64_t num_blocks,
-                                   std::uint64_t block_len);
+                                   std::span<const std::uint8_t> metadata, std::uintptr_t base_addr,
+                                   std::uint64_t num_blocks, std::uint64_t block_len);
   void remove_peer(const std::string& peer_id);
   std::vector<std::string> peer_ids() const;
 
   // transfers.cc (transfer is instantiated there for int64 and int32 indices)
+  // `started`: when the public call began (a transfer's post time; the
+  // time a poll sees its completions at).
   template <typename Int>
   std::optional<TransferId> transfer(Op op, std::string_view peer_id, std::span<const Int> local,
                                      std::span<const Int> remote,
-                                     std::span<const std::uint8_t> notify);
+                                     std::span<const std::uint8_t> notify,
+                                     std::chrono::steady_clock::time_point started);
   std::optional<TransferId> send_notification(std::string_view peer_id,
-                                              std::span<const std::uint8_t> message);
+                                              std::span<const std::uint8_t> message,
+                                              std::chrono::steady_clock::time_point started);
   std::map<std::string, std::vector<std::vector<std::uint8_t>>> get_notifications();
-  PollResult poll(std::optional<std::string_view> peer_id);
+  PollResult poll(std::optional<std::string_view> peer_id,
+                  std::chrono::steady_clock::time_point started);
   std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
 
   // transport.cc
   bool record_post_failure(std::string_view peer_id, std::string_view cause);
   void close();
   Stats stats() const;
+  Metrics metrics() const;
   std::vector<std::uint8_t> metadata() const;
+
+  // The durations of whole public calls, recorded by the facade without
+  // the lock.
+  AtomicHistogram write_blocks_duration_;
+  AtomicHistogram poll_duration_;
 
   const std::string agent_name_;
   const Region region_;
@@ -168,9 +183,14 @@ class TransportState {
   std::size_t retry_unreleased();
   void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
 
+  // A transfer poll() reports: counted for its peer, the transport and, when
+  // done, the latency histogram of its op. Caller holds mu_.
+  void count_finished(Inflight& e, bool done, std::chrono::steady_clock::time_point now);
+
   std::optional<TransferId> post(Op op, Peer* peer, std::span<const std::int64_t> local,
                                  std::span<const std::int64_t> remote,
-                                 std::span<const std::uint8_t> notify);
+                                 std::span<const std::uint8_t> notify,
+                                 std::chrono::steady_clock::time_point started);
   // Copies a caller's notification into scratch_notify_ and checks the copy
   // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
   std::span<const std::uint8_t> copy_notification(std::span<const std::uint8_t> message,
@@ -178,6 +198,8 @@ class TransportState {
   // The peer by id, or nullptr after logging `call` to an unknown peer.
   Peer* find_peer_for(std::string_view peer_id, const char* call);
 
+  // What the policy decided, counted over every registration (guarded by mu_).
+  PolicyTally tally_;
   // Strikes, faults and the stall rule: every judgement of a peer goes here.
   const PeerPolicy policy_;
 
@@ -194,6 +216,11 @@ class TransportState {
   std::unordered_map<std::string, std::uint64_t, StringHash, std::equal_to<>> generations_;
   std::unordered_map<std::string, std::unique_ptr<Peer>, StringHash, std::equal_to<>> peers_;
   std::unordered_map<TransferId, Inflight> inflight_;
+  // Metrics over the transport's life, removed peers' included.
+  std::array<OpCounters, kNumTransferOps> ops_{};
+  std::uint64_t post_failures_ = 0;
+  // Post to done, by op: updated under mu_ but lock-free to read.
+  std::array<AtomicHistogram, kNumTransferOps> latency_;
   // Transfer handles whose release failed: forgotten by the table but still
   // live in the engine, so retried at close() (and counted until then).
   std::vector<XferHandle> unreleased_;

@@ -2,12 +2,13 @@
 // strike limit faults, peer-scope statuses fault at once, a success clears
 // strikes, a failed check faults, a stalled transfer faults, and the first
 // cause sticks.
+#include "core/peer_policy.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <initializer_list>
 
-#include "core/peer_policy.h"
 #include "log_capture.h"
 
 namespace kvxfer::internal {
@@ -18,9 +19,9 @@ using std::chrono::seconds;
 using TimePoint = std::chrono::steady_clock::time_point;
 
 constexpr std::initializer_list<Status> kEveryStatus = {
-    Status::kInProgress,   Status::kSuccess,      Status::kNotPosted,   Status::kInvalidParam,
-    Status::kBackend,      Status::kNotFound,     Status::kMismatch,    Status::kNotAllowed,
-    Status::kRepostActive, Status::kUnknown,      Status::kNotSupported, Status::kRemoteDisconnect,
+    Status::kInProgress,   Status::kSuccess,  Status::kNotPosted,    Status::kInvalidParam,
+    Status::kBackend,      Status::kNotFound, Status::kMismatch,     Status::kNotAllowed,
+    Status::kRepostActive, Status::kUnknown,  Status::kNotSupported, Status::kRemoteDisconnect,
     Status::kCanceled,     Status::kStalled,
 };
 
@@ -80,19 +81,19 @@ TEST_F(PeerPolicyTest, SuccessDoesNotClearAFault) {
 }
 
 TEST_F(PeerPolicyTest, FirstFaultCauseSticks) {
-  policy.set_fault(peer, "b", "first");
+  policy.set_fault(peer, "b", FaultCause::kStrikeLimit, "first");
   policy.record_failure(peer, "b", Status::kRemoteDisconnect, "post REMOTE_DISCONNECT");
   policy.record_check_failure(peer, "b", Status::kBackend);
-  policy.set_fault(peer, "b", "third");
+  policy.set_fault(peer, "b", FaultCause::kStrikeLimit, "third");
   EXPECT_EQ(peer.fault, "first");
 }
 
 TEST_F(PeerPolicyTest, FaultIsLoggedOnceNamingPeerAndCause) {
   unit::LogCapture log;
-  policy.set_fault(peer, "b", "first");
-  policy.set_fault(peer, "b", "second");
-  EXPECT_TRUE(log.contains(spdlog::level::warn,
-                           {"kvxfer agent-a", "peer=b", "judged unusable", "first"}));
+  policy.set_fault(peer, "b", FaultCause::kStrikeLimit, "first");
+  policy.set_fault(peer, "b", FaultCause::kStrikeLimit, "second");
+  EXPECT_TRUE(
+      log.contains(spdlog::level::warn, {"kvxfer agent-a", "peer=b", "judged unusable", "first"}));
   EXPECT_EQ(log.count(spdlog::level::warn), 1u);
 }
 
@@ -121,7 +122,7 @@ TEST_F(PeerPolicyTest, TransferAtTheStallTimeoutFaultsItsPeerNamingIt) {
 }
 
 TEST_F(PeerPolicyTest, StallOfAFaultedPeerKeepsTheFirstCause) {
-  policy.set_fault(peer, "b", "first");
+  policy.set_fault(peer, "b", FaultCause::kStrikeLimit, "first");
   const TimePoint posted{seconds(100)};
   EXPECT_FALSE(policy.check_stall(peer, "b", 7, posted, posted + seconds(60)));
   EXPECT_EQ(peer.fault, "first");

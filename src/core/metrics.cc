@@ -1,0 +1,288 @@
+// Metrics as text: the names of ops and fault causes, and the Prometheus
+// text exposition format of Transport::metrics() snapshots. Reads only the
+// public snapshot; the live counters are kept in transfers.cc and
+// peer_policy.cc.
+#include "kvxfer/metrics.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <string_view>
+
+namespace kvxfer {
+
+std::string_view op_name(TransferOp op) noexcept {
+  switch (op) {
+    case TransferOp::kWrite:
+      return "write";
+    case TransferOp::kRead:
+      return "read";
+    case TransferOp::kNotify:
+      return "notify";
+  }
+  return "unknown";
+}
+
+std::string_view fault_cause_name(FaultCause cause) noexcept {
+  switch (cause) {
+    case FaultCause::kRemoteDisconnect:
+      return "REMOTE_DISCONNECT";
+    case FaultCause::kNotFound:
+      return "NOT_FOUND";
+    case FaultCause::kStalled:
+      return "STALLED";
+    case FaultCause::kStrikeLimit:
+      return "STRIKE_LIMIT";
+    case FaultCause::kCheckFailed:
+      return "CHECK_FAILED";
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+
+// A label value: backslash, double quote and newline escaped.
+void append_escaped(std::string& out, std::string_view value) {
+  for (const char c : value) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+// A metric name part from an engine counter's name: [a-zA-Z0-9_] kept,
+// anything else becomes '_'.
+std::string name_part(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+struct Label {
+  std::string_view name;
+  std::string_view value;
+};
+
+class Writer {
+ public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
+                   type);
+  }
+
+  void sample(std::string_view name, std::initializer_list<Label> labels, std::uint64_t value,
+              std::string_view le = {}) {
+    begin(name, labels, le);
+    fmt::format_to(std::back_inserter(out_), " {}\n", value);
+  }
+  void sample(std::string_view name, std::initializer_list<Label> labels, double value) {
+    begin(name, labels, {});
+    fmt::format_to(std::back_inserter(out_), " {}\n", value);
+  }
+
+  void histogram(std::string_view name, std::initializer_list<Label> labels,
+                 const LatencyHistogram& h) {
+    const std::string bucket = fmt::format("{}_bucket", name);
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+      cumulative += h.counts[i];
+      sample(bucket, labels, cumulative,
+             fmt::format("{}", LatencyHistogram::upper_bound_seconds(i)));
+    }
+    cumulative += h.counts[LatencyHistogram::kBuckets];
+    sample(bucket, labels, cumulative, "+Inf");
+    sample(fmt::format("{}_sum", name), labels, h.sum_seconds);
+    sample(fmt::format("{}_count", name), labels, cumulative);
+  }
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  void begin(std::string_view name, std::initializer_list<Label> labels, std::string_view le) {
+    out_ += name;
+    out_ += '{';
+    bool first = true;
+    auto label = [&](std::string_view n, std::string_view v) {
+      if (!first) out_ += ',';
+      first = false;
+      out_ += n;
+      out_ += "=\"";
+      append_escaped(out_, v);
+      out_ += '"';
+    };
+    for (const Label& l : labels) label(l.name, l.value);
+    if (!le.empty()) label("le", le);
+    out_ += '}';
+  }
+
+  std::string out_;
+};
+
+constexpr TransferOp kOps[] = {TransferOp::kWrite, TransferOp::kRead, TransferOp::kNotify};
+constexpr FaultCause kCauses[] = {FaultCause::kRemoteDisconnect, FaultCause::kNotFound,
+                                  FaultCause::kStalled, FaultCause::kStrikeLimit,
+                                  FaultCause::kCheckFailed};
+
+// One family per op-counter field, over every transport (and, for the peer
+// families, every peer).
+template <typename Field>
+void op_family(Writer& w, std::span<const Metrics> ts, std::string_view name, std::string_view help,
+               Field field) {
+  w.family(name, "counter", help);
+  for (const Metrics& m : ts) {
+    for (const TransferOp op : kOps) {
+      w.sample(name, {{"agent", m.agent}, {"op", op_name(op)}},
+               field(m.ops[static_cast<std::size_t>(op)]));
+    }
+  }
+}
+
+template <typename Field>
+void peer_op_family(Writer& w, std::span<const Metrics> ts, std::string_view name,
+                    std::string_view help, Field field) {
+  w.family(name, "counter", help);
+  for (const Metrics& m : ts) {
+    for (const PeerMetrics& p : m.peers) {
+      for (const TransferOp op : kOps) {
+        w.sample(name, {{"agent", m.agent}, {"peer", p.peer_id}, {"op", op_name(op)}},
+                 field(p.ops[static_cast<std::size_t>(op)]));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string prometheus_text(std::span<const Metrics> ts) {
+  Writer w;
+  op_family(w, ts, "kvxfer_transfers_done_total", "Transfers poll() reported done.",
+            [](const OpCounters& c) { return c.transfers_done; });
+  op_family(w, ts, "kvxfer_transfers_failed_total", "Transfers poll() reported failed.",
+            [](const OpCounters& c) { return c.transfers_failed; });
+  op_family(w, ts, "kvxfer_bytes_done_total", "Block bytes of the transfers reported done.",
+            [](const OpCounters& c) { return c.bytes_done; });
+
+  w.family("kvxfer_post_failures_total", "counter", "Posts that failed (nothing was sent).");
+  for (const Metrics& m : ts)
+    w.sample("kvxfer_post_failures_total", {{"agent", m.agent}}, m.post_failures);
+  w.family("kvxfer_strikes_total", "counter", "Strikes given to peers (consecutive failures).");
+  for (const Metrics& m : ts)
+    w.sample("kvxfer_strikes_total", {{"agent", m.agent}}, m.strikes_total);
+  w.family("kvxfer_faults_total", "counter", "Peer registrations faulted, by cause.");
+  for (const Metrics& m : ts) {
+    for (const FaultCause c : kCauses) {
+      w.sample("kvxfer_faults_total", {{"agent", m.agent}, {"cause", fault_cause_name(c)}},
+               m.faults[static_cast<std::size_t>(c)]);
+    }
+  }
+
+  w.family("kvxfer_inflight_transfers", "gauge", "Transfers posted and not yet drained.");
+  for (const Metrics& m : ts)
+    w.sample("kvxfer_inflight_transfers", {{"agent", m.agent}}, m.inflight);
+  w.family("kvxfer_peers_registered", "gauge", "Peers with a published registration.");
+  for (const Metrics& m : ts) {
+    w.sample("kvxfer_peers_registered", {{"agent", m.agent}}, m.peers_registered);
+  }
+  w.family("kvxfer_registrations_pending", "gauge",
+           "Asynchronous registrations queued or running.");
+  for (const Metrics& m : ts) {
+    w.sample("kvxfer_registrations_pending", {{"agent", m.agent}}, m.registrations_pending);
+  }
+
+  // Engine counters: one family per name, in the order of the first
+  // transport that has it (names are sorted within a transport).
+  std::map<std::string, std::string> engine_names;  // counter -> metric name
+  for (const Metrics& m : ts) {
+    for (const auto& [counter, value] : m.engine_counters) {
+      engine_names.try_emplace(counter, fmt::format("kvxfer_engine_{}_total", name_part(counter)));
+    }
+  }
+  for (const auto& [counter, name] : engine_names) {
+    w.family(name, "counter", fmt::format("The engine's {} count.", counter));
+    for (const Metrics& m : ts) {
+      if (auto it = m.engine_counters.find(counter); it != m.engine_counters.end()) {
+        w.sample(name, {{"agent", m.agent}}, it->second);
+      }
+    }
+  }
+
+  w.family("kvxfer_transfer_latency_seconds", "histogram",
+           "Post to done, as seen by the poll() that reports the transfer.");
+  for (const Metrics& m : ts) {
+    for (const TransferOp op : kOps) {
+      w.histogram("kvxfer_transfer_latency_seconds", {{"agent", m.agent}, {"op", op_name(op)}},
+                  m.transfer_latency[static_cast<std::size_t>(op)]);
+    }
+  }
+  w.family("kvxfer_write_blocks_duration_seconds", "histogram", "Duration of write_blocks calls.");
+  for (const Metrics& m : ts) {
+    w.histogram("kvxfer_write_blocks_duration_seconds", {{"agent", m.agent}},
+                m.write_blocks_duration);
+  }
+  w.family("kvxfer_poll_duration_seconds", "histogram", "Duration of poll calls.");
+  for (const Metrics& m : ts) {
+    w.histogram("kvxfer_poll_duration_seconds", {{"agent", m.agent}}, m.poll_duration);
+  }
+
+  peer_op_family(w, ts, "kvxfer_peer_transfers_done_total",
+                 "Transfers to the peer's current registration reported done.",
+                 [](const OpCounters& c) { return c.transfers_done; });
+  peer_op_family(w, ts, "kvxfer_peer_transfers_failed_total",
+                 "Transfers to the peer's current registration reported failed.",
+                 [](const OpCounters& c) { return c.transfers_failed; });
+  peer_op_family(w, ts, "kvxfer_peer_bytes_done_total",
+                 "Block bytes of the peer's transfers reported done.",
+                 [](const OpCounters& c) { return c.bytes_done; });
+  auto peer_family = [&](std::string_view name, std::string_view type, std::string_view help,
+                         auto value) {
+    w.family(name, type, help);
+    for (const Metrics& m : ts) {
+      for (const PeerMetrics& p : m.peers) {
+        w.sample(name, {{"agent", m.agent}, {"peer", p.peer_id}}, value(p));
+      }
+    }
+  };
+  peer_family("kvxfer_peer_post_failures_total", "counter", "Failed posts to the peer.",
+              [](const PeerMetrics& p) { return p.post_failures; });
+  peer_family("kvxfer_peer_strikes_total", "counter", "Strikes given to the peer.",
+              [](const PeerMetrics& p) { return p.strikes_total; });
+  w.family("kvxfer_peer_faults_total", "counter",
+           "The peer's registration faulted, by cause (at most one).");
+  for (const Metrics& m : ts) {
+    for (const PeerMetrics& p : m.peers) {
+      for (const FaultCause c : kCauses) {
+        w.sample("kvxfer_peer_faults_total",
+                 {{"agent", m.agent}, {"peer", p.peer_id}, {"cause", fault_cause_name(c)}},
+                 p.faults[static_cast<std::size_t>(c)]);
+      }
+    }
+  }
+  peer_family("kvxfer_peer_inflight_transfers", "gauge", "The peer's transfers in flight.",
+              [](const PeerMetrics& p) { return p.inflight; });
+  peer_family("kvxfer_peer_current_strikes", "gauge", "The peer's consecutive failures now.",
+              [](const PeerMetrics& p) { return static_cast<std::uint64_t>(p.strikes); });
+  peer_family("kvxfer_peer_faulted", "gauge", "1 once the peer's registration is faulted.",
+              [](const PeerMetrics& p) { return std::uint64_t{p.faulted ? 1u : 0u}; });
+  return w.take();
+}
+
+std::string prometheus_text(const Metrics& transport) {
+  return prometheus_text(std::span<const Metrics>(&transport, 1));
+}
+
+}  // namespace kvxfer
