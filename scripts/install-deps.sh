@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
+  python3-prometheus-client
   clang libclang-rt-14-dev clang-format
   iproute2 procps gnuplot-nox
   python3-venv python3-setuptools python3-wheel python3-pip dpkg-dev file lintian

@@ -58,6 +58,11 @@ struct Options {
   // still land, until the peer is removed. Zero disables the check; at
   // most kMaxStallTimeout.
   std::chrono::milliseconds stall_timeout{30000};
+  // The latency histograms (Transport::metrics()) time one write_blocks
+  // call, one poll call and one transfer in this many: reading a clock
+  // costs more than the rest of the metrics together. 1 times every one.
+  // At least 1. Counters are exact either way.
+  int latency_sample_every = 16;
   // Engine configuration overrides, e.g. {"TLS", "sm,self"} for UCX
   // (applied with ucp_config_modify; the environment still applies).
   std::map<std::string, std::string> engine_config;

@@ -47,6 +47,7 @@ _OPTION_DEFAULTS: dict[str, Any] = {
     "strike_limit": 3,
     "stall_timeout": 30.0,
     "engine_config": None,
+    "latency_sample_every": 16,
 }
 
 # Transports not yet closed, closed at interpreter exit while the log bridge
@@ -198,7 +199,9 @@ class Transport(_kvxfer.Transport):
     default 3), ``stall_timeout`` (seconds a transfer may stay in progress
     before its peer is faulted as stalled, default 30.0, 0 disables) and
     ``engine_config`` (engine settings, e.g.
-    ``{"TLS": "sm,self"}`` for UCX). A bad value raises ValueError (TypeError
+    ``{"TLS": "sm,self"}`` for UCX) and ``latency_sample_every`` (the
+    metrics' latency histograms time one call and transfer in this many,
+    default 16; 1 times every one). A bad value raises ValueError (TypeError
     for a wrong type) naming the option.
 
     This class is strict: caller mistakes raise. ``kvxfer.NixlTransport`` is
@@ -235,6 +238,9 @@ class Transport(_kvxfer.Transport):
                 "stall_timeout", opts["stall_timeout"], _kvxfer._MAX_STALL_TIMEOUT_S
             ),
             engine_config=_string_map("engine_config", opts["engine_config"]),
+            latency_sample_every=_int_option(
+                "latency_sample_every", opts["latency_sample_every"], 1
+            ),
         )
         self._waiter: Optional[_RegistrationWaiter] = None
         self._waiter_lock = threading.Lock()

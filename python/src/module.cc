@@ -26,6 +26,7 @@
 
 #include "arguments.h"
 #include "kvxfer/loopback.h"
+#include "kvxfer/metrics.h"
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
 #include "log_bridge.h"
@@ -110,6 +111,79 @@ py::dict stats_to_python(const Stats& s) {
   return out;
 }
 
+py::dict histogram_to_python(const LatencyHistogram& h) {
+  py::list bounds;
+  for (std::size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+    bounds.append(LatencyHistogram::upper_bound_seconds(i));
+  }
+  py::list counts;
+  for (const std::uint64_t c : h.counts) counts.append(c);
+  py::dict d;
+  d["bounds"] = bounds;
+  d["counts"] = counts;  // per bucket, the last one above the largest bound
+  d["count"] = h.count;
+  d["sum"] = h.sum_seconds;
+  return d;
+}
+
+py::dict ops_to_python(const std::array<OpCounters, kNumTransferOps>& ops) {
+  py::dict out;
+  for (std::size_t i = 0; i < kNumTransferOps; ++i) {
+    py::dict d;
+    d["bytes_done"] = ops[i].bytes_done;
+    d["transfers_done"] = ops[i].transfers_done;
+    d["transfers_failed"] = ops[i].transfers_failed;
+    out[py::str(std::string(op_name(static_cast<TransferOp>(i))))] = d;
+  }
+  return out;
+}
+
+py::dict faults_to_python(const std::array<std::uint64_t, kNumFaultCauses>& faults) {
+  py::dict out;
+  for (std::size_t i = 0; i < kNumFaultCauses; ++i) {
+    out[py::str(std::string(fault_cause_name(static_cast<FaultCause>(i))))] = faults[i];
+  }
+  return out;
+}
+
+// The snapshot as plain dicts (kvxfer.metrics builds its families from it).
+py::dict metrics_to_python(const Metrics& m) {
+  py::dict out;
+  out["agent"] = m.agent;
+  out["ops"] = ops_to_python(m.ops);
+  out["post_failures"] = m.post_failures;
+  out["strikes_total"] = m.strikes_total;
+  out["faults"] = faults_to_python(m.faults);
+  out["inflight"] = m.inflight;
+  out["peers_registered"] = m.peers_registered;
+  out["registrations_pending"] = m.registrations_pending;
+  py::dict counters;
+  for (const auto& [name, value] : m.engine_counters) counters[py::str(name)] = value;
+  out["engine_counters"] = counters;
+  py::dict latency;
+  for (std::size_t i = 0; i < kNumTransferOps; ++i) {
+    latency[py::str(std::string(op_name(static_cast<TransferOp>(i))))] =
+        histogram_to_python(m.transfer_latency[i]);
+  }
+  out["transfer_latency"] = latency;
+  out["write_blocks_duration"] = histogram_to_python(m.write_blocks_duration);
+  out["poll_duration"] = histogram_to_python(m.poll_duration);
+  py::dict peers;
+  for (const PeerMetrics& p : m.peers) {
+    py::dict d;
+    d["ops"] = ops_to_python(p.ops);
+    d["post_failures"] = p.post_failures;
+    d["strikes_total"] = p.strikes_total;
+    d["faults"] = faults_to_python(p.faults);
+    d["inflight"] = p.inflight;
+    d["strikes"] = p.strikes;
+    d["faulted"] = p.faulted;
+    peers[py::str(p.peer_id)] = d;
+  }
+  out["peers"] = peers;
+  return out;
+}
+
 // Seconds (a Python float) to the core's milliseconds. The value is checked
 // before the conversion, which is undefined for inf, nan and out-of-range
 // values; a positive timeout shorter than 1 ms rounds up, not to 0 (off).
@@ -185,7 +259,8 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(py::init([](std::string agent_name, py::handle view, std::string config_json,
                        std::vector<std::string> backends, int num_threads, bool progress_thread,
                        int strike_limit, double stall_timeout,
-                       std::map<std::string, std::string> engine_config) {
+                       std::map<std::string, std::string> engine_config,
+                       int latency_sample_every) {
              sync_log_level();
              Options options;
              options.config_json = std::move(config_json);
@@ -195,11 +270,13 @@ PYBIND11_MODULE(_kvxfer, m) {
              options.strike_limit = strike_limit;
              options.stall_timeout = stall_timeout_ms(stall_timeout);
              options.engine_config = std::move(engine_config);
+             options.latency_sample_every = latency_sample_every;
              return std::make_unique<PyTransport>(std::move(agent_name), view, std::move(options));
            }),
            py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_json"),
            py::arg("backends"), py::arg("num_threads"), py::arg("progress_thread"),
-           py::arg("strike_limit"), py::arg("stall_timeout"), py::arg("engine_config"))
+           py::arg("strike_limit"), py::arg("stall_timeout"), py::arg("engine_config"),
+           py::arg("latency_sample_every") = 16)
       .def_property_readonly("available",
                              [](PyTransport& self) {
                                py::gil_scoped_release nogil;
@@ -306,14 +383,34 @@ PYBIND11_MODULE(_kvxfer, m) {
           "each list in its sender's order; each message is returned once.")
       .def(
           "close", [](PyTransport& self) { self.get().close(); }, release_gil())
-      .def("stats", [](PyTransport& self) {
-        Stats s;
-        {
-          py::gil_scoped_release nogil;
-          s = self.get().stats();
-        }
-        return stats_to_python(s);
-      });
+      .def("stats",
+           [](PyTransport& self) {
+             Stats s;
+             {
+               py::gil_scoped_release nogil;
+               s = self.get().stats();
+             }
+             return stats_to_python(s);
+           })
+      .def(
+          "metrics",
+          [](PyTransport& self) {
+            Metrics snapshot;
+            {
+              py::gil_scoped_release nogil;
+              snapshot = self.get().metrics();
+            }
+            return metrics_to_python(snapshot);
+          },
+          "A snapshot of the transport's counters, gauges and latency histograms as dicts\n"
+          "(see kvxfer.metrics for them on a prometheus_client registry).")
+      .def(
+          "prometheus_text",
+          [](PyTransport& self) {
+            py::gil_scoped_release nogil;
+            return prometheus_text(self.get().metrics());
+          },
+          "The metrics in the Prometheus text exposition format.");
 
   add_hot_path(transport);
 

@@ -15,6 +15,29 @@
 #include "core/transport_state.h"
 
 namespace kvxfer::internal {
+namespace {
+
+// Records the duration of a sampled public call (started != 0), from
+// `started` (the facade's entry) to its own destruction, however the call
+// ends. Declared after the lock guard, so it records while the lock is
+// still held (the histogram's writers are serialized by it).
+class CallTimer {
+ public:
+  CallTimer(AtomicHistogram* histogram, Ticks started) : histogram_(histogram), started_(started) {}
+  ~CallTimer() {
+    if (histogram_ != nullptr && started_ != 0) {
+      histogram_->record_serialized(ticks_to_ns(started_, ticks_now()));
+    }
+  }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+ private:
+  AtomicHistogram* const histogram_;
+  const Ticks started_;
+};
+
+}  // namespace
 
 void TransportState::link(Peer* peer, Inflight* e) {
   e->peer = peer;
@@ -92,7 +115,7 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
                                                    std::span<const Int> local,
                                                    std::span<const Int> remote,
                                                    std::span<const std::uint8_t> notify,
-                                                   std::chrono::steady_clock::time_point started) {
+                                                   Ticks started) {
   const char* const call = op == Op::kWrite ? "write_blocks" : "read_blocks";
   if (local.size() != remote.size()) {
     throw std::invalid_argument(fmt::format("local_idxs has {} entries but remote_idxs has {}",
@@ -101,6 +124,7 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
   if (local.empty()) throw std::invalid_argument(fmt::format("{} needs at least one block", call));
 
   std::lock_guard lock(mu_);
+  const CallTimer timer(op == Op::kWrite ? &write_blocks_duration_ : nullptr, started);
   // The caller's lists are read exactly once, here: another thread may be
   // changing them (a numpy array it writes to), and an index that changed
   // between our check and our post would aim the transfer outside a pool.
@@ -127,9 +151,9 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
   return post(op, peer, scratch_local_, scratch_remote_, message, started);
 }
 
-std::optional<TransferId> TransportState::send_notification(
-    std::string_view peer_id, std::span<const std::uint8_t> message,
-    std::chrono::steady_clock::time_point started) {
+std::optional<TransferId> TransportState::send_notification(std::string_view peer_id,
+                                                            std::span<const std::uint8_t> message,
+                                                            Ticks started) {
   std::lock_guard lock(mu_);
   const std::span<const std::uint8_t> copy = copy_notification(message, /*required=*/true);
   throw_if_closing();
@@ -154,7 +178,7 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
                                                std::span<const std::int64_t> local,
                                                std::span<const std::int64_t> remote,
                                                std::span<const std::uint8_t> notify,
-                                               std::chrono::steady_clock::time_point started) {
+                                               Ticks started) {
   // Caller holds mu_.
   const TransferId id = next_id_;
   XferHandle handle = 0;
@@ -188,13 +212,13 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
   e.handle = handle;
   e.op = op;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
-  e.posted = started;
+  e.timed_from = started;
+  if (policy_.watches_stalls()) e.posted = coarse_now();
   link(peer, &e);
   return id;
 }
 
-void TransportState::count_finished(Inflight& e, bool done,
-                                    std::chrono::steady_clock::time_point now) {
+void TransportState::count_finished(Inflight& e, bool done, Ticks& timed_now) {
   const auto op = static_cast<std::size_t>(e.op);
   OpCounters& peer_ops = e.peer->ops[op];
   if (done) {
@@ -202,7 +226,10 @@ void TransportState::count_finished(Inflight& e, bool done,
     peer_ops.bytes_done += e.bytes;
     ++ops_[op].transfers_done;
     ops_[op].bytes_done += e.bytes;
-    latency_[op].record(now - e.posted);
+    if (e.timed_from != 0) {
+      if (timed_now == 0) timed_now = ticks_now();
+      latency_[op].record_serialized(ticks_to_ns(e.timed_from, timed_now));
+    }
   } else {
     ++peer_ops.transfers_failed;
     ++ops_[op].transfers_failed;
@@ -210,7 +237,7 @@ void TransportState::count_finished(Inflight& e, bool done,
 }
 
 void TransportState::poll_peer(Peer* peer, PollResult& out,
-                               std::chrono::steady_clock::time_point now) {
+                               std::chrono::steady_clock::time_point now, Ticks& timed_now) {
   // Caller holds mu_. Classify every transfer of this peer first; strikes
   // are applied once the batch is classified, because poll() sees
   // completions, not their order: a success anywhere in the batch is the
@@ -242,7 +269,7 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
         ++peer->counters.reads_done;
         peer->counters.read_bytes_done += e->bytes;
       }
-      count_finished(*e, /*done=*/true, now);
+      count_finished(*e, /*done=*/true, timed_now);
       scratch_finished_.push_back(e);
     } else if (state == Status::kInProgress) {
       // Stays, since it may still land; a stalled one faults its peer.
@@ -250,17 +277,17 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
     } else {
       out.failed.push_back(e->id);
       ++peer->counters.transfers_failed;
-      count_finished(*e, /*done=*/false, now);
+      count_finished(*e, /*done=*/false, timed_now);
       if (!e->struck) scratch_failures_.emplace_back(peer, state, engine_->detail(e->handle));
       scratch_finished_.push_back(e);
     }
   }
 }
 
-PollResult TransportState::poll(std::optional<std::string_view> peer_id,
-                                std::chrono::steady_clock::time_point started) {
+PollResult TransportState::poll(std::optional<std::string_view> peer_id, Ticks started) {
   PollResult out;
   std::lock_guard lock(mu_);
+  const CallTimer timer(&poll_duration_, started);
   throw_if_closing();
   Peer* scoped = nullptr;
   // Always, even with nothing of ours in flight: without a progress thread
@@ -277,11 +304,13 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id,
     scratch_finished_.clear();
     // One clock for the batch: completions are seen, and stalls judged, as
     // of the call's start.
-    const auto now = started;
+    const auto now =
+        policy_.watches_stalls() ? coarse_now() : std::chrono::steady_clock::time_point{};
+    Ticks timed_now = started;
     if (scoped != nullptr) {
-      poll_peer(scoped, out, now);
+      poll_peer(scoped, out, now, timed_now);
     } else {
-      for (auto& [id, peer] : peers_) poll_peer(peer.get(), out, now);
+      for (auto& [id, peer] : peers_) poll_peer(peer.get(), out, now, timed_now);
     }
     for (Inflight* e : scratch_finished_) {
       if (e->peer->succeeded_in_batch) {
@@ -359,11 +388,9 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
 
 template std::optional<TransferId> TransportState::transfer<std::int64_t>(
     Op op, std::string_view peer_id, std::span<const std::int64_t> local,
-    std::span<const std::int64_t> remote, std::span<const std::uint8_t> notify,
-    std::chrono::steady_clock::time_point started);
+    std::span<const std::int64_t> remote, std::span<const std::uint8_t> notify, Ticks started);
 template std::optional<TransferId> TransportState::transfer<std::int32_t>(
     Op op, std::string_view peer_id, std::span<const std::int32_t> local,
-    std::span<const std::int32_t> remote, std::span<const std::uint8_t> notify,
-    std::chrono::steady_clock::time_point started);
+    std::span<const std::int32_t> remote, std::span<const std::uint8_t> notify, Ticks started);
 
 }  // namespace kvxfer::internal

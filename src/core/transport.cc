@@ -45,6 +45,10 @@ Options checked(Options options) {
         fmt::format("Options::stall_timeout must be between 0 (off) and {} ms (a year); got {} ms",
                     kMaxStallTimeout.count(), options.stall_timeout.count()));
   }
+  if (options.latency_sample_every < 1) {
+    throw std::invalid_argument(fmt::format("Options::latency_sample_every must be >= 1; got {}",
+                                            options.latency_sample_every));
+  }
   if (!options.config_fields.empty() && !options.config_json.empty()) {
     throw std::invalid_argument(
         "Options::config_fields and Options::config_json are both set; set one of them");
@@ -65,6 +69,7 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
       options_(checked(std::move(options))),
       fingerprint_(fingerprint_of(options_)),
       boot_id_(boot_id()),
+      sample_every_(static_cast<std::uint32_t>(options_.latency_sample_every)),
       policy_(agent_name_, options_.strike_limit, options_.stall_timeout, &tally_) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
   if (region_.base == nullptr) throw std::invalid_argument("region base must not be null");
@@ -224,24 +229,6 @@ Metrics TransportState::metrics() const {
   return m;
 }
 
-namespace {
-
-// Records the duration of a whole public call, however it ends.
-class CallTimer {
- public:
-  explicit CallTimer(AtomicHistogram& histogram)
-      : histogram_(histogram), started_(std::chrono::steady_clock::now()) {}
-  ~CallTimer() { histogram_.record(std::chrono::steady_clock::now() - started_); }
-  CallTimer(const CallTimer&) = delete;
-  CallTimer& operator=(const CallTimer&) = delete;
-  [[nodiscard]] std::chrono::steady_clock::time_point started() const { return started_; }
-
- private:
-  AtomicHistogram& histogram_;
-  const std::chrono::steady_clock::time_point started_;
-};
-
-}  // namespace
 }  // namespace internal
 
 // ---------------------------------------------------------------------------
@@ -287,18 +274,16 @@ std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int64_t> local_idxs,
                                                   std::span<const std::int64_t> remote_idxs,
                                                   std::span<const std::uint8_t> notify) {
-  const internal::CallTimer timer(state_->write_blocks_duration_);
   return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify,
-                          timer.started());
+                          state_->sample_start(state_->write_calls_));
 }
 
 std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,
                                                   std::span<const std::int32_t> local_idxs,
                                                   std::span<const std::int32_t> remote_idxs,
                                                   std::span<const std::uint8_t> notify) {
-  const internal::CallTimer timer(state_->write_blocks_duration_);
   return state_->transfer(internal::Op::kWrite, peer_id, local_idxs, remote_idxs, notify,
-                          timer.started());
+                          state_->sample_start(state_->write_calls_));
 }
 
 std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
@@ -306,7 +291,7 @@ std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
                                                  std::span<const std::int64_t> remote_idxs,
                                                  std::span<const std::uint8_t> notify) {
   return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify,
-                          std::chrono::steady_clock::now());
+                          state_->sample_start(state_->other_calls_));
 }
 
 std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
@@ -314,12 +299,12 @@ std::optional<TransferId> Transport::read_blocks(std::string_view peer_id,
                                                  std::span<const std::int32_t> remote_idxs,
                                                  std::span<const std::uint8_t> notify) {
   return state_->transfer(internal::Op::kRead, peer_id, local_idxs, remote_idxs, notify,
-                          std::chrono::steady_clock::now());
+                          state_->sample_start(state_->other_calls_));
 }
 
 std::optional<TransferId> Transport::send_notification(std::string_view peer_id,
                                                        std::span<const std::uint8_t> message) {
-  return state_->send_notification(peer_id, message, std::chrono::steady_clock::now());
+  return state_->send_notification(peer_id, message, state_->sample_start(state_->other_calls_));
 }
 
 std::map<std::string, std::vector<std::vector<std::uint8_t>>> Transport::get_notifications() {
@@ -327,8 +312,7 @@ std::map<std::string, std::vector<std::vector<std::uint8_t>>> Transport::get_not
 }
 
 PollResult Transport::poll(std::optional<std::string_view> peer_id) {
-  const internal::CallTimer timer(state_->poll_duration_);
-  return state_->poll(peer_id, timer.started());
+  return state_->poll(peer_id, state_->sample_start(state_->poll_calls_));
 }
 
 bool Transport::record_post_failure(std::string_view peer_id, std::string_view cause) {

@@ -3,6 +3,7 @@
 // table). Knows nothing of UCX; drives an Engine under one mutex.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/histogram.h"
 #include "core/index_set.h"
 #include "core/peer_policy.h"
@@ -50,9 +52,11 @@ struct Inflight {
   XferHandle handle = 0;
   std::uint64_t bytes = 0;
   Op op = Op::kWrite;
-  // When the call that posted it began: the start of its latency, and of
-  // the stall rule's clock.
+  // Coarse; set only while the stall rule is on.
   std::chrono::steady_clock::time_point posted;
+  // When the call that posted it began, on the hot path's clock, if its
+  // latency is sampled; else 0.
+  Ticks timed_from = 0;
   // Set once the transfer has counted against its peer, so a check that
   // keeps failing charges the peer once, not once per poll.
   bool struck = false;
@@ -90,19 +94,17 @@ class TransportState {
   std::vector<std::string> peer_ids() const;
 
   // transfers.cc (transfer is instantiated there for int64 and int32 indices)
-  // `started`: when the public call began (a transfer's post time; the
-  // time a poll sees its completions at).
+  // `started`: when the public call began if it is sampled (sample_start),
+  // else 0: the start of its duration, its transfer's latency, or the time
+  // a poll sees its completions at.
   template <typename Int>
   std::optional<TransferId> transfer(Op op, std::string_view peer_id, std::span<const Int> local,
                                      std::span<const Int> remote,
-                                     std::span<const std::uint8_t> notify,
-                                     std::chrono::steady_clock::time_point started);
+                                     std::span<const std::uint8_t> notify, Ticks started);
   std::optional<TransferId> send_notification(std::string_view peer_id,
-                                              std::span<const std::uint8_t> message,
-                                              std::chrono::steady_clock::time_point started);
+                                              std::span<const std::uint8_t> message, Ticks started);
   std::map<std::string, std::vector<std::vector<std::uint8_t>>> get_notifications();
-  PollResult poll(std::optional<std::string_view> peer_id,
-                  std::chrono::steady_clock::time_point started);
+  PollResult poll(std::optional<std::string_view> peer_id, Ticks started);
   std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
 
   // transport.cc
@@ -110,18 +112,31 @@ class TransportState {
   void close();
   Stats stats() const;
   Metrics metrics() const;
-  std::vector<std::uint8_t> metadata() const;
 
-  // The durations of whole public calls, recorded by the facade without
-  // the lock.
-  AtomicHistogram write_blocks_duration_;
-  AtomicHistogram poll_duration_;
+  // The start of a public call on the hot path's clock if it is one of the
+  // latency_sample_every calls sampled, else 0. Outside the lock: `calls`
+  // is read and written relaxed, and a count lost to a race only moves
+  // which call is sampled.
+  Ticks sample_start(std::atomic<std::uint32_t>& calls) const noexcept {
+    const std::uint32_t n = calls.load(std::memory_order_relaxed) + 1;
+    if (n < sample_every_) {
+      calls.store(n, std::memory_order_relaxed);
+      return 0;
+    }
+    calls.store(0, std::memory_order_relaxed);
+    return ticks_now();
+  }
+  std::atomic<std::uint32_t> write_calls_{0};
+  std::atomic<std::uint32_t> poll_calls_{0};
+  std::atomic<std::uint32_t> other_calls_{0};  // read_blocks, send_notification
+  std::vector<std::uint8_t> metadata() const;
 
   const std::string agent_name_;
   const Region region_;
   const Options options_;
   const std::string fingerprint_;
   const std::string boot_id_;
+  const std::uint32_t sample_every_;
   std::unique_ptr<Engine> engine_;
 
   bool closing() const {
@@ -181,16 +196,18 @@ class TransportState {
   void release(Inflight* e);
   // Tries again every handle in unreleased_; returns how many are left.
   std::size_t retry_unreleased();
-  void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now);
+  // `timed_now`: when the poll began if it is timed, else 0 until a sampled
+  // transfer's completion needs it (then read once).
+  void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now,
+                 Ticks& timed_now);
 
   // A transfer poll() reports: counted for its peer, the transport and, when
   // done, the latency histogram of its op. Caller holds mu_.
-  void count_finished(Inflight& e, bool done, std::chrono::steady_clock::time_point now);
+  void count_finished(Inflight& e, bool done, Ticks& timed_now);
 
   std::optional<TransferId> post(Op op, Peer* peer, std::span<const std::int64_t> local,
                                  std::span<const std::int64_t> remote,
-                                 std::span<const std::uint8_t> notify,
-                                 std::chrono::steady_clock::time_point started);
+                                 std::span<const std::uint8_t> notify, Ticks started);
   // Copies a caller's notification into scratch_notify_ and checks the copy
   // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
   std::span<const std::uint8_t> copy_notification(std::span<const std::uint8_t> message,
@@ -219,8 +236,12 @@ class TransportState {
   // Metrics over the transport's life, removed peers' included.
   std::array<OpCounters, kNumTransferOps> ops_{};
   std::uint64_t post_failures_ = 0;
-  // Post to done, by op: updated under mu_ but lock-free to read.
+  // Post to done, by op, and the durations of whole write_blocks and poll
+  // calls (from the facade's entry to the end of the locked part): updated
+  // under mu_, read without it.
   std::array<AtomicHistogram, kNumTransferOps> latency_;
+  AtomicHistogram write_blocks_duration_;
+  AtomicHistogram poll_duration_;
   // Transfer handles whose release failed: forgotten by the table but still
   // live in the engine, so retried at close() (and counted until then).
   std::vector<XferHandle> unreleased_;

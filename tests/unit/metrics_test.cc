@@ -189,6 +189,13 @@ Exposition scrape(const Transport& t) {
   return e;
 }
 
+// Every call and transfer timed, so histogram counts are exact.
+Options timed_options() {
+  Options options = loopback_options();
+  options.latency_sample_every = 1;
+  return options;
+}
+
 class MetricsTest : public ::testing::Test {
  protected:
   MetricsTest() {
@@ -206,7 +213,7 @@ class MetricsTest : public ::testing::Test {
     ASSERT_EQ(reported, expected);
   }
   Agent b{"agent-b"};
-  Agent a{"agent-a"};
+  Agent a{"agent-a", timed_options()};
   int polls = 0;
 };
 
@@ -274,6 +281,32 @@ TEST_F(MetricsTest, HistogramsCountEveryCallAndEveryDoneTransfer) {
             4);
 }
 
+TEST(MetricsSamplingTest, OneCallAndTransferInNIsTimedAndCountersStayExact) {
+  Options options = loopback_options();
+  options.latency_sample_every = 4;
+  Agent b{"agent-b"};
+  Agent a{"agent-a", options};
+  add_peer(a.transport, "b", b.transport);
+  int polls = 0;
+  for (std::int64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(write(a.transport, "b", {i}, {i}));
+    while (a.transport.poll("b").done.empty()) ++polls;
+    ++polls;
+  }
+
+  const Metrics m = a.transport.metrics();
+  EXPECT_EQ(m.write_blocks_duration.count, 2u);  // calls 4 and 8
+  EXPECT_EQ(m.poll_duration.count, static_cast<std::uint64_t>(polls / 4));
+  EXPECT_EQ(m.transfer_latency[static_cast<std::size_t>(TransferOp::kWrite)].count, 2u);
+  EXPECT_EQ(m.ops[static_cast<std::size_t>(TransferOp::kWrite)].transfers_done, 8u);
+}
+
+TEST(MetricsSamplingTest, ASampleRateBelowOneIsRefused) {
+  Options options = loopback_options();
+  options.latency_sample_every = 0;
+  EXPECT_THROW(Agent("agent-a", options), std::invalid_argument);
+}
+
 TEST_F(MetricsTest, HistogramBucketsHoldDurationsByTheirUpperBound) {
   // A transfer held for 20 ms lands in the first bucket at or above 20 ms
   // (32.768 ms) and in none below 16.384 ms.
@@ -337,7 +370,7 @@ TEST_F(MetricsTest, StrikeLimitAndStallFaultsAreCountedByCauseAndOutliveThePeer)
   a.transport.remove_remote_peer("b");
   add_peer(a.transport, "b", b.transport);
 
-  Options stalling = loopback_options();
+  Options stalling = timed_options();
   stalling.stall_timeout = std::chrono::milliseconds(30);
   Agent c{"agent-c", stalling};
   add_peer(c.transport, "b", b.transport);
