@@ -23,6 +23,7 @@
 
 #include "bench_config.h"
 #include "common/ucx_tls.h"
+#include "kvxfer/metrics.h"
 #include "kvxfer/transport.h"
 #include "machine.h"
 #include "pattern.h"
@@ -163,6 +164,9 @@ class Bench {
     return result;
   }
 
+  // The initiator's metrics of every case that ran transfers, taken at its end.
+  [[nodiscard]] const std::vector<Metrics>& metrics() const { return metrics_; }
+
  private:
   Options transport_options() const { return bench_transport_options(args_); }
 
@@ -199,6 +203,8 @@ class Bench {
   void finish(CaseResult& result, Transport& transport,
               const std::vector<std::pair<std::int64_t, std::int64_t>>& to_verify,
               std::uint64_t seed, bool after_reads) {
+    // Taken while the peer is still registered, so its figures are in it.
+    metrics_.push_back(transport.metrics());
     // Closing joins the engine's threads: every byte they copied into our
     // pool is ordered before the checks below.
     transport.close();
@@ -586,6 +592,7 @@ class Bench {
   const std::string fingerprint_;
   std::unique_ptr<Pool> source_;
   std::unique_ptr<Pool> memcpy_target_;
+  std::vector<Metrics> metrics_;
 };
 
 CaseSpec resolve(const BenchArgs& args, const std::string& name, bool quarter) {
@@ -646,6 +653,15 @@ void poll_idle(const std::string& mode, int sleep_us) {
   } else if (mode == "sleep") {
     ::usleep(static_cast<useconds_t>(sleep_us));
   }
+}
+
+// The Prometheus text of every case's initiator transport (one `agent`
+// label per case).
+void write_metrics(const std::vector<Metrics>& metrics, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << prometheus_text(metrics);
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("cannot write the metrics to {}", path));
 }
 
 int run_bench(const BenchArgs& args) {
@@ -715,6 +731,7 @@ int run_bench(const BenchArgs& args) {
 
   print_table(report, stdout);
   if (!args.json_path.empty()) write_json(report, args.json_path);
+  if (!args.metrics_path.empty()) write_metrics(bench.metrics(), args.metrics_path);
   if (!args.plot_path.empty()) {
     if (const std::string error = write_plot(report, args.plot_path); !error.empty()) {
       fmt::print(stderr, "kvxfer bench: no plot: {}\n", error);

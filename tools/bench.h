@@ -30,6 +30,7 @@ struct BenchArgs {
   std::optional<std::uint64_t> total;
   std::uint64_t region = 1ull << 30;  // per side
   std::string json_path;
+  std::string metrics_path;  // the initiators' metrics, Prometheus text
   std::string plot_path;
   bool quiet = false;
   std::string peer;  // HOST:PORT of a listening target; "" spawns one here

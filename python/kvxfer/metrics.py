@@ -127,10 +127,12 @@ def _families(m: dict) -> Iterator[Any]:
         g = GaugeMetricFamily(name, help_text, labels=["agent"])
         g.add_metric([agent], m[field])
         yield g
+    # Limits and high-water marks among them (names with "max") are gauges.
     for counter, value in sorted(m["engine_counters"].items()):
-        f = CounterMetricFamily(
+        family = GaugeMetricFamily if "max" in counter else CounterMetricFamily
+        f = family(
             f"kvxfer_engine_{_name_part(counter)}",
-            f"The engine's {counter} count.",
+            f"The engine's {counter}.",
             labels=["agent"],
         )
         f.add_metric([agent], value)

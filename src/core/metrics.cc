@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace kvxfer {
 
@@ -204,16 +206,20 @@ std::string prometheus_text(std::span<const Metrics> ts) {
     w.sample("kvxfer_registrations_pending", {{"agent", m.agent}}, m.registrations_pending);
   }
 
-  // Engine counters: one family per name, in the order of the first
-  // transport that has it (names are sorted within a transport).
-  std::map<std::string, std::string> engine_names;  // counter -> metric name
+  // Engine counters: one family per name. A few are limits or high-water
+  // marks rather than counts (their names say "max"): those are gauges.
+  std::map<std::string, std::pair<std::string, bool>> engine_names;  // -> (metric, gauge)
   for (const Metrics& m : ts) {
     for (const auto& [counter, value] : m.engine_counters) {
-      engine_names.try_emplace(counter, fmt::format("kvxfer_engine_{}_total", name_part(counter)));
+      const bool gauge = counter.find("max") != std::string::npos;
+      engine_names.try_emplace(
+          counter, fmt::format("kvxfer_engine_{}{}", name_part(counter), gauge ? "" : "_total"),
+          gauge);
     }
   }
-  for (const auto& [counter, name] : engine_names) {
-    w.family(name, "counter", fmt::format("The engine's {} count.", counter));
+  for (const auto& [counter, family] : engine_names) {
+    const auto& [name, gauge] = family;
+    w.family(name, gauge ? "gauge" : "counter", fmt::format("The engine's {}.", counter));
     for (const Metrics& m : ts) {
       if (auto it = m.engine_counters.find(counter); it != m.engine_counters.end()) {
         w.sample(name, {{"agent", m.agent}}, it->second);

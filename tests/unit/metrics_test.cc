@@ -441,3 +441,22 @@ TEST_F(MetricsTest, EveryFamilyOfSeveralTransportsIsTypedOnce) {
 
 }  // namespace
 }  // namespace kvxfer::unit
+
+namespace kvxfer::unit {
+namespace {
+
+TEST(PrometheusTextTest, EngineCountersAreCountersAndTheirLimitsGauges) {
+  Metrics m;
+  m.agent = "x";
+  m.engine_counters = {{"cma_writes", 5}, {"slice_max_bytes", 65536}, {"odd-name.1", 1}};
+  const Exposition e = parse(prometheus_text(m));
+  expect_well_formed(e);
+  EXPECT_EQ(e.types.at("kvxfer_engine_cma_writes_total"), "counter");
+  EXPECT_EQ(e.value("kvxfer_engine_cma_writes_total", {{"agent", "x"}}), 5);
+  EXPECT_EQ(e.types.at("kvxfer_engine_slice_max_bytes"), "gauge");
+  EXPECT_EQ(e.value("kvxfer_engine_slice_max_bytes", {{"agent", "x"}}), 65536);
+  EXPECT_EQ(e.value("kvxfer_engine_odd_name_1_total", {{"agent", "x"}}), 1);
+}
+
+}  // namespace
+}  // namespace kvxfer::unit

@@ -1,11 +1,13 @@
 # `kvxfer bench` end to end, small: every case against a spawned target over
 # shared memory, with the JSON record (and the plot when gnuplot is there)
-# checked for a verified result per case.
+# checked for a verified result per case, and the initiators' metrics
+# (--metrics) checked for every case's transfers.
 #   cmake -DKVXFER=path/to/kvxfer -DWORK_DIR=dir -P bench_smoke.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(args bench --region 64M --total 16M --reg-reps 5 --verify-blocks 512
-  --perftest-timeout 20 --quiet --json "${WORK_DIR}/bench.json")
+  --perftest-timeout 20 --quiet --json "${WORK_DIR}/bench.json"
+  --metrics "${WORK_DIR}/metrics.prom")
 find_program(GNUPLOT gnuplot)
 if(GNUPLOT)
   list(APPEND args --plot "${WORK_DIR}/bench.png")
@@ -22,3 +24,28 @@ include("${CMAKE_CURRENT_LIST_DIR}/check_bench_json.cmake")
 if(GNUPLOT AND NOT EXISTS "${WORK_DIR}/bench.png")
   message(FATAL_ERROR "no plot written")
 endif()
+
+# --metrics: one `agent` per case, each with its writes counted done and
+# none failed.
+file(READ "${WORK_DIR}/metrics.prom" prom)
+foreach(case big layer small runs)
+  string(REGEX MATCH
+    "kvxfer_transfers_done_total{agent=\"bench-initiator-[0-9]+-${case}\",op=\"write\"} ([0-9]+)"
+    done_line "${prom}")
+  if(NOT done_line OR CMAKE_MATCH_1 EQUAL 0)
+    message(FATAL_ERROR "metrics.prom: no writes done for case ${case}")
+  endif()
+  string(REGEX MATCH
+    "kvxfer_transfers_failed_total{agent=\"bench-initiator-[0-9]+-${case}\",op=\"write\"} ([0-9]+)"
+    failed_line "${prom}")
+  if(NOT failed_line OR NOT CMAKE_MATCH_1 EQUAL 0)
+    message(FATAL_ERROR "metrics.prom: failed writes for case ${case}: ${failed_line}")
+  endif()
+endforeach()
+foreach(line "# TYPE kvxfer_transfer_latency_seconds histogram"
+    "# TYPE kvxfer_inflight_transfers gauge")
+  string(FIND "${prom}" "${line}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "metrics.prom: no \"${line}\"")
+  endif()
+endforeach()
