@@ -28,6 +28,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvxfer/transport.h"
@@ -146,11 +147,12 @@ kvxfer::Options loopback_options() {
 
 // An initiator and a target, both loopback, the target registered as a peer.
 struct Pair {
-  explicit Pair(std::uint64_t target_blocks = kNumBlocks)
+  explicit Pair(std::uint64_t target_blocks = kNumBlocks,
+                kvxfer::Options initiator_options = loopback_options())
       : initiator_pool(kNumBlocks * kBlockLen),
         target_pool(target_blocks * kBlockLen),
         initiator("bench-initiator", {initiator_pool.data(), kNumBlocks, kBlockLen},
-                  loopback_options()),
+                  std::move(initiator_options)),
         target("bench-target", {target_pool.data(), target_blocks, kBlockLen}, loopback_options()) {
     add_peer();
   }
@@ -184,9 +186,10 @@ std::vector<std::vector<std::int64_t>> index_lists(std::size_t count, std::size_
 }
 
 // One write of state.range(0) blocks, then polls until it is reported.
-void write_and_poll(benchmark::State& state, bool sorted) {
+void write_and_poll(benchmark::State& state, bool sorted,
+                    kvxfer::Options options = loopback_options()) {
   const auto n = static_cast<std::size_t>(state.range(0));
-  Pair pair;
+  Pair pair(kNumBlocks, std::move(options));
   constexpr std::size_t kLists = 64;
   const auto local = index_lists(kLists, n, sorted, 1);
   const auto remote = index_lists(kLists, n, sorted, 2);
@@ -232,6 +235,16 @@ void BM_WritePoll_Random(benchmark::State& state) { write_and_poll(state, false)
 void BM_WritePoll_Sorted(benchmark::State& state) { write_and_poll(state, true); }
 BENCHMARK(BM_WritePoll_Random)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
 BENCHMARK(BM_WritePoll_Sorted)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
+
+// The same with telemetry on (Options::telemetry), its ring full: every
+// transfer's record replaces the oldest, the worst case of a caller that
+// never reads it.
+void BM_WritePoll_Telemetry(benchmark::State& state) {
+  kvxfer::Options options = loopback_options();
+  options.telemetry = true;
+  write_and_poll(state, false, options);
+}
+BENCHMARK(BM_WritePoll_Telemetry)->Arg(16);
 
 // The int32 overload: the core widens the indices into a reused buffer.
 void BM_WritePoll_Int32(benchmark::State& state) {

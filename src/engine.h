@@ -125,6 +125,10 @@ class Engine {
   // Running totals the engine keeps for stats() (name -> count).
   [[nodiscard]] virtual std::map<std::string, std::uint64_t> counters() const { return {}; }
 
+  // The name of the lane a connected peer's transfers take ("ucx", "cma"),
+  // "" for an engine without lanes. A static string.
+  [[nodiscard]] virtual const char* lane(PeerHandle /*peer*/) const { return ""; }
+
   // Deregisters the local pool and stops engine threads. Called once, after
   // every peer was disconnected and every transfer released.
   virtual void shutdown() = 0;

@@ -17,6 +17,7 @@
 
 #include "kvxfer/metrics.h"
 #include "kvxfer/status.h"
+#include "kvxfer/telemetry.h"
 
 namespace kvxfer {
 
@@ -63,6 +64,12 @@ struct Options {
   // costs more than the rest of the metrics together. 1 times every one.
   // At least 1. Counters are exact either way.
   int latency_sample_every = 16;
+  // Per-transfer records (Transport::telemetry()): off by default, and then
+  // free. When on, every transfer that finishes (done, failed, cancelled)
+  // leaves a record in a ring of telemetry_capacity records (1 to
+  // kMaxTelemetryCapacity) that drops its oldest when full.
+  bool telemetry = false;
+  std::size_t telemetry_capacity = 4096;
   // Engine configuration overrides, e.g. {"TLS", "sm,self"} for UCX
   // (applied with ucp_config_modify; the environment still applies).
   std::map<std::string, std::string> engine_config;
@@ -75,6 +82,9 @@ inline constexpr std::size_t kMaxNotificationBytes = 4096;
 // that, peers' notifications are refused and their transfers fail at the
 // sender (nothing is dropped silently).
 inline constexpr std::size_t kMaxQueuedNotifications = 16384;
+
+// The largest Options::telemetry_capacity.
+inline constexpr std::size_t kMaxTelemetryCapacity = std::size_t{1} << 24;
 
 // The largest Options::stall_timeout (a year): anything longer is no
 // timeout at all (use 0), and durations this long still add to clock times
@@ -270,6 +280,10 @@ class Transport {
   // Running totals, gauges and latency histograms (kvxfer/metrics.h); the
   // histograms are read without the transport's lock.
   [[nodiscard]] Metrics metrics() const;
+  // The records of transfers that finished since the last call, oldest
+  // first, and how many the full ring dropped meanwhile. Empty with
+  // Options::telemetry off. Throws std::logic_error after close().
+  [[nodiscard]] Telemetry telemetry();
 
   // The loopback engine's fault plan; nullptr for other engines.
   [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept;

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <utility>
 
+#include "kvxfer/telemetry.h"
+
 namespace kvxfer {
 
 std::string_view op_name(TransferOp op) noexcept {
@@ -289,6 +291,18 @@ std::string prometheus_text(std::span<const Metrics> ts) {
 
 std::string prometheus_text(const Metrics& transport) {
   return prometheus_text(std::span<const Metrics>(&transport, 1));
+}
+
+std::string_view result_name(TransferResult result) noexcept {
+  switch (result) {
+    case TransferResult::kDone:
+      return "done";
+    case TransferResult::kFailed:
+      return "failed";
+    case TransferResult::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
 }
 
 }  // namespace kvxfer

@@ -101,6 +101,8 @@ void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t
     peer->block_len = reg.remote.block_len;
     peer->counters.peer_id = peer_id;
     peer->counters.num_blocks = reg.remote.num_blocks;
+    peer->shared_id = std::make_shared<const std::string>(peer_id);
+    peer->lane = engine_->lane(handle);
     peers_.emplace(peer_id, std::move(peer));
     log().info("kvxfer {}: registered peer={} ({} blocks)", agent_name_, peer_id,
                reg.remote.num_blocks);
@@ -208,8 +210,13 @@ std::vector<std::string> TransportState::peer_ids() const {
 }
 
 PeerHandle TransportState::detach_peer(Peer& peer) {
-  // Caller holds mu_. Its transfers are drained: released, never reported.
-  while (peer.head != nullptr) release(peer.head);
+  // Caller holds mu_. Its transfers are drained: released, never reported
+  // (telemetry records them cancelled).
+  Ticks now = 0;
+  while (peer.head != nullptr) {
+    record_finished(*peer.head, TransferResult::kCancelled, now);
+    release(peer.head);
+  }
   return peer.handle;
 }
 

@@ -3,13 +3,13 @@
 // the peers) and cancel. write and poll are the hot path: nothing here
 // allocates per block.
 // May touch the engine interface and src/common/.
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/log.h"
 #include "core/transport_state.h"
@@ -213,6 +213,7 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
   e.op = op;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
   e.timed_from = started;
+  e.recorded_from = telemetry_ ? (started != 0 ? started : ticks_now()) : 0;
   if (policy_.watches_stalls()) e.posted = coarse_now();
   link(peer, &e);
   return id;
@@ -234,6 +235,27 @@ void TransportState::count_finished(Inflight& e, bool done, Ticks& timed_now) {
     ++peer_ops.transfers_failed;
     ++ops_[op].transfers_failed;
   }
+  record_finished(e, done ? TransferResult::kDone : TransferResult::kFailed, timed_now);
+}
+
+void TransportState::record_into_ring(const Inflight& e, TransferResult result, Ticks& now) {
+  if (now == 0) now = ticks_now();
+  RingRecord& r = telemetry_->push();
+  r.id = e.id;
+  r.peer = e.peer->shared_id;
+  r.op = e.op;
+  r.blocks = e.bytes / region_.block_len;
+  r.bytes = e.bytes;
+  r.posted = e.recorded_from;
+  r.completed = now;
+  r.result = result;
+  r.lane = e.peer->lane;
+}
+
+Telemetry TransportState::take_telemetry() {
+  std::lock_guard lock(mu_);
+  throw_if_closing();
+  return telemetry_ ? telemetry_->take() : Telemetry{};
 }
 
 void TransportState::poll_peer(Peer* peer, PollResult& out,
@@ -343,12 +365,17 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
     // The engine keeps whatever a WRITE still in flight needs; forgetting it
     // here frees nothing it writes through. (A READ stops what has not
     // started: see Engine::post_read.)
+    Ticks now = 0;
     for (const TransferId id : ids) {
-      if (auto it = inflight_.find(id); it != inflight_.end()) release(&it->second);
+      if (auto it = inflight_.find(id); it != inflight_.end()) {
+        record_finished(it->second, TransferResult::kCancelled, now);
+        release(&it->second);
+      }
     }
     return still;
   }
   engine_->progress();
+  Ticks now = 0;
   for (const TransferId id : ids) {
     auto it = inflight_.find(id);
     if (it == inflight_.end()) continue;
@@ -365,6 +392,7 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
         continue;
       }
       // Terminal either way: drop it even if its handle cannot be released.
+      record_finished(*e, TransferResult::kCancelled, now);
       release(e);
       continue;
     }
@@ -380,6 +408,7 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
       still.push_back(id);
       continue;
     }
+    record_finished(*e, TransferResult::kCancelled, now);
     unlink(e);
     inflight_.erase(it);
   }

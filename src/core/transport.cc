@@ -6,8 +6,6 @@
 #include "kvxfer/transport.h"
 
 #include <dlfcn.h>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/host.h"
 #include "common/log.h"
@@ -49,6 +50,12 @@ Options checked(Options options) {
     throw std::invalid_argument(fmt::format("Options::latency_sample_every must be >= 1; got {}",
                                             options.latency_sample_every));
   }
+  if (options.telemetry &&
+      (options.telemetry_capacity < 1 || options.telemetry_capacity > kMaxTelemetryCapacity)) {
+    throw std::invalid_argument(
+        fmt::format("Options::telemetry_capacity must be between 1 and {}; got {}",
+                    kMaxTelemetryCapacity, options.telemetry_capacity));
+  }
   if (!options.config_fields.empty() && !options.config_json.empty()) {
     throw std::invalid_argument(
         "Options::config_fields and Options::config_json are both set; set one of them");
@@ -72,6 +79,7 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
       sample_every_(static_cast<std::uint32_t>(options_.latency_sample_every)),
       policy_(agent_name_, options_.strike_limit, options_.stall_timeout, &tally_) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
+  if (options_.telemetry) telemetry_ = std::make_unique<TelemetryRing>(options_.telemetry_capacity);
   if (region_.base == nullptr) throw std::invalid_argument("region base must not be null");
   if (region_.num_blocks == 0) throw std::invalid_argument("region num_blocks must be > 0");
   if (region_.block_len == 0) throw std::invalid_argument("region block_len must be > 0");
@@ -327,6 +335,7 @@ void Transport::close() { state_->close(); }
 bool Transport::closed() const noexcept { return state_->closed(); }
 Stats Transport::stats() const { return state_->stats(); }
 Metrics Transport::metrics() const { return state_->metrics(); }
+Telemetry Transport::telemetry() { return state_->take_telemetry(); }
 loopback::FaultPlan* Transport::fault_plan() noexcept { return state_->engine_->fault_plan(); }
 
 std::string_view version() noexcept { return "kvxfer " KVXFER_VERSION; }

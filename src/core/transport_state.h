@@ -27,6 +27,7 @@
 #include "core/index_set.h"
 #include "core/peer_policy.h"
 #include "core/registration_worker.h"
+#include "core/telemetry_ring.h"
 #include "engine.h"
 #include "kvxfer/metrics.h"
 #include "kvxfer/transport.h"
@@ -57,6 +58,8 @@ struct Inflight {
   // When the call that posted it began, on the hot path's clock, if its
   // latency is sampled; else 0.
   Ticks timed_from = 0;
+  // When the posting call began, with telemetry on; else 0.
+  Ticks recorded_from = 0;
   // Set once the transfer has counted against its peer, so a check that
   // keeps failing charges the peer once, not once per poll.
   bool struck = false;
@@ -77,6 +80,9 @@ struct Peer {
   bool succeeded_in_batch = false;
   PeerStats counters;
   std::array<OpCounters, kNumTransferOps> ops{};  // metrics, by op
+  // Telemetry: the id every record of this peer shares, and its lane.
+  std::shared_ptr<const std::string> shared_id;
+  const char* lane = "";
 };
 
 class TransportState {
@@ -112,6 +118,7 @@ class TransportState {
   void close();
   Stats stats() const;
   Metrics metrics() const;
+  Telemetry take_telemetry();
 
   // The start of a public call on the hot path's clock if it is one of the
   // latency_sample_every calls sampled, else 0. Outside the lock: `calls`
@@ -204,6 +211,12 @@ class TransportState {
   // A transfer poll() reports: counted for its peer, the transport and, when
   // done, the latency histogram of its op. Caller holds mu_.
   void count_finished(Inflight& e, bool done, Ticks& timed_now);
+  // Leaves a telemetry record of a finished transfer when telemetry is on
+  // (`now` read once if still 0). Caller holds mu_.
+  void record_finished(const Inflight& e, TransferResult result, Ticks& now) {
+    if (telemetry_) record_into_ring(e, result, now);
+  }
+  void record_into_ring(const Inflight& e, TransferResult result, Ticks& now);
 
   std::optional<TransferId> post(Op op, Peer* peer, std::span<const std::int64_t> local,
                                  std::span<const std::int64_t> remote,
@@ -242,6 +255,8 @@ class TransportState {
   std::array<AtomicHistogram, kNumTransferOps> latency_;
   AtomicHistogram write_blocks_duration_;
   AtomicHistogram poll_duration_;
+  // Null unless Options::telemetry.
+  std::unique_ptr<TelemetryRing> telemetry_;
   // Transfer handles whose release failed: forgotten by the table but still
   // live in the engine, so retried at close() (and counted until then).
   std::vector<XferHandle> unreleased_;

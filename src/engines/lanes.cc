@@ -245,6 +245,17 @@ class Lanes final : public Engine {
     return Status::kNotFound;
   }
 
+  [[nodiscard]] const char* lane(PeerHandle peer) const override {
+    switch (lane_of_peer(peer)) {
+      case Lane::kCma:
+        return "cma";
+      case Lane::kUcx:
+        return "ucx";
+      default:
+        return "";
+    }
+  }
+
   // The lane that owns a connected peer, or kNone.
   [[nodiscard]] Lane lane_of_peer(PeerHandle peer) const {
     std::lock_guard lock(lanes_mu_);
