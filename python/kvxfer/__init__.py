@@ -24,7 +24,14 @@ from ._kvxfer import (
     __version__,
     sync_log_level,
 )
-from ._transport import NixlTransport, PollResult, Transport, config_fingerprint
+from ._transport import (
+    NixlTransport,
+    PollResult,
+    Telemetry,
+    TransferRecord,
+    Transport,
+    config_fingerprint,
+)
 from . import loopback
 from . import _kvxfer
 
@@ -50,6 +57,8 @@ __all__ = [
     "PollResult",
     "Status",
     "SupersededError",
+    "Telemetry",
+    "TransferRecord",
     "Transport",
     "__version__",
     "config_fingerprint",

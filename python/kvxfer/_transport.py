@@ -48,6 +48,8 @@ _OPTION_DEFAULTS: dict[str, Any] = {
     "stall_timeout": 30.0,
     "engine_config": None,
     "latency_sample_every": 16,
+    "telemetry": False,
+    "telemetry_capacity": 4096,
 }
 
 # Transports not yet closed, closed at interpreter exit while the log bridge
@@ -133,6 +135,25 @@ def _string_map(name: str, fields: Optional[Mapping[str, str]]) -> dict[str, str
     return out
 
 
+class TransferRecord(NamedTuple):
+    """One finished transfer (kvxfer.Transport.telemetry())."""
+
+    id: int
+    peer: str
+    op: str  # "write", "read" or "notify"
+    blocks: int
+    bytes: int
+    posted: float  # time.monotonic() seconds: when the posting call began
+    completed: float  # when the call that finished it began (poll, cancel...)
+    result: str  # "done", "failed" or "cancelled"
+    lane: str  # the engine's lane ("ucx", "cma"), "" when it has none
+
+
+class Telemetry(NamedTuple):
+    records: list
+    dropped: int
+
+
 class _RegistrationWaiter:
     """Resolves the Futures of add_remote_peer_async from the C++ futures.
 
@@ -201,7 +222,10 @@ class Transport(_kvxfer.Transport):
     ``engine_config`` (engine settings, e.g.
     ``{"TLS": "sm,self"}`` for UCX) and ``latency_sample_every`` (the
     metrics' latency histograms time one call and transfer in this many,
-    default 16; 1 times every one). A bad value raises ValueError (TypeError
+    default 16; 1 times every one), ``telemetry`` (keep a record of every
+    finished transfer for ``telemetry()``, default False) and
+    ``telemetry_capacity`` (records kept between ``telemetry()`` calls,
+    default 4096; past that the oldest are dropped and counted). A bad value raises ValueError (TypeError
     for a wrong type) naming the option.
 
     This class is strict: caller mistakes raise. ``kvxfer.NixlTransport`` is
@@ -240,6 +264,10 @@ class Transport(_kvxfer.Transport):
             engine_config=_string_map("engine_config", opts["engine_config"]),
             latency_sample_every=_int_option(
                 "latency_sample_every", opts["latency_sample_every"], 1
+            ),
+            telemetry=_bool_option("telemetry", opts["telemetry"]),
+            telemetry_capacity=_int_option(
+                "telemetry_capacity", opts["telemetry_capacity"], 1
             ),
         )
         self._waiter: Optional[_RegistrationWaiter] = None
@@ -280,6 +308,15 @@ class Transport(_kvxfer.Transport):
         future.set_running_or_notify_cancel()
         _settle(future, pending)
         return future
+
+    def telemetry(self) -> "Telemetry":
+        """The transfers that finished since the last call, oldest first, as
+        ``Telemetry(records=[TransferRecord, ...], dropped=n)``: ``dropped``
+        counts the records a full ring lost meanwhile. Empty unless the
+        transport was made with ``telemetry=True``. Times are
+        ``time.monotonic()`` seconds."""
+        records, dropped = self._telemetry()
+        return Telemetry([TransferRecord(*r) for r in records], dropped)
 
     def close(self) -> None:
         """Releases every transfer, peer and registration. Idempotent."""

@@ -28,6 +28,7 @@
 #include "kvxfer/loopback.h"
 #include "kvxfer/metrics.h"
 #include "kvxfer/status.h"
+#include "kvxfer/telemetry.h"
 #include "kvxfer/transport.h"
 #include "log_bridge.h"
 #include "py_transport.h"
@@ -259,8 +260,8 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(py::init([](std::string agent_name, py::handle view, std::string config_json,
                        std::vector<std::string> backends, int num_threads, bool progress_thread,
                        int strike_limit, double stall_timeout,
-                       std::map<std::string, std::string> engine_config,
-                       int latency_sample_every) {
+                       std::map<std::string, std::string> engine_config, int latency_sample_every,
+                       bool telemetry, std::size_t telemetry_capacity) {
              sync_log_level();
              Options options;
              options.config_json = std::move(config_json);
@@ -271,12 +272,15 @@ PYBIND11_MODULE(_kvxfer, m) {
              options.stall_timeout = stall_timeout_ms(stall_timeout);
              options.engine_config = std::move(engine_config);
              options.latency_sample_every = latency_sample_every;
+             options.telemetry = telemetry;
+             options.telemetry_capacity = telemetry_capacity;
              return std::make_unique<PyTransport>(std::move(agent_name), view, std::move(options));
            }),
            py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_json"),
            py::arg("backends"), py::arg("num_threads"), py::arg("progress_thread"),
            py::arg("strike_limit"), py::arg("stall_timeout"), py::arg("engine_config"),
-           py::arg("latency_sample_every") = 16)
+           py::arg("latency_sample_every") = 16, py::arg("telemetry") = false,
+           py::arg("telemetry_capacity") = 4096)
       .def_property_readonly("available",
                              [](PyTransport& self) {
                                py::gil_scoped_release nogil;
@@ -404,6 +408,29 @@ PYBIND11_MODULE(_kvxfer, m) {
           },
           "A snapshot of the transport's counters, gauges and latency histograms as dicts\n"
           "(see kvxfer.metrics for them on a prometheus_client registry).")
+      .def(
+          "_telemetry",
+          [](PyTransport& self) {
+            Telemetry taken;
+            {
+              py::gil_scoped_release nogil;
+              taken = self.get().telemetry();
+            }
+            // Times as seconds on time.monotonic()'s clock (CLOCK_MONOTONIC,
+            // steady_clock's on Linux).
+            auto seconds = [](std::chrono::steady_clock::time_point t) {
+              return std::chrono::duration<double>(t.time_since_epoch()).count();
+            };
+            py::list records(taken.records.size());
+            for (std::size_t i = 0; i < taken.records.size(); ++i) {
+              const TransferRecord& r = taken.records[i];
+              records[i] = py::make_tuple(r.id, r.peer, std::string(op_name(r.op)), r.blocks,
+                                          r.bytes, seconds(r.posted), seconds(r.completed),
+                                          std::string(result_name(r.result)), r.lane);
+            }
+            return py::make_tuple(records, taken.dropped);
+          },
+          "(records as tuples, dropped): see kvxfer.Transport.telemetry().")
       .def(
           "prometheus_text",
           [](PyTransport& self) {
