@@ -8,6 +8,33 @@
 namespace kvxfer::internal {
 namespace {
 
+Ticks read_ticks() noexcept {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return 0;
+#endif
+}
+
+// A TSC reading with a steady_clock reading either side of it; the
+// tightest of a few tries, so a preemption between the reads is not kept.
+TickAnchor bracketed(bool tsc) noexcept {
+  TickAnchor best;
+  auto best_width = std::chrono::steady_clock::duration::max();
+  for (int i = 0; i < 8; ++i) {
+    const auto before = std::chrono::steady_clock::now();
+    const Ticks t = tsc ? read_ticks() : 0;
+    const auto after = std::chrono::steady_clock::now();
+    if (after - before < best_width) {
+      best_width = after - before;
+      best.ticks = t;
+      best.steady = before + (after - before) / 2;
+    }
+    if (best_width < std::chrono::nanoseconds(200)) break;
+  }
+  return best;
+}
+
 TickCalibration calibrate() {
   TickCalibration c;
   c.steady0 = std::chrono::steady_clock::now();
@@ -20,20 +47,20 @@ TickCalibration calibrate() {
   std::string source;
   std::ifstream("/sys/devices/system/clocksource/clocksource0/current_clocksource") >> source;
   if (source != "tsc") return c;
-  // The rate over 2 ms of steady_clock: a 40 ns read at each end is an
-  // error of 0.004%.
-  const auto s0 = std::chrono::steady_clock::now();
-  const Ticks t0 = __rdtsc();
-  auto s1 = s0;
-  while (s1 - s0 < std::chrono::milliseconds(2)) s1 = std::chrono::steady_clock::now();
-  const Ticks t1 = __rdtsc();
-  if (t1 <= t0) return c;
+  // The rate over 2 ms between two tight brackets; tick_anchor() and
+  // to_steady() refine it over the process's life.
+  const TickAnchor a = bracketed(true);
+  while (std::chrono::steady_clock::now() - a.steady < std::chrono::milliseconds(2)) {
+  }
+  const TickAnchor b = bracketed(true);
+  if (b.ticks <= a.ticks || b.steady <= a.steady) return c;
   c.tsc = true;
   c.ns_per_tick =
-      static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(s1 - s0).count()) /
-      static_cast<double>(t1 - t0);
-  c.steady0 = s1;
-  c.ticks0 = t1;
+      static_cast<double>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(b.steady - a.steady).count()) /
+      static_cast<double>(b.ticks - a.ticks);
+  c.steady0 = a.steady;
+  c.ticks0 = a.ticks;
 #endif
   return c;
 }
@@ -41,5 +68,30 @@ TickCalibration calibrate() {
 }  // namespace
 
 const TickCalibration g_tick_calibration = calibrate();
+
+TickAnchor tick_anchor() noexcept {
+  if (g_tick_calibration.tsc) return bracketed(true);
+  TickAnchor now;
+  now.steady = std::chrono::steady_clock::now();
+  now.ticks = static_cast<Ticks>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.steady.time_since_epoch()).count());
+  return now;
+}
+
+std::chrono::steady_clock::time_point to_steady(Ticks t, const TickAnchor& now) noexcept {
+  const TickCalibration& c = g_tick_calibration;
+  if (!c.tsc) return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(t));
+  // The rate since load, once that span is long enough to beat the 2 ms
+  // calibration.
+  double ns_per_tick = c.ns_per_tick;
+  const auto span = now.steady - c.steady0;
+  if (span > std::chrono::milliseconds(100) && now.ticks > c.ticks0) {
+    ns_per_tick =
+        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(span).count()) /
+        static_cast<double>(now.ticks - c.ticks0);
+  }
+  const double back = (static_cast<double>(now.ticks) - static_cast<double>(t)) * ns_per_tick;
+  return now.steady - std::chrono::nanoseconds(std::llround(back));
+}
 
 }  // namespace kvxfer::internal

@@ -44,11 +44,19 @@ extern const TickCalibration g_tick_calibration;
                                     g_tick_calibration.ns_per_tick);
 }
 
-// A tick reading as a steady_clock time (the stall rule, telemetry records).
-[[nodiscard]] inline std::chrono::steady_clock::time_point to_steady(Ticks t) noexcept {
-  const TickCalibration& c = g_tick_calibration;
-  const double ns = (static_cast<double>(t) - static_cast<double>(c.ticks0)) * c.ns_per_tick;
-  return c.steady0 + std::chrono::nanoseconds(std::llround(ns));
-}
+// The same instant on both clocks, read as close together as a few tries
+// allow (a preempted read is retried).
+struct TickAnchor {
+  Ticks ticks = 0;
+  std::chrono::steady_clock::time_point steady;
+};
+[[nodiscard]] TickAnchor tick_anchor() noexcept;
+
+// A tick reading as a steady_clock time (telemetry records), counted back
+// from `now`, a fresh anchor, at the rate measured from load until `now`:
+// a recent reading is off by its age times the rate's small error, never
+// by the error accumulated since load.
+[[nodiscard]] std::chrono::steady_clock::time_point to_steady(Ticks t,
+                                                              const TickAnchor& now) noexcept;
 
 }  // namespace kvxfer::internal

@@ -49,6 +49,7 @@ class TelemetryRing {
   Telemetry take() {
     Telemetry out;
     out.records.reserve(size_);
+    const TickAnchor now = tick_anchor();
     for (std::size_t i = 0; i < size_; ++i) {
       RingRecord& r = slots_[(head_ + i) % slots_.size()];
       TransferRecord& t = out.records.emplace_back();
@@ -57,8 +58,8 @@ class TelemetryRing {
       t.op = r.op;
       t.blocks = r.blocks;
       t.bytes = r.bytes;
-      t.posted = to_steady(r.posted);
-      t.completed = to_steady(r.completed);
+      t.posted = to_steady(r.posted, now);
+      t.completed = to_steady(r.completed, now);
       t.result = r.result;
       t.lane = r.lane;
       r.peer.reset();

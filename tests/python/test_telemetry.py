@@ -38,7 +38,10 @@ def test_records_match_the_transfers_made(make_agent):
         assert r.peer == "b"
         assert r.result == "done"
         assert r.lane == ""
-        assert before <= r.posted <= r.completed <= after
+        # On time.monotonic()'s clock: the hot path's TSC readings are
+        # converted to it within far less than this slack.
+        slack = 1e-4
+        assert before - slack <= r.posted <= r.completed <= after + slack
         if r.id == ids[3]:
             assert (r.op, r.blocks, r.bytes) == ("read", 1, 64)
         else:
