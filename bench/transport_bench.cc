@@ -246,6 +246,21 @@ void BM_WritePoll_Telemetry(benchmark::State& state) {
 }
 BENCHMARK(BM_WritePoll_Telemetry)->Arg(16);
 
+// Diagnostic: no call or transfer timed (counters only).
+void BM_WritePoll_Untimed(benchmark::State& state) {
+  kvxfer::Options options = loopback_options();
+  options.latency_sample_every = 1 << 30;
+  write_and_poll(state, false, options);
+}
+BENCHMARK(BM_WritePoll_Untimed)->Arg(16);
+// Diagnostic: every call and transfer timed.
+void BM_WritePoll_AllTimed(benchmark::State& state) {
+  kvxfer::Options options = loopback_options();
+  options.latency_sample_every = 1;
+  write_and_poll(state, false, options);
+}
+BENCHMARK(BM_WritePoll_AllTimed)->Arg(16);
+
 // The int32 overload: the core widens the indices into a reused buffer.
 void BM_WritePoll_Int32(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));

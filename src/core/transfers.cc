@@ -3,13 +3,13 @@
 // the peers) and cancel. write and poll are the hot path: nothing here
 // allocates per block.
 // May touch the engine interface and src/common/.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "common/log.h"
 #include "core/transport_state.h"
@@ -212,8 +212,8 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
   e.handle = handle;
   e.op = op;
   e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
-  e.timed_from = started;
-  e.recorded_from = telemetry_ ? (started != 0 ? started : ticks_now()) : 0;
+  e.timed = started != 0;
+  e.started = started != 0 || !telemetry_ ? started : ticks_now();
   if (policy_.watches_stalls()) e.posted = coarse_now();
   link(peer, &e);
   return id;
@@ -227,9 +227,9 @@ void TransportState::count_finished(Inflight& e, bool done, Ticks& timed_now) {
     peer_ops.bytes_done += e.bytes;
     ++ops_[op].transfers_done;
     ops_[op].bytes_done += e.bytes;
-    if (e.timed_from != 0) {
+    if (e.timed) {
       if (timed_now == 0) timed_now = ticks_now();
-      latency_[op].record_serialized(ticks_to_ns(e.timed_from, timed_now));
+      latency_[op].record_serialized(ticks_to_ns(e.started, timed_now));
     }
   } else {
     ++peer_ops.transfers_failed;
@@ -246,7 +246,7 @@ void TransportState::record_into_ring(const Inflight& e, TransferResult result, 
   r.op = e.op;
   r.blocks = e.bytes / region_.block_len;
   r.bytes = e.bytes;
-  r.posted = e.recorded_from;
+  r.posted = e.started;
   r.completed = now;
   r.result = result;
   r.lane = e.peer->lane;

@@ -53,16 +53,16 @@ struct Inflight {
   XferHandle handle = 0;
   std::uint64_t bytes = 0;
   Op op = Op::kWrite;
-  // Coarse; set only while the stall rule is on.
-  std::chrono::steady_clock::time_point posted;
-  // When the call that posted it began, on the hot path's clock, if its
-  // latency is sampled; else 0.
-  Ticks timed_from = 0;
-  // When the posting call began, with telemetry on; else 0.
-  Ticks recorded_from = 0;
   // Set once the transfer has counted against its peer, so a check that
   // keeps failing charges the peer once, not once per poll.
   bool struck = false;
+  // Whether its latency is sampled (counted in the latency histogram).
+  bool timed = false;
+  // Coarse; set only while the stall rule is on.
+  std::chrono::steady_clock::time_point posted;
+  // When the call that posted it began, on the hot path's clock, if it is
+  // timed or telemetry is on; else 0.
+  Ticks started = 0;
   Inflight* prev = nullptr;
   Inflight* next = nullptr;
 };
