@@ -285,12 +285,6 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
     if (state == Status::kSuccess) {
       out.done.push_back(e->id);
       peer->succeeded_in_batch = true;
-      ++peer->counters.transfers_done;
-      peer->counters.bytes_done += e->bytes;
-      if (e->op == Op::kRead) {
-        ++peer->counters.reads_done;
-        peer->counters.read_bytes_done += e->bytes;
-      }
       count_finished(*e, /*done=*/true, timed_now);
       scratch_finished_.push_back(e);
     } else if (state == Status::kInProgress) {
@@ -298,7 +292,6 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
       policy_.check_stall(peer->standing, peer->id, e->id, e->posted, now);
     } else {
       out.failed.push_back(e->id);
-      ++peer->counters.transfers_failed;
       count_finished(*e, /*done=*/false, timed_now);
       if (!e->struck) scratch_failures_.emplace_back(peer, state, engine_->detail(e->handle));
       scratch_finished_.push_back(e);

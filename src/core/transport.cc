@@ -6,6 +6,8 @@
 #include "kvxfer/transport.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,9 +17,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "common/host.h"
 #include "common/log.h"
@@ -192,6 +191,14 @@ Stats TransportState::stats() const {
   s.engine_counters = engine_->counters();
   for (const auto& [id, peer] : peers_) {
     PeerStats p = peer->counters;
+    for (const OpCounters& op : peer->ops) {
+      p.transfers_done += op.transfers_done;
+      p.transfers_failed += op.transfers_failed;
+      p.bytes_done += op.bytes_done;
+    }
+    const OpCounters& reads = peer->ops[static_cast<std::size_t>(Op::kRead)];
+    p.reads_done = reads.transfers_done;
+    p.read_bytes_done = reads.bytes_done;
     p.inflight = peer->inflight;
     p.strikes = peer->standing.strikes;
     p.fault = peer->standing.fault;

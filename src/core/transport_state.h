@@ -69,17 +69,20 @@ struct Inflight {
 
 // One published registration of a peer.
 struct Peer {
-  std::string id;
-  PeerHandle handle = 0;
-  std::uint64_t num_blocks = 0;
-  std::uint64_t block_len = 0;
-  Standing standing;  // strikes and fault: judged by PeerPolicy only
+  // What every post and poll touches, first (fewest cache lines).
   Inflight* head = nullptr;
   Inflight* tail = nullptr;
   std::uint64_t inflight = 0;
+  PeerHandle handle = 0;
   bool succeeded_in_batch = false;
-  PeerStats counters;
-  std::array<OpCounters, kNumTransferOps> ops{};  // metrics, by op
+  // Transfers done and failed by op: stats()' transfers_done, bytes_done,
+  // reads_done... are sums of these.
+  std::array<OpCounters, kNumTransferOps> ops{};
+  Standing standing;  // strikes and fault: judged by PeerPolicy only
+  std::string id;
+  std::uint64_t num_blocks = 0;
+  std::uint64_t block_len = 0;
+  PeerStats counters;  // peer_id, num_blocks and post_failures
   // Telemetry: the id every record of this peer shares, and its lane.
   std::shared_ptr<const std::string> shared_id;
   const char* lane = "";
