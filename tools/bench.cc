@@ -168,7 +168,55 @@ class Bench {
   [[nodiscard]] const std::vector<Metrics>& metrics() const { return metrics_; }
 
  private:
-  Options transport_options() const { return bench_transport_options(args_); }
+  Options transport_options(std::uint64_t transfers = 0) const {
+    Options options = bench_transport_options(args_);
+    if (args_.telemetry) {
+      options.telemetry = true;
+      options.telemetry_capacity = std::clamp<std::uint64_t>(transfers, 1, kMaxTelemetryCapacity);
+    }
+    return options;
+  }
+
+  // The transport's own account of a case (its metrics, and its telemetry
+  // with --telemetry) must agree with what poll() told us: `done` and
+  // `failed` transfers of `bytes_each`.
+  void check_counts(CaseResult& result, Transport& transport, std::uint64_t done,
+                    std::uint64_t failed, std::uint64_t bytes_each) {
+    if (!result.error.empty()) return;  // transfers may still be in flight
+    const auto op = static_cast<std::size_t>(reading() ? TransferOp::kRead : TransferOp::kWrite);
+    const OpCounters c = transport.metrics().ops[op];
+    if (c.transfers_done != done || c.transfers_failed != failed ||
+        c.bytes_done != done * bytes_each) {
+      result.error = fmt::format(
+          "the transport's metrics count {} done ({} bytes) and {} failed; poll() reported {} "
+          "done ({} bytes) and {} failed",
+          c.transfers_done, c.bytes_done, c.transfers_failed, done, done * bytes_each, failed);
+      return;
+    }
+    if (!args_.telemetry) return;
+    const Telemetry t = transport.telemetry();
+    std::uint64_t done_records = 0;
+    std::uint64_t failed_records = 0;
+    std::uint64_t other = 0;
+    for (const TransferRecord& r : t.records) {
+      const bool ours = r.peer == kPeer && static_cast<std::size_t>(r.op) == op &&
+                        r.bytes == bytes_each && r.completed >= r.posted;
+      if (ours && r.result == TransferResult::kDone) {
+        ++done_records;
+      } else if (ours && r.result == TransferResult::kFailed) {
+        ++failed_records;
+      } else {
+        ++other;
+      }
+    }
+    result.telemetry_records = t.records.size();
+    if (t.dropped != 0 || done_records != done || failed_records != failed || other != 0) {
+      result.error = fmt::format(
+          "telemetry holds {} done and {} failed records ({} others, {} dropped); poll() "
+          "reported {} done and {} failed",
+          done_records, failed_records, other, t.dropped, done, failed);
+    }
+  }
 
   [[nodiscard]] bool reading() const { return args_.op == "read"; }
 
@@ -182,13 +230,13 @@ class Bench {
   }
 
   // Opens the target's region and registers both sides; times both.
-  std::unique_ptr<Transport> connect(CaseResult& result) {
+  std::unique_ptr<Transport> connect(CaseResult& result, std::uint64_t transfers = 0) {
     const CaseSpec& spec = result.spec;
     const TargetGeometry& g = target_.open(spec.block_len, args_.region, fingerprint_);
     const auto t0 = Clock::now();
     auto transport = std::make_unique<Transport>(
         fmt::format("bench-initiator-{}-{}", ::getpid(), spec.name),
-        Region{source().data(), result.num_blocks, spec.block_len}, transport_options());
+        Region{source().data(), result.num_blocks, spec.block_len}, transport_options(transfers));
     const auto t1 = Clock::now();
     transport->add_remote_peer(kPeer, g.metadata, g.base, g.num_blocks, g.block_len);
     const auto t2 = Clock::now();
@@ -250,7 +298,7 @@ class Bench {
     // Reads bring the target's blocks into ours: ours start with another
     // pattern, so a block no read reached never passes for one it did.
     fill(source(), spec.block_len, result.num_blocks, reading() ? ~seed : seed);
-    auto transport = connect(result);
+    auto transport = connect(result, writes + static_cast<std::uint64_t>(spec.depth));  // + warm-up
     if (reading()) target_.fill(seed);
     // Transfer w: a WRITE of our schedule.local(w) into the target's
     // schedule.remote(w), or a READ the other way round, so that the blocks
@@ -370,6 +418,10 @@ class Bench {
     call_us.resize(next);
     result.write_call = Timing::of(std::move(call_us));
     result.poll_call = poll_us.timing();
+
+    // Warm-up transfers all ended done (else it threw).
+    check_counts(result, *transport, std::min(depth, writes) + done - result.failed_transfers,
+                 result.failed_transfers, write_bytes);
 
     const Landed landed =
         landed_blocks(schedule, result.num_blocks, std::span(posted).first(next), completed);

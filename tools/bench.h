@@ -31,6 +31,9 @@ struct BenchArgs {
   std::uint64_t region = 1ull << 30;  // per side
   std::string json_path;
   std::string metrics_path;  // the initiators' metrics, Prometheus text
+  // Options::telemetry on the initiator: every transfer's record, checked
+  // against what the bench saw poll() report.
+  bool telemetry = false;
   std::string plot_path;
   bool quiet = false;
   std::string peer;  // HOST:PORT of a listening target; "" spawns one here
@@ -94,8 +97,9 @@ struct CaseResult {
   std::uint64_t verify_sampled = 0;
   std::uint64_t verify_good = 0;
   std::uint64_t verify_bad = 0;
-  std::uint64_t verify_raced = 0;  // written blocks left out: landing order unknown
-  bool handles_released = false;   // live handles all zero after close()
+  std::uint64_t verify_raced = 0;       // written blocks left out: landing order unknown
+  bool handles_released = false;        // live handles all zero after close()
+  std::uint64_t telemetry_records = 0;  // --telemetry: records checked
   // Cores' worth of CPU other processes used while the case ran: on a
   // shared machine, how far to trust its ratios.
   double others_cores = 0;

@@ -200,6 +200,9 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   bench_cmd->add_option("--json", bench.json_path, "write every figure to FILE");
+  bench_cmd->add_flag("--telemetry", bench.telemetry,
+                      "record every transfer (Options::telemetry) and check the records "
+                      "against the transfers poll() reported");
   bench_cmd->add_option("--metrics", bench.metrics_path,
                         "write the initiator's metrics (Prometheus text) to FILE at the end");
   bench_cmd->add_option("--plot", bench.plot_path, "draw GB/s per case to FILE.png (gnuplot)");

@@ -146,6 +146,7 @@ void write_json(const BenchReport& report, const std::string& path) {
           {"bad", c.verify_bad},
           {"raced_left_out", c.verify_raced}}},
         {"handles_released_after_close", c.handles_released},
+        {"telemetry_records", c.telemetry_records},
         {"others_cores", c.others_cores},
         {"loadavg_1min", c.loadavg},
     };

@@ -1,13 +1,15 @@
 # `kvxfer bench` end to end, small: every case against a spawned target over
 # shared memory, with the JSON record (and the plot when gnuplot is there)
 # checked for a verified result per case, and the initiators' metrics
-# (--metrics) checked for every case's transfers.
+# (--metrics) checked for every case's transfers. With --telemetry the
+# bench itself fails a case whose metrics or telemetry records disagree
+# with what poll() reported.
 #   cmake -DKVXFER=path/to/kvxfer -DWORK_DIR=dir -P bench_smoke.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(args bench --region 64M --total 16M --reg-reps 5 --verify-blocks 512
   --perftest-timeout 20 --quiet --json "${WORK_DIR}/bench.json"
-  --metrics "${WORK_DIR}/metrics.prom")
+  --metrics "${WORK_DIR}/metrics.prom" --telemetry)
 find_program(GNUPLOT gnuplot)
 if(GNUPLOT)
   list(APPEND args --plot "${WORK_DIR}/bench.png")
@@ -47,5 +49,17 @@ foreach(line "# TYPE kvxfer_transfer_latency_seconds histogram"
   string(FIND "${prom}" "${line}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "metrics.prom: no \"${line}\"")
+  endif()
+endforeach()
+
+# --telemetry: every throughput case checked its records.
+file(READ "${WORK_DIR}/bench.json" bench_json)
+string(JSON ncases LENGTH "${bench_json}" cases)
+math(EXPR last "${ncases} - 1")
+foreach(i RANGE ${last})
+  string(JSON name GET "${bench_json}" cases ${i} case)
+  string(JSON records GET "${bench_json}" cases ${i} telemetry_records)
+  if(NOT name STREQUAL "reg" AND records EQUAL 0)
+    message(FATAL_ERROR "case ${name}: no telemetry records checked")
   endif()
 endforeach()
