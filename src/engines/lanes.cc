@@ -51,7 +51,10 @@ class Lanes final : public Engine {
         // Same-host writes need shared memory allowed on both sides; ours is
         // our UCX_TLS, the peer's is its blob's flag.
         accepts_cma_(tls_allows(ucx_.tls(), {"sm", "shm", "cma"})),
-        blob_(make_blob()) {}
+        blob_(make_blob()) {
+    cma_.set_map_peer_pools(ucx_.cma_map() != ucx::PoolMapping::kOff,
+                            ucx_.cma_map() == ucx::PoolMapping::kPopulate);
+  }
   ~Lanes() override { shutdown(); }
   Lanes(const Lanes&) = delete;
   Lanes& operator=(const Lanes&) = delete;

@@ -5,13 +5,19 @@
 // are decoded like any other peer bytes: bounds-checked, versioned, and
 // refused unless they describe a pool that fits the address space.
 //
-// Layout (little-endian), version 1, exactly kCookieLen bytes:
+// Layout (little-endian), version 2, exactly kCookieLen bytes:
 //   u64 epoch | u32 magic "KVXC" | u16 version | u16 zero
 //   | u64 pool base | u64 num_blocks | u64 block_len
+//   | u32 pool fd | u32 zero | u64 pool offset
 // The epoch comes first and stays there in every version: peers read only
 // those 8 bytes before every chunk they copy (read_cookie), and a retired
 // page reads epoch 0. The epoch is random and nonzero; the pool is
 // non-empty and ends inside the 64-bit address space (common/region.h).
+// Pool fd and offset (version 2): the target's descriptor of the memfd its
+// pool lies in (a kvxfer::SharedPool) and where in it, for a same-host peer
+// to duplicate and map; kNoPoolFd (and offset 0) when the pool is other
+// memory. They are the target's word only: a peer maps the fd only after
+// checking it against the target's own mappings (cma_mapping.h).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +29,11 @@
 namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kCookieMagic = 0x4358564b;  // "KVXC" as bytes
-inline constexpr std::uint16_t kCookieVersion = 1;
-inline constexpr std::size_t kCookieLen = 40;
+inline constexpr std::uint16_t kCookieVersion = 2;
+inline constexpr std::size_t kCookieLen = 56;
+inline constexpr std::uint32_t kNoPoolFd = 0xffffffff;
+// The largest descriptor number a declaration may name (a Linux fd is an int).
+inline constexpr std::uint32_t kMaxPoolFd = 0x7fffffff;
 // Where the epoch lies in the declaration, and how long it is.
 inline constexpr std::size_t kCookieEpochAt = 0;
 inline constexpr std::size_t kCookieEpochLen = sizeof(std::uint64_t);
@@ -34,6 +43,8 @@ struct CookieDeclaration {
   std::uint64_t base_addr = 0;
   std::uint64_t num_blocks = 0;
   std::uint64_t block_len = 0;
+  std::uint32_t pool_fd = kNoPoolFd;  // at most kMaxPoolFd, or kNoPoolFd
+  std::uint64_t pool_offset = 0;      // 0 when pool_fd is kNoPoolFd
 };
 
 // Writes a declaration in place at `out` (kCookieLen bytes).
@@ -46,10 +57,14 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   w.u64(d.base_addr);
   w.u64(d.num_blocks);
   w.u64(d.block_len);
+  w.u32(d.pool_fd);
+  w.u32(0);
+  w.u64(d.pool_offset);
 }
 
-// False unless `bytes` is exactly one well-formed version-1 declaration with
-// a nonzero epoch and a valid pool (non-empty, no overflow of base + size).
+// False unless `bytes` is exactly one well-formed version-2 declaration with
+// a nonzero epoch, a valid pool (non-empty, no overflow of base + size), and
+// either no pool fd (offset 0) or an fd number of at most kMaxPoolFd.
 // On failure *out is left alone.
 [[nodiscard]] inline bool decode_cookie(std::span<const std::uint8_t> bytes,
                                         CookieDeclaration* out) {
@@ -62,15 +77,21 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   const auto base = in.u64();
   const auto num_blocks = in.u64();
   const auto block_len = in.u64();
+  const auto pool_fd = in.u32();
+  const auto reserved2 = in.u32();
+  const auto pool_offset = in.u64();
   if (!in.ok() || !in.at_end() || *magic != kCookieMagic || *version != kCookieVersion ||
-      *reserved != 0) {
+      *reserved != 0 || *reserved2 != 0) {
     return false;
   }
   if (*epoch == 0 || !internal::region_is_valid(*base, *num_blocks, *block_len)) return false;
+  if (*pool_fd == kNoPoolFd ? *pool_offset != 0 : *pool_fd > kMaxPoolFd) return false;
   out->epoch = *epoch;
   out->base_addr = *base;
   out->num_blocks = *num_blocks;
   out->block_len = *block_len;
+  out->pool_fd = *pool_fd;
+  out->pool_offset = *pool_offset;
   return true;
 }
 

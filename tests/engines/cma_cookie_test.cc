@@ -145,7 +145,8 @@ TEST_F(CookieTest, BytesThatDoNotDecodeAreNotACookie) {
   };
   const std::vector<std::pair<const char*, std::vector<std::uint8_t>>> cases = {
       {"magic", patched(8, 'X')},
-      {"version", patched(12, 2)},
+      {"version", patched(12, 3)},
+      {"an offset without a pool fd", patched(48, 1)},
       {"reserved", patched(14, 1)},
       {"no blocks", encoded(wire::CookieDeclaration{kEpoch, base_, 0, kBlockLen})},
       {"pool past the top",

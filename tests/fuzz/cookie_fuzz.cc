@@ -1,7 +1,8 @@
 // Fuzz target for the same-host cookie's declaration (wire/cookie.h), the
 // bytes a peer reads from a target's cookie page at connect. Accepted:
 // exactly one well-formed declaration (nonzero epoch, a non-empty pool that
-// ends inside the address space), which re-encodes to the same bytes.
+// ends inside the address space, no pool fd or one that is an int), which
+// re-encodes to the same bytes.
 // Refused: anything else, and then the output is left alone. A crash, an
 // over-read or a mismatch is a bug.
 #include <cstdlib>
@@ -15,11 +16,12 @@ namespace kvxfer::fuzz {
 
 bool accepts(std::span<const std::uint8_t> input) {
   using namespace wire;
-  const CookieDeclaration sentinel{1, 2, 3, 4};
+  const CookieDeclaration sentinel{1, 2, 3, 4, 5, 6};
   CookieDeclaration d = sentinel;
   if (!decode_cookie(input, &d)) {
     if (d.epoch != sentinel.epoch || d.base_addr != sentinel.base_addr ||
-        d.num_blocks != sentinel.num_blocks || d.block_len != sentinel.block_len) {
+        d.num_blocks != sentinel.num_blocks || d.block_len != sentinel.block_len ||
+        d.pool_fd != sentinel.pool_fd || d.pool_offset != sentinel.pool_offset) {
       std::abort();
     }
     return false;
@@ -28,6 +30,8 @@ bool accepts(std::span<const std::uint8_t> input) {
       !internal::region_is_valid(d.base_addr, d.num_blocks, d.block_len)) {
     std::abort();
   }
+  // A descriptor is an int, and there is no offset without one.
+  if (d.pool_fd == kNoPoolFd ? d.pool_offset != 0 : d.pool_fd > kMaxPoolFd) std::abort();
   // The epoch read_cookie reads alone is the declaration's.
   if (load_le<std::uint64_t>(input.data() + kCookieEpochAt) != d.epoch) std::abort();
   std::uint8_t again[kCookieLen];

@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "kvxfer/shared_pool.h"
 
 namespace kvxfer::it {
 
@@ -88,22 +91,31 @@ inline constexpr std::uint8_t kGuardByte = 0xA5;
 
 // Page-aligned, zeroed, every page touched; unmapped on destruction. With
 // `guard_len` > 0 the same mapping continues past the pool with that many
-// bytes of kGuardByte, which are not part of the pool.
+// bytes of kGuardByte, which are not part of the pool. With `shared`, the
+// mapping is a kvxfer::SharedPool (same-host peers map it), guard included.
 class MappedPool {
  public:
-  MappedPool(std::uint64_t num_blocks, std::uint64_t block_len, std::uint64_t guard_len = 0)
+  MappedPool(std::uint64_t num_blocks, std::uint64_t block_len, std::uint64_t guard_len = 0,
+             bool shared = false)
       : num_blocks_(num_blocks),
         block_len_(block_len),
         len_(num_blocks * block_len),
         guard_len_(guard_len) {
-    void* p = ::mmap(nullptr, len_ + guard_len_, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("mmap of the pool failed");
-    base_ = static_cast<std::uint8_t*>(p);
+    if (shared) {
+      shared_ = std::make_unique<SharedPool>(len_ + guard_len_);
+      base_ = static_cast<std::uint8_t*>(shared_->data());
+    } else {
+      void* p = ::mmap(nullptr, len_ + guard_len_, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::runtime_error("mmap of the pool failed");
+      base_ = static_cast<std::uint8_t*>(p);
+    }
     std::memset(base_, 0, len_);
     std::memset(base_ + len_, kGuardByte, guard_len_);
   }
-  ~MappedPool() { ::munmap(base_, len_ + guard_len_); }
+  ~MappedPool() {
+    if (!shared_) ::munmap(base_, len_ + guard_len_);
+  }
   MappedPool(const MappedPool&) = delete;
   MappedPool& operator=(const MappedPool&) = delete;
 
@@ -138,6 +150,7 @@ class MappedPool {
   std::uint64_t block_len_;
   std::uint64_t len_;
   std::uint64_t guard_len_;
+  std::unique_ptr<SharedPool> shared_;
   std::uint8_t* base_ = nullptr;
 };
 

@@ -40,6 +40,9 @@ struct TargetOptions {
   // Bytes of kGuardByte mapped right after the pool, not registered
   // (--guard-bytes; the "guard" command checks them).
   std::uint64_t guard_bytes = 0;
+  // The pool is a kvxfer::SharedPool (--shared-pool): same-host initiators
+  // map it and copy with memcpy.
+  bool shared_pool = false;
   // Network namespace to run in (`ip netns exec NETNS ...`, which execs, so
   // pid() is still the target's own pid); empty: this one.
   std::string netns;
@@ -138,6 +141,7 @@ class TargetProcess {
       args.emplace_back(std::to_string(options_.guard_bytes));
     }
     if (options_.poll_loop) args.emplace_back("--poll-loop");
+    if (options_.shared_pool) args.emplace_back("--shared-pool");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

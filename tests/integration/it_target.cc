@@ -2,12 +2,15 @@
 //
 //   kvxfer_it_target --name N --blocks B --block-len L --tls T [--no-progress-thread]
 //                    [--poll-loop] [--config KEY=VALUE]... [--guard-bytes G]
+//                    [--shared-pool]
 //
 // --config adds an engine_config entry (e.g. NET_DEVICES=kvx0 on a netns host).
 // --poll-loop: a thread calls poll() in a loop for as long as the transport
 // is open, as an owner without a progress thread does.
 // --guard-bytes maps G bytes of it_pool.h's kGuardByte right after the pool,
 // in the same mapping but not registered (see the "guard" command).
+// --shared-pool: the pool (and guard) is a kvxfer::SharedPool, which
+// same-host initiators map.
 // Registers a zeroed pool of B blocks of L bytes with a UCX transport (UCX
 // TLS = T), prints "ready <base> <num_blocks> <block_len> <metadata hex>",
 // then reads commands from stdin, answering each with one line:
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
   std::string tls = "sm,self";
   bool progress_thread = true;
   std::uint64_t guard_bytes = 0;
+  bool shared_pool = false;
   bool poll_loop = false;
   std::map<std::string, std::string> engine_config;
   for (int i = 1; i < argc; ++i) {
@@ -147,6 +151,8 @@ int main(int argc, char** argv) {
       engine_config[kv.substr(0, eq)] = kv.substr(eq + 1);
     } else if (arg == "--guard-bytes") {
       guard_bytes = std::stoull(value());
+    } else if (arg == "--shared-pool") {
+      shared_pool = true;
     } else if (arg == "--no-progress-thread") {
       progress_thread = false;
     } else if (arg == "--poll-loop") {
@@ -157,7 +163,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  kvxfer::it::MappedPool pool(num_blocks, block_len, guard_bytes);
+  kvxfer::it::MappedPool pool(num_blocks, block_len, guard_bytes, shared_pool);
   kvxfer::Options options;
   options.backends = {"UCX"};
   options.progress_thread = progress_thread;

@@ -5,6 +5,8 @@
 //  - indices the caller changes while write_blocks reads them;
 //  - metadata whose base or geometry is not what the target registered;
 //  - copies still running when the peer is removed.
+// The first and last also with the target's pool in a SharedPool, which the
+// initiator maps and copies into with memcpy.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -48,12 +50,19 @@ Transport make_initiator(MappedPool& pool, const std::string& name = "initiator"
 }
 
 TargetOptions guarded_target(std::uint64_t num_blocks, std::uint64_t block_len,
-                             std::uint64_t guard_bytes) {
+                             std::uint64_t guard_bytes, bool shared_pool = false) {
   TargetOptions t;
   t.num_blocks = num_blocks;
   t.block_len = block_len;
   t.guard_bytes = guard_bytes;
+  t.shared_pool = shared_pool;
   return t;
+}
+
+std::uint64_t mapped_peers(const Transport& transport) {
+  const auto counters = transport.stats().engine_counters;
+  const auto it = counters.find("cma_mapped_peers");
+  return it == counters.end() ? 0 : it->second;
 }
 
 // Polls `peer_id` until nothing of it is in flight (or 30 s pass).
@@ -90,16 +99,18 @@ void hold(std::uint64_t k) {
 // One thread flips the last remote index between a valid block and one past
 // the pool while this one loops write_blocks: every write is refused (the
 // caller's mistake) or posts the indices that were checked.
-TEST(SameHostIntegrityTest, RemoteIndexChangedDuringWritesNeverWritesPastThePool) {
-  if (kThreadSanitizer) GTEST_SKIP() << "the test races index reads on purpose";
+// With `shared`, the target's pool (guard included) is a SharedPool that the
+// initiator maps: the guard then lies in the very file it maps from.
+void remote_index_changed_during_writes(bool shared) {
   constexpr std::uint64_t kBlocks = 64;
   constexpr std::uint64_t kBlockLen = 4096;
   constexpr std::uint64_t kGuardBlocks = 8;
-  TargetProcess target(guarded_target(kBlocks, kBlockLen, kGuardBlocks * kBlockLen));
+  TargetProcess target(guarded_target(kBlocks, kBlockLen, kGuardBlocks * kBlockLen, shared));
   MappedPool pool(kBlocks, kBlockLen);
   Transport initiator = make_initiator(pool);
   initiator.add_remote_peer("t", target.metadata(), target.base_addr(), target.num_blocks(),
                             target.block_len());
+  EXPECT_EQ(mapped_peers(initiator), shared ? 1u : 0u);
 
   constexpr std::size_t kPerWrite = 16;
   std::vector<std::int64_t> local(kPerWrite);
@@ -147,6 +158,16 @@ TEST(SameHostIntegrityTest, RemoteIndexChangedDuringWritesNeverWritesPastThePool
       << posted << " writes posted, " << refused << " refused";
   EXPECT_EQ(not_posted, 0u);
   EXPECT_GT(cma_writes(initiator), 0u) << "the writes did not take the same-host lane";
+}
+
+TEST(SameHostIntegrityTest, RemoteIndexChangedDuringWritesNeverWritesPastThePool) {
+  if (kThreadSanitizer) GTEST_SKIP() << "the test races index reads on purpose";
+  remote_index_changed_during_writes(false);
+}
+
+TEST(SameHostIntegrityTest, RemoteIndexChangedDuringWritesNeverWritesPastAMappedPool) {
+  if (kThreadSanitizer) GTEST_SKIP() << "the test races index reads on purpose";
+  remote_index_changed_during_writes(true);
 }
 
 // ---------------------------------------------------------------------------
@@ -308,13 +329,14 @@ TEST_F(ForgedMetadataTest, ACookieForgedInsideThePoolIsRefused) {
 // generations), so a copy still running or started later would land bytes
 // the target never held before the removal: its pool must not change
 // between two snapshots, and no block may hold either new generation.
-TEST(SameHostIntegrityTest, NoByteLandsAfterRemoveReturns) {
+void no_byte_lands_after_remove_returns(bool shared) {
   constexpr std::uint64_t kBlocks = 64;
   constexpr std::uint64_t kBlockLen = 1024 * 1024;
-  TargetProcess target(guarded_target(kBlocks, kBlockLen, kBlockLen));
+  TargetProcess target(guarded_target(kBlocks, kBlockLen, kBlockLen, shared));
   MappedPool pool(kBlocks, kBlockLen);
   Transport initiator = make_initiator(pool);
   initiator.add_remote_peer("t", target.metadata(), target.base_addr(), kBlocks, kBlockLen);
+  EXPECT_EQ(mapped_peers(initiator), shared ? 1u : 0u);
 
   std::vector<std::int64_t> all(kBlocks);
   for (std::uint64_t i = 0; i < kBlocks; ++i) all[i] = static_cast<std::int64_t>(i);
@@ -344,6 +366,15 @@ TEST(SameHostIntegrityTest, NoByteLandsAfterRemoveReturns) {
     }
   }
   EXPECT_EQ(target.request("guard"), "guard ok");
+}
+
+TEST(SameHostIntegrityTest, NoByteLandsAfterRemoveReturns) {
+  no_byte_lands_after_remove_returns(false);
+}
+
+// The mapping outlives nothing: once remove returns, no copy goes through it.
+TEST(SameHostIntegrityTest, NoByteLandsInAMappedPoolAfterRemoveReturns) {
+  no_byte_lands_after_remove_returns(true);
 }
 
 }  // namespace

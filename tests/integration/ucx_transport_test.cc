@@ -1,5 +1,7 @@
 // Real WRITEs between processes through the public Transport API and the UCX
-// engine, over shared memory (UCX_TLS=sm,self) and over TCP (UCX_TLS=tcp).
+// engine, over shared memory (UCX_TLS=sm,self) and over TCP (UCX_TLS=tcp),
+// and over shared memory into targets whose pool is a kvxfer::SharedPool
+// (mapped by the initiator: "shared").
 // Every target is a kvxfer_it_target process that checks the bytes itself.
 #include <gtest/gtest.h>
 
@@ -101,7 +103,10 @@ struct Teardown {
 
 class UcxTransportTest : public ::testing::TestWithParam<std::string> {
  protected:
-  [[nodiscard]] std::string tls() const { return GetParam(); }
+  // "shared": over shared memory, into targets whose pool is a SharedPool,
+  // which the initiator maps (the same-host lane's memcpy path).
+  [[nodiscard]] bool shared() const { return GetParam() == "shared"; }
+  [[nodiscard]] std::string tls() const { return shared() ? "sm,self" : GetParam(); }
 
   TargetOptions target(std::string name, std::uint64_t num_blocks, std::uint64_t block_len) const {
     TargetOptions t;
@@ -109,6 +114,7 @@ class UcxTransportTest : public ::testing::TestWithParam<std::string> {
     t.num_blocks = num_blocks;
     t.block_len = block_len;
     t.tls = tls();
+    t.shared_pool = shared();
     return t;
   }
 
@@ -119,6 +125,10 @@ class UcxTransportTest : public ::testing::TestWithParam<std::string> {
     TargetProcess t(target("target", num_blocks, block_len));
     Initiator a(tls(), num_blocks, block_len);
     a.add("t", t);
+    const auto counters = a.transport().stats().engine_counters;
+    EXPECT_EQ(counters.contains("cma_mapped_peers") ? counters.at("cma_mapped_peers") : 0,
+              shared() ? 1u : 0u)
+        << "the target's pool was " << (shared() ? "not " : "") << "mapped";
     std::mt19937_64 rng(42);
     for (int round = 0; round < rounds; ++round) {
       const auto local = random_sample(rng, num_blocks, batch);
@@ -385,9 +395,9 @@ TEST_P(UcxTransportTest, EveryHandleIsGivenBackWhenPeersAreRemoved) {
   EXPECT_EQ(live.requests, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("sm,self", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("sm,self", "tcp", "shared"),
                          [](const ::testing::TestParamInfo<std::string>& tls) {
-                           return tls.param == "tcp" ? std::string("tcp") : std::string("sm");
+                           return tls.param == "sm,self" ? std::string("sm") : tls.param;
                          });
 
 }  // namespace

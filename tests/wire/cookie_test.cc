@@ -1,7 +1,7 @@
 // The same-host cookie's declaration (wire/cookie.h): round trip, golden
 // bytes, the epoch as the first 8 bytes, and hostile bytes (truncated,
 // extended, wrong magic, version or reserved word, zero epoch, an empty or
-// overflowing pool) refused.
+// overflowing pool, a pool fd past an int or an offset without one) refused.
 #include "wire/cookie.h"
 
 #include <gtest/gtest.h>
@@ -38,16 +38,42 @@ TEST(Cookie, RoundTrips) {
     EXPECT_EQ(out.base_addr, in.base_addr);
     EXPECT_EQ(out.num_blocks, in.num_blocks);
     EXPECT_EQ(out.block_len, in.block_len);
+    EXPECT_EQ(out.pool_fd, kNoPoolFd);
+    EXPECT_EQ(out.pool_offset, 0u);
   }
+}
+
+TEST(Cookie, APoolDescriptorAndOffsetRoundTrip) {
+  for (const auto& [fd, offset] :
+       {std::pair<std::uint32_t, std::uint64_t>{0, 0}, {3, 4100}, {kMaxPoolFd, kMax}}) {
+    CookieDeclaration in = kGood;
+    in.pool_fd = fd;
+    in.pool_offset = offset;
+    CookieDeclaration out;
+    ASSERT_TRUE(decode_cookie(bytes_of(in), &out));
+    EXPECT_EQ(out.pool_fd, fd);
+    EXPECT_EQ(out.pool_offset, offset);
+  }
+}
+
+TEST(Cookie, RefusesADescriptorPastAnIntAndAnOffsetWithoutADescriptor) {
+  CookieDeclaration d = kGood;
+  d.pool_fd = kMaxPoolFd + 1;
+  EXPECT_FALSE(decodes(bytes_of(d)));
+  d.pool_fd = kNoPoolFd;
+  d.pool_offset = 4096;
+  EXPECT_FALSE(decodes(bytes_of(d)));
 }
 
 TEST(Cookie, LayoutIsLittleEndianWithTheEpochFirstAndMagicKVXC) {
   const std::vector<std::uint8_t> expected = {
       0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // epoch
-      'K',  'V',  'X',  'C',  1,    0,    0,    0,     // magic, version 1, zero
+      'K',  'V',  'X',  'C',  2,    0,    0,    0,     // magic, version 2, zero
       0x00, 0x00, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00,  // pool base
       16,   0,    0,    0,    0,    0,    0,    0,     // num_blocks
       0x00, 0x10, 0,    0,    0,    0,    0,    0,     // block_len
+      0xff, 0xff, 0xff, 0xff, 0,    0,    0,    0,     // no pool fd, zero
+      0,    0,    0,    0,    0,    0,    0,    0,     // pool offset
   };
   EXPECT_EQ(bytes_of(kGood), expected);
   EXPECT_EQ(kCookieLen, expected.size());
@@ -77,7 +103,15 @@ TEST(Cookie, RefusesWrongMagicVersionOrReservedWord) {
     bytes[at] ^= 0x01;
     EXPECT_FALSE(decodes(bytes)) << "byte " << at;
   }
-  for (const std::uint8_t version : {0, 2, 0xff}) {
+  // The second reserved word.
+  for (std::size_t at = 44; at < 48; ++at) {
+    auto bytes = bytes_of(kGood);
+    bytes[at] ^= 0x01;
+    EXPECT_FALSE(decodes(bytes)) << "byte " << at;
+  }
+  // Version 1 (no pool fd) is no longer read: every peer of a release
+  // writes version 2.
+  for (const std::uint8_t version : {0, 1, 3, 0xff}) {
     auto bytes = bytes_of(kGood);
     bytes[12] = version;
     EXPECT_FALSE(decodes(bytes)) << "version " << int{version};

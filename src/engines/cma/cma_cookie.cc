@@ -88,7 +88,7 @@ PidNamespace own_pid_namespace() {
   return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
 }
 
-Cookie::Cookie(const Region& pool) {
+Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_offset) {
   static_assert(wire::kCookieLen <= kPageLen && kPageLen % kAlign == 0);
   // A memfd of its own name, so that peers can tell the page from any other
   // memory of this process (check_cookie_mapping).
@@ -114,7 +114,7 @@ Cookie::Cookie(const Region& pool) {
   // The pool was checked when the transport was built (region_is_valid), so
   // what is written here decodes on the peer's side.
   wire::encode_cookie(page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base),
-                                         pool.num_blocks, pool.block_len});
+                                         pool.num_blocks, pool.block_len, pool_fd, pool_offset});
 }
 
 void Cookie::retire() {

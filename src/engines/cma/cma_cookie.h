@@ -35,7 +35,10 @@ using Declaration = wire::CookieDeclaration;
 // unmapped or cleared), no longer matches.
 class Cookie {
  public:
-  explicit Cookie(const Region& pool);
+  // `pool_fd` and `pool_offset`: where a peer can map the pool (our
+  // descriptor of its SharedPool memfd), or wire::kNoPoolFd and 0.
+  explicit Cookie(const Region& pool, std::uint32_t pool_fd = wire::kNoPoolFd,
+                  std::uint64_t pool_offset = 0);
   ~Cookie() { retire(); }
   Cookie(const Cookie&) = delete;
   Cookie& operator=(const Cookie&) = delete;

@@ -31,7 +31,10 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
     : agent_name_(std::move(agent_name)),
       region_(region),
       pidns_(own_pid_namespace()),
-      cookie_(region) {
+      pool_file_(find_shared_pool(region.base, region.num_blocks * region.block_len)),
+      cookie_(region,
+              pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoPoolFd,
+              pool_file_.fd >= 0 ? pool_file_.offset : 0) {
   // More copiers than cores would only make them take turns.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_copiers_ = std::clamp(num_threads, 1, cores);
@@ -51,6 +54,9 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
 
 CmaLane::~CmaLane() {
   stop_copiers();
+  // No peer may find our pool's descriptor named once it is closed.
+  cookie_.retire();
+  if (pool_file_.fd >= 0) ::close(pool_file_.fd);
   if (notify_rx_ >= 0) ::close(notify_rx_);
   if (notify_tx_ >= 0) ::close(notify_tx_);
 }
@@ -134,6 +140,7 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
         declared.base_addr, declared.num_blocks, declared.block_len);
     return Status::kMismatch;
   }
+  if (declared.pool_fd != wire::kNoPoolFd && map_peer_pools_) map_pool(*peer, declared);
   if (notify_fd >= 0) {
     peer->notify_fd = duplicate_notify_socket(peer->pid, notify_fd);
     // The cookie again: the descriptor is the peer's engine's only if its
@@ -149,8 +156,9 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
                  peer->agent_name, peer->pid);
     }
   }
-  log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing with process_vm_writev",
-             agent_name_, peer->agent_name, peer->pid);
+  log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing {}", agent_name_,
+             peer->agent_name, peer->pid,
+             peer->mapping.mapped() ? "into its mapped pool" : "with process_vm_writev");
   start_copiers();
   const auto handle = reinterpret_cast<PeerHandle>(peer.get());
   {
@@ -159,6 +167,27 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
   }
   *out = handle;
   return Status::kSuccess;
+}
+
+void CmaLane::map_pool(Peer& peer, const Declaration& declared) {
+  std::string why;
+  PeerPoolMapping mapping;
+  Status st = map_peer_pool(peer.pid, declared, populate_peer_pools_, &mapping, &why);
+  // The cookie again: the descriptor was the declaring engine's only if its
+  // pid was not reused meanwhile.
+  int err = 0;
+  if (st == Status::kSuccess &&
+      read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err) != Status::kSuccess) {
+    st = Status::kRemoteDisconnect;
+    why = "it went away while its pool was mapped";
+  }
+  if (st != Status::kSuccess) {
+    log().info("kvxfer UCX {}: not mapping the pool of peer {} (pid {}): {}", agent_name_,
+               peer.agent_name, peer.pid, why);
+    return;
+  }
+  peer.mapping = std::move(mapping);
+  mapped_peers_.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status CmaLane::disconnect(PeerHandle handle) {
@@ -398,6 +427,7 @@ void CmaLane::add_live(HandleCounts& counts) const {
 void CmaLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
   counters["cma_writes"] = cma_writes_.load(std::memory_order_relaxed);
   counters["cma_reads"] = cma_reads_.load(std::memory_order_relaxed);
+  counters["cma_mapped_peers"] = mapped_peers_.load(std::memory_order_relaxed);
   counters["cma_notifications_sent"] = notifications_sent_.load(std::memory_order_relaxed);
   counters["cma_notifications_received"] = notifications_received_.load(std::memory_order_relaxed);
   counters["cma_notifications_refused"] = notifications_refused_.load(std::memory_order_relaxed);
@@ -509,8 +539,13 @@ Status CmaLane::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t 
   if (st == Status::kSuccess) {
     for (std::size_t i = begin; i < end && result == Status::kSuccess; i += kMaxIov) {
       const std::size_t k = std::min(kMaxIov, end - i);
-      result = cma_copy(peer, xfer.read, {xfer.local_iov.data() + i, k},
-                        {xfer.remote_iov.data() + i, k});
+      const std::span<iovec> local(xfer.local_iov.data() + i, k);
+      const std::span<iovec> remote(xfer.remote_iov.data() + i, k);
+      if (peer.mapping.mapped()) {
+        mapped_copy(peer, xfer.read, local, remote);
+      } else {
+        result = cma_copy(peer, xfer.read, local, remote);
+      }
     }
   }
   if (st == Status::kRemoteDisconnect) result = Status::kRemoteDisconnect;
@@ -523,6 +558,19 @@ Status CmaLane::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t 
     log().warn("kvxfer UCX {}: peer {} (pid {}) is gone", agent_name_, peer.agent_name, peer.pid);
   }
   return result;
+}
+
+void CmaLane::mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
+                          std::span<const iovec> remote) {
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    std::uint8_t* theirs = peer.mapping.at(reinterpret_cast<std::uintptr_t>(remote[i].iov_base));
+    auto* ours = static_cast<std::uint8_t*>(local[i].iov_base);
+    if (read) {
+      std::memcpy(ours, theirs, local[i].iov_len);
+    } else {
+      std::memcpy(theirs, ours, local[i].iov_len);
+    }
+  }
 }
 
 Status CmaLane::cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote) {

@@ -15,6 +15,10 @@
 // (INVALID_PARAM), so nothing can be reclaimed before the worker dies.
 // process_vm_writev is as fast for large blocks, needs no progress on the
 // target, and fails with ESRCH once the peer is gone.
+//
+// A peer whose pool is a kvxfer::SharedPool offers it to be mapped
+// (cma_mapping.h); then the same chunks are copied with memcpy through the
+// mapping, with the same cookie reads around them, at memory speed.
 #pragma once
 
 #include <sys/types.h>
@@ -34,7 +38,9 @@
 #include <vector>
 
 #include "engine.h"
+#include "common/shared_pools.h"
 #include "engines/cma/cma_cookie.h"
+#include "engines/cma/cma_mapping.h"
 #include "engines/lanes.h"
 
 namespace kvxfer::internal::cma {
@@ -63,6 +69,14 @@ class CmaLane {
   // The descriptor number of our notification socket's sending end, which
   // peers on this host duplicate (pidfd_getfd) to notify us; -1 if none.
   [[nodiscard]] int notify_fd() const { return notify_tx_; }
+
+  // Whether connect() maps the pools of peers that offer them, and
+  // populates the mappings (engine_config KVXFER_CMA_MAP: on, populate,
+  // off; on by default). Set before any connect.
+  void set_map_peer_pools(bool map, bool populate) {
+    map_peer_pools_ = map;
+    populate_peer_pools_ = populate;
+  }
 
   // Reads the peer's cookie and, when its epoch matches and the pool it
   // declares is exactly `remote`'s, adds the peer (and starts the copiers).
@@ -114,6 +128,9 @@ class CmaLane {
     std::uint64_t cookie_addr = 0;
     std::uint64_t cookie_epoch = 0;
     int notify_fd = -1;         // our duplicate of its notification socket
+    // Its pool, mapped here when it is a SharedPool (copies are then
+    // memcpy); unmapped when the last transfer lets go of the peer.
+    PeerPoolMapping mapping;
     int copies = 0;             // queued or running copies; under copy_mu_
     bool disconnected = false;  // under copy_mu_
     // Set once a copy found the peer gone; read anywhere.
@@ -153,6 +170,12 @@ class CmaLane {
   Status run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end);
   // process_vm_readv (read) or process_vm_writev of matching iovec lists.
   Status cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
+  // The same through the peer's mapped pool.
+  static void mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
+                          std::span<const iovec> remote);
+  // Maps the peer's pool when it declares one we can map (cma_mapping.h);
+  // on any failure the peer is written with process_vm_writev as before.
+  void map_pool(Peer& peer, const Declaration& declared);
   Status post(bool read, PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
               std::span<const std::int64_t> remote, XferHandle* out,
               std::span<const std::uint8_t> notify);
@@ -167,7 +190,12 @@ class CmaLane {
   std::string agent_name_;
   Region region_;
   PidNamespace pidns_;
+  // Our pool's memfd when the pool is a SharedPool (fd -1 otherwise): the
+  // cookie declares it so that same-host peers can map the pool.
+  SharedPoolFile pool_file_;
   Cookie cookie_;
+  bool map_peer_pools_ = true;
+  bool populate_peer_pools_ = false;
   int num_copiers_ = 1;
 
   // Peers by handle. Connect runs on the core's registration worker while
@@ -194,6 +222,7 @@ class CmaLane {
   std::atomic<std::uint64_t> live_requests_{0};
   std::atomic<std::uint64_t> cma_writes_{0};  // running totals for counters()
   std::atomic<std::uint64_t> cma_reads_{0};
+  std::atomic<std::uint64_t> mapped_peers_{0};  // peers whose pool we mapped, ever
   std::atomic<std::uint64_t> notifications_sent_{0};
   std::atomic<std::uint64_t> notifications_received_{0};
   std::atomic<std::uint64_t> notifications_refused_{0};

@@ -79,6 +79,20 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       }
       continue;
     }
+    if (raw_key == "KVXFER_CMA_MAP") {
+      if (value == "on") {
+        out.cma_map = PoolMapping::kOn;
+      } else if (value == "populate") {
+        out.cma_map = PoolMapping::kPopulate;
+      } else if (value == "off") {
+        out.cma_map = PoolMapping::kOff;
+      } else {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_CMA_MAP={} is not one of on, populate, off",
+            value));
+      }
+      continue;
+    }
     std::string_view key = raw_key;
     if (key.starts_with("UCX_")) key.remove_prefix(4);
     out.overrides[std::string(key)] = value;

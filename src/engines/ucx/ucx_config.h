@@ -22,6 +22,8 @@ inline constexpr std::uint64_t kScatterMaxRunBytes = 64 * 1024;
 // up to 1024 runs, UCX's own headers) goes in one segment.
 inline constexpr std::uint64_t kScatterChunkBytes = 992 * 1024;
 
+enum class PoolMapping { kOff, kOn, kPopulate };
+
 struct UcxSettings {
   // Whether the context asks for UCP_FEATURE_RMA (puts). Only where an RDMA
   // device is in use, unless engine_config KVXFER_RMA=on|off says otherwise:
@@ -45,6 +47,12 @@ struct UcxSettings {
   // sent by write_blocks itself on the caller's thread (`inline`, as before
   // issue 11; also what happens without a progress thread).
   bool post_handoff = true;
+  // Whether the same-host lane maps the pools of peers that offer them (a
+  // kvxfer::SharedPool) and copies with memcpy (KVXFER_CMA_MAP=on, the
+  // default: pages fault in on their first copy; populate: every page is
+  // mapped at registration, which then takes O(pool bytes)), or always
+  // uses process_vm_writev/readv (off).
+  PoolMapping cma_map = PoolMapping::kOn;
 };
 
 // The value of an environment variable, or nullopt when it is not set.
@@ -52,7 +60,8 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 
 // Throws std::runtime_error, naming the key, for a KVXFER_SCATTER_* value
 // that is not a size or is out of range, a KVXFER_RMA value other than
-// auto, on or off, or a KVXFER_POST value other than handoff or inline.
+// auto, on or off, a KVXFER_POST value other than handoff or inline, or a
+// KVXFER_CMA_MAP value other than on, populate or off.
 [[nodiscard]] UcxSettings compute_ucx_settings(
     const std::map<std::string, std::string>& engine_config, const EnvLookup& env,
     bool has_rdma_device);
