@@ -22,6 +22,7 @@ from ._kvxfer import (
     Status,
     SupersededError,
     __version__,
+    shared_pool,
     sync_log_level,
 )
 from ._transport import (
@@ -64,5 +65,6 @@ __all__ = [
     "config_fingerprint",
     "info",
     "loopback",
+    "shared_pool",
     "sync_log_level",
 ]

@@ -9,10 +9,12 @@
 // (agent_name, geometry, fingerprint, backend) are read with the GIL held.
 #include <Python.h>
 #include <fmt/format.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -21,12 +23,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "arguments.h"
 #include "kvxfer/loopback.h"
 #include "kvxfer/metrics.h"
+#include "kvxfer/shared_pool.h"
 #include "kvxfer/status.h"
 #include "kvxfer/telemetry.h"
 #include "kvxfer/transport.h"
@@ -207,6 +211,40 @@ constexpr std::array kStatuses{
     Status::kCanceled,     Status::kStalled,
 };
 
+// A uint8 array of shape (num_blocks, block_len) over a new SharedPool,
+// which lives as long as the array (and every view of it).
+py::array shared_pool(std::int64_t num_blocks, std::int64_t block_len) {
+  if (num_blocks < 1 || block_len < 1) {
+    throw py::value_error(fmt::format("shared_pool: num_blocks ({}) and block_len ({}) must be >= 1",
+                                      num_blocks, block_len));
+  }
+  const auto blocks = static_cast<std::uint64_t>(num_blocks);
+  const auto len = static_cast<std::uint64_t>(block_len);
+  if (blocks > static_cast<std::uint64_t>(PTRDIFF_MAX) / len) {
+    throw py::value_error(fmt::format("shared_pool: {} blocks of {} bytes is too large",
+                                      num_blocks, block_len));
+  }
+  std::unique_ptr<SharedPool> pool;
+  int err = 0;
+  {
+    py::gil_scoped_release release;
+    try {
+      pool = std::make_unique<SharedPool>(blocks * len);
+    } catch (const std::system_error& e) {
+      err = e.code().value();
+    }
+  }
+  if (!pool) {
+    errno = err;
+    PyErr_SetFromErrno(PyExc_OSError);
+    throw py::error_already_set();
+  }
+  void* data = pool->data();
+  py::capsule owner(pool.release(), [](void* p) { delete static_cast<SharedPool*>(p); });
+  return py::array_t<std::uint8_t>({num_blocks, block_len}, {block_len, std::int64_t{1}},
+                                   static_cast<std::uint8_t*>(data), owner);
+}
+
 }  // namespace
 }  // namespace kvxfer::python
 
@@ -219,6 +257,12 @@ PYBIND11_MODULE(_kvxfer, m) {
   m.attr("__version__") = std::string(version().substr(version().find(' ') + 1));
   m.def("library_path", &library_path,
         "The file the C++ library was loaded from (see kvxfer.info()).");
+  m.def("shared_pool", &shared_pool, py::arg("num_blocks"), py::arg("block_len"),
+        "A zeroed uint8 array of shape (num_blocks, block_len) in shared memory (a\n"
+        "kvxfer::SharedPool). Register it as a Transport's pool, and peers on this\n"
+        "host map it and copy with memcpy instead of process_vm_writev/readv.\n"
+        "Raises ValueError for a size below 1 or too large, OSError when the memory\n"
+        "cannot be had.");
 
   py::enum_<Status> status(m, "Status", "kvxfer status codes (mirrors the NIXL status set).");
   for (const Status s : kStatuses) status.value(std::string(status_name(s)).c_str(), s);

@@ -18,14 +18,19 @@ def destinations(seed: int) -> np.ndarray:
     return HALF + np.random.default_rng(seed + 1000).permutation(HALF)
 
 
-def run(name: str, seed: int, peer_seed: int, conn, engine_config: dict) -> None:
+def run(name: str, seed: int, peer_seed: int, conn, engine_config: dict, shared: bool = False) -> None:
     """Writes its source blocks into the peer's upper half, then checks what
     the peer wrote into its own, then reads the peer's source blocks back
-    into its upper half. Reports ("ok", detail) or ("error", detail)."""
+    into its upper half. Reports ("ok", detail) or ("error", detail).
+    With `shared`, both pools are kvxfer.shared_pool arrays, which a peer on
+    this host maps (its stats then count one mapped peer)."""
     try:
         import kvxfer
 
-        pool = np.zeros((NUM_BLOCKS, BLOCK_LEN), np.uint8)
+        if shared:
+            pool = kvxfer.shared_pool(NUM_BLOCKS, BLOCK_LEN)
+        else:
+            pool = np.zeros((NUM_BLOCKS, BLOCK_LEN), np.uint8)
         pool[:HALF] = source_blocks(seed)
         with kvxfer.Transport(
             name, memoryview(pool), backends=["UCX"], engine_config=engine_config
@@ -33,6 +38,11 @@ def run(name: str, seed: int, peer_seed: int, conn, engine_config: dict) -> None
             conn.send((t.get_agent_metadata(), t.base_addr, t.num_blocks, t.block_len))
             metadata, base_addr, num_blocks, block_len = conn.recv()
             t.add_remote_peer("peer", metadata, base_addr, num_blocks, block_len)
+            mapped = t.stats()["engine_counters"].get("cma_mapped_peers", 0)
+            if shared and "tcp" not in engine_config.get("TLS", ""):
+                assert mapped == 1, f"the peer's shared pool was not mapped ({mapped})"
+            elif not shared:
+                assert mapped == 0, f"a private pool was mapped ({mapped})"
 
             dest = destinations(seed)
             # Two writes: an int64 array and an int32 one, both read in place.

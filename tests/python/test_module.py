@@ -199,3 +199,28 @@ def test_python_m_kvxfer_info_prints_the_same_lines():
 def test_python_m_kvxfer_without_info_is_a_usage_error():
     done = subprocess.run([sys.executable, "-m", "kvxfer"], capture_output=True, text=True)
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_shared_pool_is_a_zeroed_writable_uint8_array_of_the_asked_shape():
+    pool = kvxfer.shared_pool(8, 4096)
+    assert pool.shape == (8, 4096)
+    assert pool.dtype == np.uint8
+    assert pool.flags.c_contiguous and pool.flags.writeable
+    assert not pool.any()
+    pool[7, 4095] = 200
+    view = pool[7]
+    del pool  # the view keeps the memory alive
+    assert view[4095] == 200
+
+
+@pytest.mark.parametrize("num_blocks,block_len", [(0, 4096), (4, 0), (-1, 64), (2**62, 2**62)])
+def test_shared_pool_refuses_impossible_sizes(num_blocks, block_len):
+    with pytest.raises(ValueError):
+        kvxfer.shared_pool(num_blocks, block_len)
+
+
+def test_a_transport_registers_a_shared_pool_as_its_pool():
+    pool = kvxfer.shared_pool(4, 256)
+    with kvxfer.Transport("shared-0", memoryview(pool), backends=["LOOPBACK"]) as t:
+        assert t.base_addr == pool.ctypes.data
+        assert (t.num_blocks, t.block_len) == (4, 256)

@@ -1,5 +1,6 @@
 """Two real processes write numpy-backed pools into each other over UCX, then
-read each other's blocks back."""
+read each other's blocks back; and the same with kvxfer.shared_pool pools,
+which same-host peers map."""
 
 import multiprocessing
 import os
@@ -22,7 +23,8 @@ def ucx_unavailable_reason():
         return f"kvxfer reports the UCX engine unavailable: {exc}"
 
 
-def test_two_processes_write_each_others_pools_over_ucx():
+@pytest.mark.parametrize("shared", [False, True], ids=["numpy", "shared_pool"])
+def test_two_processes_write_each_others_pools_over_ucx(shared):
     reason = ucx_unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -31,7 +33,7 @@ def test_two_processes_write_each_others_pools_over_ucx():
     procs = [
         ctx.Process(
             target=_ucx_peer.run,
-            args=(f"ucx-agent-{i}", 10 + i, 10 + (1 - i), ends[i][1], ENGINE_CONFIG),
+            args=(f"ucx-agent-{i}", 10 + i, 10 + (1 - i), ends[i][1], ENGINE_CONFIG, shared),
             daemon=True,
         )
         for i in range(2)
