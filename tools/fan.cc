@@ -490,6 +490,7 @@ void write_rows_json(const std::vector<FanRow>& rows, const FanParams& p, const 
                     {"batch", p.batch},
                     {"depth", p.depth},
                     {"poll_wait", p.wait.name()},
+                    {"pool", shared_pools_requested() ? "shared" : "private"},
                     {"total_bytes", p.total},
                     {"region_bytes", p.region},
                     {"runs", out}};

@@ -22,6 +22,7 @@
 #include "machine.h"
 #include "notify_bench.h"
 #include "pattern.h"
+#include "pool.h"
 #include "peers_bench.h"
 #include "pool.h"
 #include "startup.h"
@@ -234,6 +235,13 @@ int main(int argc, char** argv) {
                    "after an empty poll: spin, yield, or sleep:MICROSECONDS")
       ->capture_default_str();
   bench_cmd->add_flag("--no-perftest", no_perftest, "skip the ucx_perftest baseline");
+  std::string pool_kind = "private";
+  bench_cmd
+      ->add_option("--pool", pool_kind,
+                   "pools of every side: private (anonymous memory) or shared "
+                   "(kvxfer::SharedPool, which same-host peers map and copy into with memcpy)")
+      ->check(CLI::IsMember({"private", "shared"}))
+      ->capture_default_str();
   bench_cmd
       ->add_option(
           "--targets", bench.targets,
@@ -331,6 +339,9 @@ int main(int argc, char** argv) {
         bench.engine[item.substr(0, eq)] = item.substr(eq + 1);
       }
       bench.progress_thread = !no_progress_thread;
+      // Through the environment, so that every target and initiator the
+      // bench starts makes the same kind of pool (tools/pool.h).
+      ::setenv(kPoolEnv, pool_kind.c_str(), 1);
       bench.perftest = !no_perftest;
       bench.raw_tcp = !no_raw_tcp;
       if (poll_wait.rfind("sleep:", 0) == 0) {

@@ -11,6 +11,7 @@
 
 #include "kvxfer/transport.h"
 #include "machine.h"
+#include "pool.h"
 #include "subprocess.h"
 
 namespace kvxfer::tools {
@@ -224,6 +225,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"engine_config", a.engine},
         {"poll_wait", a.poll_wait},
         {"poll_sleep_us", a.poll_sleep_us},
+        {"pool", shared_pools_requested() ? "shared" : "private"},
         {"seed", a.seed},
         {"verify_blocks", a.verify_blocks},
         {"reg_reps", a.reg_reps}}},
