@@ -8,16 +8,19 @@
 // Layout (little-endian), version 2, exactly kCookieLen bytes:
 //   u64 epoch | u32 magic "KVXC" | u16 version | u16 zero
 //   | u64 pool base | u64 num_blocks | u64 block_len
-//   | u32 pool fd | u32 zero | u64 pool offset
+//   | u32 pool fd | u32 cookie fd | u64 pool offset
 // The epoch comes first and stays there in every version: peers read only
 // those 8 bytes before every chunk they copy (read_cookie), and a retired
 // page reads epoch 0. The epoch is random and nonzero; the pool is
 // non-empty and ends inside the 64-bit address space (common/region.h).
 // Pool fd and offset (version 2): the target's descriptor of the memfd its
 // pool lies in (a kvxfer::SharedPool) and where in it, for a same-host peer
-// to duplicate and map; kNoPoolFd (and offset 0) when the pool is other
-// memory. They are the target's word only: a peer maps the fd only after
-// checking it against the target's own mappings (cma_mapping.h).
+// to duplicate and map; kNoFd (and offset 0) when the pool is other
+// memory. Cookie fd: the descriptor of this page's own memfd (kNoFd:
+// none), which a peer that mapped the pool maps too, to read the epoch
+// before each chunk without a system call. Both are the target's word
+// only: a peer maps a descriptor only after checking it against the
+// target's own mappings (cma_mapping.h).
 #pragma once
 
 #include <cstdint>
@@ -31,9 +34,10 @@ namespace kvxfer::wire {
 inline constexpr std::uint32_t kCookieMagic = 0x4358564b;  // "KVXC" as bytes
 inline constexpr std::uint16_t kCookieVersion = 2;
 inline constexpr std::size_t kCookieLen = 56;
-inline constexpr std::uint32_t kNoPoolFd = 0xffffffff;
+// No descriptor (pool fd, cookie fd).
+inline constexpr std::uint32_t kNoFd = 0xffffffff;
 // The largest descriptor number a declaration may name (a Linux fd is an int).
-inline constexpr std::uint32_t kMaxPoolFd = 0x7fffffff;
+inline constexpr std::uint32_t kMaxFd = 0x7fffffff;
 // Where the epoch lies in the declaration, and how long it is.
 inline constexpr std::size_t kCookieEpochAt = 0;
 inline constexpr std::size_t kCookieEpochLen = sizeof(std::uint64_t);
@@ -43,8 +47,9 @@ struct CookieDeclaration {
   std::uint64_t base_addr = 0;
   std::uint64_t num_blocks = 0;
   std::uint64_t block_len = 0;
-  std::uint32_t pool_fd = kNoPoolFd;  // at most kMaxPoolFd, or kNoPoolFd
-  std::uint64_t pool_offset = 0;      // 0 when pool_fd is kNoPoolFd
+  std::uint32_t pool_fd = kNoFd;    // at most kMaxFd, or kNoFd
+  std::uint64_t pool_offset = 0;    // 0 when pool_fd is kNoFd
+  std::uint32_t cookie_fd = kNoFd;  // at most kMaxFd, or kNoFd
 };
 
 // Writes a declaration in place at `out` (kCookieLen bytes).
@@ -58,13 +63,14 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   w.u64(d.num_blocks);
   w.u64(d.block_len);
   w.u32(d.pool_fd);
-  w.u32(0);
+  w.u32(d.cookie_fd);
   w.u64(d.pool_offset);
 }
 
 // False unless `bytes` is exactly one well-formed version-2 declaration with
 // a nonzero epoch, a valid pool (non-empty, no overflow of base + size), and
-// either no pool fd (offset 0) or an fd number of at most kMaxPoolFd.
+// either no pool fd (offset 0) or an fd number of at most kMaxFd, and a
+// cookie fd of at most kMaxFd or none.
 // On failure *out is left alone.
 [[nodiscard]] inline bool decode_cookie(std::span<const std::uint8_t> bytes,
                                         CookieDeclaration* out) {
@@ -78,20 +84,22 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   const auto num_blocks = in.u64();
   const auto block_len = in.u64();
   const auto pool_fd = in.u32();
-  const auto reserved2 = in.u32();
+  const auto cookie_fd = in.u32();
   const auto pool_offset = in.u64();
   if (!in.ok() || !in.at_end() || *magic != kCookieMagic || *version != kCookieVersion ||
-      *reserved != 0 || *reserved2 != 0) {
+      *reserved != 0) {
     return false;
   }
   if (*epoch == 0 || !internal::region_is_valid(*base, *num_blocks, *block_len)) return false;
-  if (*pool_fd == kNoPoolFd ? *pool_offset != 0 : *pool_fd > kMaxPoolFd) return false;
+  if (*pool_fd == kNoFd ? *pool_offset != 0 : *pool_fd > kMaxFd) return false;
+  if (*cookie_fd != kNoFd && *cookie_fd > kMaxFd) return false;
   out->epoch = *epoch;
   out->base_addr = *base;
   out->num_blocks = *num_blocks;
   out->block_len = *block_len;
   out->pool_fd = *pool_fd;
   out->pool_offset = *pool_offset;
+  out->cookie_fd = *cookie_fd;
   return true;
 }
 

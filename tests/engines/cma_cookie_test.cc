@@ -4,6 +4,7 @@
 // cookie's and its bytes decode; a retired page means the target went away.
 #include "engines/cma/cma_cookie.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -80,9 +81,27 @@ class CookieTest : public ::testing::Test {
 TEST_F(CookieTest, ThePageHoldsTheDeclarationInTheWireFormat) {
   Cookie cookie(region_);
   const auto* page = reinterpret_cast<const std::uint8_t*>(cookie.addr());
+  ASSERT_GE(cookie.fd(), 0);
   EXPECT_EQ(std::vector<std::uint8_t>(page, page + wire::kCookieLen),
-            encoded(wire::CookieDeclaration{cookie.epoch(), base_, kBlocks, kBlockLen}));
+            encoded(wire::CookieDeclaration{cookie.epoch(), base_, kBlocks, kBlockLen, wire::kNoFd,
+                                            0, static_cast<std::uint32_t>(cookie.fd())}));
   EXPECT_NE(cookie.epoch(), 0u);
+}
+
+// The descriptor the page declares is its own memfd, sealed at one page, so
+// that a peer's mapping of it can never fault; retiring closes it.
+TEST_F(CookieTest, TheDeclaredDescriptorIsThePagesSealedMemfd) {
+  Cookie cookie(region_);
+  const int fd = cookie.fd();
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK, 0);
+  EXPECT_NE(::ftruncate(fd, 0), 0);
+  void* view = ::mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  EXPECT_EQ(std::memcmp(view, reinterpret_cast<const void*>(cookie.addr()), wire::kCookieLen), 0);
+  ::munmap(view, 4096);
+  cookie.retire();
+  EXPECT_EQ(cookie.fd(), -1);
 }
 
 TEST_F(CookieTest, APeerReadsBackTheEpochAndThePool) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/shared_pools.h"
+#include "engines/cma/cma_cookie.h"
 #include "engines/cma/cma_lane.h"
 #include "kvxfer/shared_pool.h"
 
@@ -53,7 +54,7 @@ struct Published {
 };
 
 Status try_map(const Declaration& d, PeerPoolMapping* out, std::string* why) {
-  return map_peer_pool(::getpid(), d, false, out, why);
+  return map_peer_pool(::getpid(), d, 0, false, out, why);
 }
 
 TEST(PeerPoolMapping, ASharedPoolIsMappedAndItsBytesAreThePools) {
@@ -79,9 +80,9 @@ TEST(PeerPoolMapping, APopulatedMappingHoldsThePoolsBytesToo) {
   Published published(pool);
   PeerPoolMapping mapping;
   std::string why;
-  ASSERT_EQ(
-      map_peer_pool(::getpid(), declare(pool.data(), published.file.fd, 0), true, &mapping, &why),
-      Status::kSuccess)
+  ASSERT_EQ(map_peer_pool(::getpid(), declare(pool.data(), published.file.fd, 0), 0, true, &mapping,
+                          &why),
+            Status::kSuccess)
       << why;
   const auto base = reinterpret_cast<std::uintptr_t>(pool.data());
   EXPECT_EQ(*mapping.at(base + kPoolBytes / 2), 0x3c);
@@ -188,6 +189,49 @@ TEST(PeerPoolMapping, ADescriptorThatIsNotOpenIsRefused) {
   std::string why;
   EXPECT_EQ(try_map(declare(pool.data(), 1 << 20, 0), &mapping, &why), Status::kNotAllowed);
   EXPECT_FALSE(mapping.mapped());
+}
+
+// A real cookie over a SharedPool declares both descriptors: the pool and
+// the cookie page are mapped, and the mapped page shows the epoch, then 0
+// once the cookie is retired.
+TEST(PeerPoolMapping, TheCookiePageIsMappedWithThePoolAndShowsItsRetirement) {
+  SharedPool pool(kPoolBytes);
+  Published published(pool);
+  Cookie cookie(Region{pool.data(), kBlocks, kBlockLen},
+                static_cast<std::uint32_t>(published.file.fd), 0);
+  Declaration declared;
+  int err = 0;
+  ASSERT_EQ(read_declaration(::getpid(), cookie.addr(), &declared, &err), Status::kSuccess);
+  ASSERT_NE(declared.cookie_fd, wire::kNoFd);
+  PeerPoolMapping mapping;
+  std::string why;
+  ASSERT_EQ(map_peer_pool(::getpid(), declared, cookie.addr(), false, &mapping, &why),
+            Status::kSuccess)
+      << why;
+  ASSERT_TRUE(mapping.cookie_mapped()) << why;
+  EXPECT_EQ(mapping.cookie_epoch(), cookie.epoch());
+  cookie.retire();
+  EXPECT_EQ(mapping.cookie_epoch(), 0u);
+}
+
+// A cookie descriptor that names another file (here the pool's) maps the
+// pool alone; the lane then reads the epoch through the pid.
+TEST(PeerPoolMapping, ACookieDescriptorThatIsNotTheCookiePageIsNotMapped) {
+  SharedPool pool(kPoolBytes);
+  Published published(pool);
+  Cookie cookie(Region{pool.data(), kBlocks, kBlockLen},
+                static_cast<std::uint32_t>(published.file.fd), 0);
+  Declaration declared;
+  int err = 0;
+  ASSERT_EQ(read_declaration(::getpid(), cookie.addr(), &declared, &err), Status::kSuccess);
+  declared.cookie_fd = declared.pool_fd;
+  PeerPoolMapping mapping;
+  std::string why;
+  ASSERT_EQ(map_peer_pool(::getpid(), declared, cookie.addr(), false, &mapping, &why),
+            Status::kSuccess);
+  EXPECT_TRUE(mapping.mapped());
+  EXPECT_FALSE(mapping.cookie_mapped());
+  EXPECT_NE(why.find("cookie"), std::string::npos) << why;
 }
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Fuzz target for the same-host cookie's declaration (wire/cookie.h), the
 // bytes a peer reads from a target's cookie page at connect. Accepted:
 // exactly one well-formed declaration (nonzero epoch, a non-empty pool that
-// ends inside the address space, no pool fd or one that is an int), which
+// ends inside the address space, no pool fd or one that is an int, the same
+// for the cookie fd), which
 // re-encodes to the same bytes.
 // Refused: anything else, and then the output is left alone. A crash, an
 // over-read or a mismatch is a bug.
@@ -16,12 +17,13 @@ namespace kvxfer::fuzz {
 
 bool accepts(std::span<const std::uint8_t> input) {
   using namespace wire;
-  const CookieDeclaration sentinel{1, 2, 3, 4, 5, 6};
+  const CookieDeclaration sentinel{1, 2, 3, 4, 5, 6, 7};
   CookieDeclaration d = sentinel;
   if (!decode_cookie(input, &d)) {
     if (d.epoch != sentinel.epoch || d.base_addr != sentinel.base_addr ||
         d.num_blocks != sentinel.num_blocks || d.block_len != sentinel.block_len ||
-        d.pool_fd != sentinel.pool_fd || d.pool_offset != sentinel.pool_offset) {
+        d.pool_fd != sentinel.pool_fd || d.pool_offset != sentinel.pool_offset ||
+        d.cookie_fd != sentinel.cookie_fd) {
       std::abort();
     }
     return false;
@@ -31,7 +33,8 @@ bool accepts(std::span<const std::uint8_t> input) {
     std::abort();
   }
   // A descriptor is an int, and there is no offset without one.
-  if (d.pool_fd == kNoPoolFd ? d.pool_offset != 0 : d.pool_fd > kMaxPoolFd) std::abort();
+  if (d.pool_fd == kNoFd ? d.pool_offset != 0 : d.pool_fd > kMaxFd) std::abort();
+  if (d.cookie_fd != kNoFd && d.cookie_fd > kMaxFd) std::abort();
   // The epoch read_cookie reads alone is the declaration's.
   if (load_le<std::uint64_t>(input.data() + kCookieEpochAt) != d.epoch) std::abort();
   std::uint8_t again[kCookieLen];

@@ -449,12 +449,13 @@ void cookie_seeds() {
   write_seed(t, true, "valid_huge_blocks", cookie({7, 0, 1, ~0ull}));
   write_seed(t, true, "valid_pool_fd", cookie({7, 0x7f0000100000, 16, 4096, 5, 4100}));
   write_seed(t, true, "valid_pool_fd_max",
-             cookie({7, 0x7f0000100000, 16, 4096, wire::kMaxPoolFd, ~0ull}));
+             cookie({7, 0x7f0000100000, 16, 4096, wire::kMaxFd, ~0ull}));
   write_seed(t, false, "pool_fd_past_int",
-             cookie({7, 0x7f0000100000, 16, 4096, wire::kMaxPoolFd + 1, 0}));
+             cookie({7, 0x7f0000100000, 16, 4096, wire::kMaxFd + 1, 0}));
   write_seed(t, false, "offset_without_fd",
-             cookie({7, 0x7f0000100000, 16, 4096, wire::kNoPoolFd, 4096}));
-  write_seed(t, false, "reserved2_set", set_u32(valid, 44, 1));
+             cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 4096}));
+  write_seed(t, true, "valid_cookie_fd", cookie({7, 0x7f0000100000, 16, 4096, 5, 0, 6}));
+  write_seed(t, false, "cookie_fd_past_int", set_u32(valid, 44, wire::kMaxFd + 1));
   write_seed(t, false, "version_1", set_u16(valid, 12, 1));
   constexpr std::size_t kMagicAt = 8;
   constexpr std::size_t kVersionAt = 12;

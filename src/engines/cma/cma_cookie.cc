@@ -91,11 +91,14 @@ PidNamespace own_pid_namespace() {
 Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_offset) {
   static_assert(wire::kCookieLen <= kPageLen && kPageLen % kAlign == 0);
   // A memfd of its own name, so that peers can tell the page from any other
-  // memory of this process (check_cookie_mapping).
-  const int fd = ::memfd_create("kvxfer-cookie", MFD_CLOEXEC);
+  // memory of this process (check_cookie_mapping). Kept open and declared,
+  // so that a peer that maps our pool can map this page too (read-only);
+  // sealed at one page, so that its mapping can never fault (SIGBUS).
+  const int fd = ::memfd_create("kvxfer-cookie", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) throw std::runtime_error("kvxfer UCX: memfd_create of the cookie page failed");
   void* page = MAP_FAILED;
-  if (::ftruncate(fd, kPageLen) == 0) {
+  if (::ftruncate(fd, kPageLen) == 0 &&
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
     // Low in the address space when that is free, so that a peer's check
     // (check_cookie_mapping) finds it among the first lines of our maps
     // instead of after every library and pool mapped top-down: 4 GiB plus a
@@ -107,14 +110,18 @@ Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_off
       page = ::mmap(nullptr, kPageLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
   }
-  ::close(fd);
-  if (page == MAP_FAILED) throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
+  if (page == MAP_FAILED) {
+    ::close(fd);
+    throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
+  }
+  fd_ = fd;
   page_ = static_cast<std::uint8_t*>(page);
   while (epoch_ == 0) epoch_ = random_u64();
   // The pool was checked when the transport was built (region_is_valid), so
   // what is written here decodes on the peer's side.
   wire::encode_cookie(page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base),
-                                         pool.num_blocks, pool.block_len, pool_fd, pool_offset});
+                                         pool.num_blocks, pool.block_len, pool_fd, pool_offset,
+                                         static_cast<std::uint32_t>(fd_)});
 }
 
 void Cookie::retire() {
@@ -134,6 +141,10 @@ void Cookie::retire() {
   }
   ::munmap(page_, kPageLen);
   page_ = nullptr;
+  // Peers that mapped the page keep it (reading epoch 0); none can map it
+  // anew.
+  ::close(fd_);
+  fd_ = -1;
 }
 
 Status read_cookie(pid_t pid, std::uint64_t addr, std::uint64_t epoch, int* err) {

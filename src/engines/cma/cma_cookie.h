@@ -36,8 +36,8 @@ using Declaration = wire::CookieDeclaration;
 class Cookie {
  public:
   // `pool_fd` and `pool_offset`: where a peer can map the pool (our
-  // descriptor of its SharedPool memfd), or wire::kNoPoolFd and 0.
-  explicit Cookie(const Region& pool, std::uint32_t pool_fd = wire::kNoPoolFd,
+  // descriptor of its SharedPool memfd), or wire::kNoFd and 0.
+  explicit Cookie(const Region& pool, std::uint32_t pool_fd = wire::kNoFd,
                   std::uint64_t pool_offset = 0);
   ~Cookie() { retire(); }
   Cookie(const Cookie&) = delete;
@@ -45,6 +45,8 @@ class Cookie {
 
   [[nodiscard]] std::uint64_t addr() const { return reinterpret_cast<std::uintptr_t>(page_); }
   [[nodiscard]] std::uint64_t epoch() const { return epoch_; }
+  // The page's memfd, which the page declares (-1 once retired).
+  [[nodiscard]] int fd() const { return fd_; }
 
   void retire();
 
@@ -55,6 +57,7 @@ class Cookie {
  private:
   static constexpr std::size_t kPageLen = 4096;
   std::uint8_t* page_ = nullptr;
+  int fd_ = -1;  // the page's memfd, declared for peers to map
   std::uint64_t epoch_ = 0;
 };
 

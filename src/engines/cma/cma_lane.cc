@@ -33,7 +33,7 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
       pidns_(own_pid_namespace()),
       pool_file_(find_shared_pool(region.base, region.num_blocks * region.block_len)),
       cookie_(region,
-              pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoPoolFd,
+              pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
               pool_file_.fd >= 0 ? pool_file_.offset : 0) {
   // More copiers than cores would only make them take turns.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -140,7 +140,7 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
         declared.base_addr, declared.num_blocks, declared.block_len);
     return Status::kMismatch;
   }
-  if (declared.pool_fd != wire::kNoPoolFd && map_peer_pools_) map_pool(*peer, declared);
+  if (declared.pool_fd != wire::kNoFd && map_peer_pools_) map_pool(*peer, declared);
   if (notify_fd >= 0) {
     peer->notify_fd = duplicate_notify_socket(peer->pid, notify_fd);
     // The cookie again: the descriptor is the peer's engine's only if its
@@ -172,7 +172,8 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
 void CmaLane::map_pool(Peer& peer, const Declaration& declared) {
   std::string why;
   PeerPoolMapping mapping;
-  Status st = map_peer_pool(peer.pid, declared, populate_peer_pools_, &mapping, &why);
+  Status st =
+      map_peer_pool(peer.pid, declared, peer.cookie_addr, populate_peer_pools_, &mapping, &why);
   // The cookie again: the descriptor was the declaring engine's only if its
   // pid was not reused meanwhile.
   int err = 0;
@@ -185,6 +186,11 @@ void CmaLane::map_pool(Peer& peer, const Declaration& declared) {
     log().info("kvxfer UCX {}: not mapping the pool of peer {} (pid {}): {}", agent_name_,
                peer.agent_name, peer.pid, why);
     return;
+  }
+  if (!mapping.cookie_mapped()) {
+    log().info("kvxfer UCX {}: reading the cookie of peer {} (pid {}) with process_vm_readv: {}",
+               agent_name_, peer.agent_name, peer.pid,
+               why.empty() ? "it declares no cookie descriptor" : why);
   }
   peer.mapping = std::move(mapping);
   mapped_peers_.fetch_add(1, std::memory_order_relaxed);
@@ -529,12 +535,23 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, std::size_t m
 // with begin == end, only reads the cookie. A transfer's cookie is read
 // before each chunk, so a reused pid is never written, and once after its
 // last chunk, so a peer that died or shut its engine down during the copy
-// does not count it as landed. Returns kSuccess, kRemoteDisconnect (the peer
+// does not count it as landed. (Into a mapped pool whose cookie page is
+// mapped too, the check before a chunk is a load from that page; the one
+// after the last chunk still goes through the pid.) Returns kSuccess, kRemoteDisconnect (the peer
 // is gone), kBackend (an I/O error) or kCanceled.
 Status CmaLane::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end) {
   if (peer.gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
   int err = 0;
-  const Status st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+  Status st = Status::kSuccess;
+  if (begin < end && peer.mapping.cookie_mapped()) {
+    // Before a chunk into a mapped pool, the mapped cookie says whether the
+    // engine is still up: copies go through our mapping, not the pid, so a
+    // reused pid is no danger here, and death is checked after the last
+    // chunk, through the pid (below, begin == end).
+    if (peer.mapping.cookie_epoch() != peer.cookie_epoch) st = Status::kRemoteDisconnect;
+  } else {
+    st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+  }
   Status result = Status::kSuccess;
   if (st == Status::kSuccess) {
     for (std::size_t i = begin; i < end && result == Status::kSuccess; i += kMaxIov) {

@@ -22,7 +22,9 @@ PeerPoolMapping::PeerPoolMapping(PeerPoolMapping&& other) noexcept
     : map_(std::exchange(other.map_, nullptr)),
       map_len_(std::exchange(other.map_len_, 0)),
       pool_(std::exchange(other.pool_, nullptr)),
-      remote_base_(std::exchange(other.remote_base_, 0)) {}
+      remote_base_(std::exchange(other.remote_base_, 0)),
+      cookie_(std::exchange(other.cookie_, nullptr)),
+      cookie_len_(std::exchange(other.cookie_len_, 0)) {}
 
 PeerPoolMapping& PeerPoolMapping::operator=(PeerPoolMapping&& other) noexcept {
   if (this != &other) {
@@ -31,12 +33,17 @@ PeerPoolMapping& PeerPoolMapping::operator=(PeerPoolMapping&& other) noexcept {
     map_len_ = std::exchange(other.map_len_, 0);
     pool_ = std::exchange(other.pool_, nullptr);
     remote_base_ = std::exchange(other.remote_base_, 0);
+    cookie_ = std::exchange(other.cookie_, nullptr);
+    cookie_len_ = std::exchange(other.cookie_len_, 0);
   }
   return *this;
 }
 
 void PeerPoolMapping::reset() noexcept {
   if (map_ != nullptr) ::munmap(map_, map_len_);
+  if (cookie_ != nullptr) ::munmap(const_cast<std::uint8_t*>(cookie_), cookie_len_);
+  cookie_ = nullptr;
+  cookie_len_ = 0;
   map_ = nullptr;
   map_len_ = 0;
   pool_ = nullptr;
@@ -94,51 +101,68 @@ bool find_mapping(pid_t pid, std::uint64_t addr, MapsLine* out) {
   return found;
 }
 
-}  // namespace
-
-Status map_peer_pool(pid_t pid, const Declaration& declared, bool populate, PeerPoolMapping* out,
-                     std::string* why) {
-  const std::uint64_t bytes = declared.num_blocks * declared.block_len;  // no overflow: decoded
-  const int fd = duplicate_fd(pid, static_cast<int>(declared.pool_fd));
+// Our duplicate of descriptor `fd_number` of `pid`, once the kernel says it
+// is a sealed shmem file (so a mapping of it can never fault) that `pid`
+// maps shared at `addr`, from file offset `offset`, holding [addr, addr +
+// bytes) in one mapping. `writable`: not sealed against writes either.
+// Otherwise -1, with *st and *why saying which check failed (`what` names
+// the file in the reason).
+int checked_file(pid_t pid, std::uint32_t fd_number, std::uint64_t addr, std::uint64_t bytes,
+                 std::uint64_t offset, bool writable, const char* what, Status* st,
+                 std::string* why) {
+  const int fd = duplicate_fd(pid, static_cast<int>(fd_number));
   if (fd < 0) {
-    *why = fmt::format("its pool descriptor {} cannot be duplicated: {}", declared.pool_fd,
+    *st = Status::kNotAllowed;
+    *why = fmt::format("its {} descriptor {} cannot be duplicated: {}", what, fd_number,
                        std::strerror(errno));
-    return Status::kNotAllowed;
+    return -1;
   }
-  const auto refuse = [&](Status st, std::string reason) {
+  const auto refuse = [&](std::string reason) {
     ::close(fd);
+    *st = Status::kMismatch;
     *why = std::move(reason);
-    return st;
+    return -1;
   };
   struct statfs fs {};
-  struct stat st {};
-  if (::fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC || ::fstat(fd, &st) != 0 ||
-      !S_ISREG(st.st_mode)) {
-    return refuse(Status::kMismatch, "its pool descriptor is not a shared-memory file");
+  struct stat file {};
+  if (::fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC || ::fstat(fd, &file) != 0 ||
+      !S_ISREG(file.st_mode)) {
+    return refuse(fmt::format("its {} descriptor is not a shared-memory file", what));
   }
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return refuse(Status::kMismatch, "its pool's memfd is not sealed against shrinking");
+    return refuse(fmt::format("its {} memfd is not sealed against shrinking", what));
   }
-  if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
-    return refuse(Status::kMismatch, "its pool's memfd is sealed against writing");
+  if (writable && (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+    return refuse(fmt::format("its {} memfd is sealed against writing", what));
   }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  if (declared.pool_offset > size || bytes > size - declared.pool_offset) {
-    return refuse(Status::kMismatch,
-                  fmt::format("its pool's memfd holds {} bytes, not {} from offset {}", size, bytes,
-                              declared.pool_offset));
+  const auto size = static_cast<std::uint64_t>(file.st_size);
+  if (offset > size || bytes > size - offset) {
+    return refuse(fmt::format("its {} memfd holds {} bytes, not {} from offset {}", what, size,
+                              bytes, offset));
   }
-  // The kernel's account of the target's pool: one shared mapping of this
-  // very file, at the declared offset, holding the whole pool.
+  // The kernel's account of the target's memory: one shared mapping of
+  // this very file, at the declared offset, holding all of it.
   MapsLine m;
-  const std::uint64_t base = declared.base_addr;
-  if (!find_mapping(pid, base, &m) || base + bytes > m.end || m.perms[3] != 's' ||
-      m.inode != st.st_ino || m.dev_major != major(st.st_dev) || m.dev_minor != minor(st.st_dev) ||
-      m.offset + (base - m.start) != declared.pool_offset) {
-    return refuse(Status::kMismatch,
-                  "its pool descriptor is not the file mapped at its declared pool address");
+  if (!find_mapping(pid, addr, &m) || addr + bytes > m.end || m.perms[3] != 's' ||
+      m.inode != file.st_ino || m.dev_major != major(file.st_dev) ||
+      m.dev_minor != minor(file.st_dev) || m.offset + (addr - m.start) != offset) {
+    return refuse(
+        fmt::format("its {} descriptor is not the file mapped at its declared address", what));
   }
+  return fd;
+}
+
+}  // namespace
+
+Status map_peer_pool(pid_t pid, const Declaration& declared, std::uint64_t cookie_addr,
+                     bool populate, PeerPoolMapping* out, std::string* why) {
+  const std::uint64_t bytes = declared.num_blocks * declared.block_len;  // no overflow: decoded
+  const std::uint64_t base = declared.base_addr;
+  Status st = Status::kSuccess;
+  const int fd = checked_file(pid, declared.pool_fd, base, bytes, declared.pool_offset,
+                              /*writable=*/true, "pool", &st, why);
+  if (fd < 0) return st;
   const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   const std::uint64_t map_offset = declared.pool_offset / page * page;
   const std::uint64_t lead = declared.pool_offset - map_offset;
@@ -160,6 +184,26 @@ Status map_peer_pool(pid_t pid, const Declaration& declared, bool populate, Peer
   out->map_len_ = map_len;
   out->pool_ = static_cast<std::uint8_t*>(map) + lead;
   out->remote_base_ = base;
+
+  // The cookie page too, read-only, when it checks out: the epoch can then
+  // be read before each chunk without a system call. Without it the lane
+  // reads the epoch with process_vm_readv, as for any peer.
+  if (declared.cookie_fd != wire::kNoFd) {
+    std::string cookie_why;
+    const int cfd = checked_file(pid, declared.cookie_fd, cookie_addr, wire::kCookieLen, 0,
+                                 /*writable=*/false, "cookie", &st, &cookie_why);
+    void* cookie = MAP_FAILED;
+    if (cfd >= 0) {
+      cookie = ::mmap(nullptr, page, PROT_READ, MAP_SHARED, cfd, 0);
+      ::close(cfd);
+    }
+    if (cookie != MAP_FAILED) {
+      out->cookie_ = static_cast<const std::uint8_t*>(cookie);
+      out->cookie_len_ = page;
+    } else {
+      *why = cfd >= 0 ? "mmap of its cookie page failed" : cookie_why;
+    }
+  }
   return Status::kSuccess;
 }
 

@@ -41,26 +41,43 @@ class PeerPoolMapping {
     return pool_ + (remote_addr - remote_base_);
   }
 
+  // Whether the peer's cookie page is mapped too, and the epoch it holds
+  // now (0 once the peer's engine retired it). A dead peer's page keeps its
+  // last epoch: only a read through the peer's pid tells that it died.
+  [[nodiscard]] bool cookie_mapped() const noexcept { return cookie_ != nullptr; }
+  [[nodiscard]] std::uint64_t cookie_epoch() const noexcept {
+    // The engine clears the epoch with an atomic store (Cookie::retire);
+    // the page is little-endian like the wire format, as is every host this
+    // runs on.
+    static_assert(wire::kCookieEpochAt == 0);
+    return __atomic_load_n(reinterpret_cast<const std::uint64_t*>(cookie_), __ATOMIC_ACQUIRE);
+  }
+
   void reset() noexcept;
 
  private:
-  friend Status map_peer_pool(pid_t pid, const Declaration& declared, bool populate,
-                              PeerPoolMapping* out, std::string* why);
+  friend Status map_peer_pool(pid_t pid, const Declaration& declared, std::uint64_t cookie_addr,
+                              bool populate, PeerPoolMapping* out, std::string* why);
 
   void* map_ = nullptr;  // what mmap returned, page-aligned
   std::size_t map_len_ = 0;
   std::uint8_t* pool_ = nullptr;  // the pool's first byte inside it
   std::uint64_t remote_base_ = 0;
+  const std::uint8_t* cookie_ = nullptr;  // the peer's cookie page, read-only
+  std::size_t cookie_len_ = 0;
 };
 
-// Maps the pool `declared` (read from pid's cookie page, with a pool fd)
-// describes; with `populate`, every page of it is mapped now (O(pool bytes))
-// instead of faulting in on its first copy. kSuccess with *out holding the mapping; otherwise *out
-// is left alone and *why says which check failed, for the log: kNotAllowed (the descriptor cannot
-// be duplicated), kMismatch (the descriptor is not the sealed shmem file behind the declared pool)
-// or kBackend (mmap failed). The caller reads pid's cookie again afterwards: the descriptor is the
-// declaring engine's only if the pid was not reused meanwhile.
-[[nodiscard]] Status map_peer_pool(pid_t pid, const Declaration& declared, bool populate,
-                                   PeerPoolMapping* out, std::string* why);
+// Maps the pool `declared` (read from pid's cookie page at `cookie_addr`,
+// with a pool fd) describes, and the cookie page itself (read-only) when it
+// declares its fd and that checks out the same way (else the pool alone); with `populate`, every
+// page of it is mapped now (O(pool bytes)) instead of faulting in on its first copy. kSuccess with
+// *out holding the mapping; otherwise *out is left alone and *why says which check failed, for the
+// log: kNotAllowed (the descriptor cannot be duplicated), kMismatch (the descriptor is not the
+// sealed shmem file behind the declared pool) or kBackend (mmap failed). The caller reads pid's
+// cookie again afterwards: the descriptor is the declaring engine's only if the pid was not reused
+// meanwhile.
+[[nodiscard]] Status map_peer_pool(pid_t pid, const Declaration& declared,
+                                   std::uint64_t cookie_addr, bool populate, PeerPoolMapping* out,
+                                   std::string* why);
 
 }  // namespace kvxfer::internal::cma
