@@ -733,9 +733,7 @@ int run_bench(const BenchArgs& args) {
   }
   std::unique_ptr<TargetProcess> target;
   if (args.peer.empty()) {
-    std::vector<std::string> target_args = {"target", "--tls", args.tls, "--region",
-                                            std::to_string(args.region)};
-    target = TargetProcess::spawn(target_args);
+    target = TargetProcess::spawn(target_command(args.tls, args.region, args.target_engine));
     report.target = "spawned on this machine";
   } else {
     target = TargetProcess::connect(HostPort::parse(args.peer));

@@ -44,6 +44,9 @@ struct BenchArgs {
   // --engine KEY=VALUE: extra Options::engine_config of the initiator
   // (kvxfer's KVXFER_* engine knobs, or UCP context settings).
   std::map<std::string, std::string> engine;
+  // --target-engine KEY=VALUE: the same for every target the bench spawns
+  // (or, with --role target, this target).
+  std::map<std::string, std::string> target_engine;
   bool progress_thread = true;  // the initiator's; a target always runs one
   int num_threads = 4;
   // What the initiator does after a poll that reported nothing: spin (poll

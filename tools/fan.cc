@@ -469,7 +469,8 @@ json timing_json(const Timing& t) {
   return {{"count", t.count}, {"p50_us", t.p50_us}, {"p99_us", t.p99_us}, {"max_us", t.max_us}};
 }
 
-void write_rows_json(const std::vector<FanRow>& rows, const FanParams& p, const std::string& path) {
+void write_rows_json(const std::vector<FanRow>& rows, const FanParams& p, const BenchArgs& args,
+                     const std::string& path) {
   json out = json::array();
   for (const FanRow& r : rows) {
     out.push_back({{"experiment", r.experiment},
@@ -491,6 +492,8 @@ void write_rows_json(const std::vector<FanRow>& rows, const FanParams& p, const 
                     {"depth", p.depth},
                     {"poll_wait", p.wait.name()},
                     {"pool", shared_pools_requested() ? "shared" : "private"},
+                    {"engine_config", args.engine},
+                    {"target_engine_config", args.target_engine},
                     {"total_bytes", p.total},
                     {"region_bytes", p.region},
                     {"runs", out}};
@@ -561,8 +564,8 @@ int run_fan(const BenchArgs& args) {
     if (n < 1 || n > 64) throw std::invalid_argument("--initiators: each N in 1..64");
 
   std::vector<FanRow> rows;
-  const std::vector<std::string> target_args = {"target", "--tls", args.tls, "--region",
-                                                std::to_string(p.region)};
+  const std::vector<std::string> target_args =
+      target_command(args.tls, p.region, args.target_engine);
   if (!args.targets.empty()) {
     const int most = *std::max_element(args.targets.begin(), args.targets.end());
     if (!args.quiet) fmt::print(stderr, "kvxfer bench: fan-out, spawning {} targets ...\n", most);
@@ -590,7 +593,7 @@ int run_fan(const BenchArgs& args) {
     }
   }
   print_rows(rows, p, stdout);
-  if (!args.json_path.empty()) write_rows_json(rows, p, args.json_path);
+  if (!args.json_path.empty()) write_rows_json(rows, p, args, args.json_path);
   return std::all_of(rows.begin(), rows.end(), [](const FanRow& r) { return r.verified; }) ? 0 : 1;
 }
 

@@ -146,6 +146,20 @@ std::map<std::string, std::string> apply_ucx_knobs(const std::vector<std::string
   return knobs;
 }
 
+// --engine / --target-engine KEY=VALUE items: engine_config entries.
+std::map<std::string, std::string> parse_knobs(const std::string& option,
+                                               const std::vector<std::string>& items) {
+  std::map<std::string, std::string> knobs;
+  for (const auto& item : items) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw CLI::ValidationError(option, "expected KEY=VALUE, got '" + item + "'");
+    }
+    knobs[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return knobs;
+}
+
 }  // namespace
 }  // namespace kvxfer::tools
 
@@ -225,6 +239,12 @@ int main(int argc, char** argv) {
                    "initiator engine_config KEY=VALUE, e.g. KVXFER_SCATTER_MAX_RUN=0 (scatter "
                    "writes off) or KVXFER_SCATTER_CHUNK=1M; repeatable")
       ->allow_extra_args(false);
+  std::vector<std::string> target_engine_knobs;
+  bench_cmd
+      ->add_option("--target-engine", target_engine_knobs,
+                   "engine_config KEY=VALUE of every target the bench spawns (with --role "
+                   "target: of this target), e.g. KVXFER_PROGRESS_NICE=-10; repeatable")
+      ->allow_extra_args(false);
   bench_cmd->add_flag("--no-progress-thread", no_progress_thread,
                       "initiator: no UCX progress thread (it polls anyway)");
   bench_cmd->add_option("--num-threads", bench.num_threads, "Options::num_threads of the initiator")
@@ -297,6 +317,8 @@ int main(int argc, char** argv) {
   target_cmd->add_option("--tls", target.tls);
   target_cmd->add_option("--region", target.max_region)->transform(CLI::AsSizeValue(false));
   target_cmd->add_option("--block-len", target.block_len)->transform(CLI::AsSizeValue(false));
+  std::vector<std::string> target_knobs;
+  target_cmd->add_option("--engine", target_knobs)->allow_extra_args(false);
 
   // --- peers and startup (issue 11) ---
   PeersArgs peers;
@@ -331,13 +353,8 @@ int main(int argc, char** argv) {
   try {
     if (*bench_cmd) {
       bench.ucx = apply_ucx_knobs(ucx_knobs);
-      for (const auto& item : engine_knobs) {
-        const auto eq = item.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          throw CLI::ValidationError("--engine", "expected KEY=VALUE, got '" + item + "'");
-        }
-        bench.engine[item.substr(0, eq)] = item.substr(eq + 1);
-      }
+      bench.engine = parse_knobs("--engine", engine_knobs);
+      bench.target_engine = parse_knobs("--target-engine", target_engine_knobs);
       bench.progress_thread = !no_progress_thread;
       // Through the environment, so that every target and initiator the
       // bench starts makes the same kind of pool (tools/pool.h).
@@ -359,6 +376,7 @@ int main(int argc, char** argv) {
         config.tls = bench.tls;
         config.max_region = bench.region;
         config.block_len = bench.block_len.value_or(0);
+        config.engine = bench.target_engine;
         return run_target_listener(HostPort::parse(listen), config, sessions);
       }
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
@@ -378,6 +396,7 @@ int main(int argc, char** argv) {
     }
     if (*demo_cmd) return run_demo(demo);
     if (*target_cmd) {
+      target.engine = parse_knobs("--engine", target_knobs);
       return run_target(target);
     }
     if (*initiator_cmd) return run_initiator();

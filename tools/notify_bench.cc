@@ -157,7 +157,7 @@ int run_notify_bench(const BenchArgs& args) {
   }
   const std::uint64_t seed = args.seed != 0 ? args.seed : (std::random_device{}() | 1);
   auto target =
-      TargetProcess::spawn({"target", "--tls", args.tls, "--region", std::to_string(region)});
+      TargetProcess::spawn(target_command(args.tls, region, args.target_engine));
   const TargetGeometry& g =
       target->open(block_len, region, config_fingerprint(bench_config_fields(args.tls)));
   const std::uint64_t local_blocks = std::min<std::uint64_t>(count, 1024);

@@ -223,6 +223,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"progress_thread", a.progress_thread},
         {"num_threads", a.num_threads},
         {"engine_config", a.engine},
+        {"target_engine_config", a.target_engine},
         {"poll_wait", a.poll_wait},
         {"poll_sleep_us", a.poll_sleep_us},
         {"pool", shared_pools_requested() ? "shared" : "private"},

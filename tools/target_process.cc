@@ -137,6 +137,7 @@ class TargetSession {
       Options options;
       options.config_fields = bench_config_fields(config_.tls);
       options.engine_config = engine_config_for(config_.tls);
+      for (const auto& [key, value] : config_.engine) options.engine_config[key] = value;
       transport_ = std::make_unique<Transport>(
           fmt::format("bench-target-{}-{}", ::getpid(), ++opens_),
           Region{pool_->data(), region / block_len, block_len}, options);
@@ -294,6 +295,16 @@ class TargetSession {
 };
 
 }  // namespace
+
+std::vector<std::string> target_command(const std::string& tls, std::uint64_t region,
+                                        const std::map<std::string, std::string>& engine) {
+  std::vector<std::string> args = {"target", "--tls", tls, "--region", std::to_string(region)};
+  for (const auto& [key, value] : engine) {
+    args.push_back("--engine");
+    args.push_back(key + "=" + value);
+  }
+  return args;
+}
 
 std::string to_hex(const std::vector<std::uint8_t>& bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";

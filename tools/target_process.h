@@ -130,7 +130,15 @@ struct TargetConfig {
   std::string tls;                        // --tls as given ("sm", "tcp", a UCX_TLS string)
   std::uint64_t max_region = 1ull << 30;  // largest pool an initiator may ask for
   std::uint64_t block_len = 0;            // 0: any block length; else only this one
+  // Extra Options::engine_config of the target's Transport (bench
+  // --target-engine, target --engine), e.g. KVXFER_PROGRESS_NICE=-10.
+  std::map<std::string, std::string> engine;
 };
+
+// The command line of a spawned `kvxfer target` serving pools of up to
+// `region` bytes, with `engine` as extra engine_config (--engine KEY=VALUE).
+std::vector<std::string> target_command(const std::string& tls, std::uint64_t region,
+                                        const std::map<std::string, std::string>& engine);
 
 // `kvxfer target`: one session on stdin/stdout, until QUIT or EOF.
 int run_target(const TargetConfig& config);

@@ -230,5 +230,22 @@ TEST(UcxConfigTest, PostIsHandedOffUnlessKvxferPostSaysInline) {
   }
 }
 
+TEST(UcxConfigTest, ProgressNiceIsAnIntegerInTheNiceRange) {
+  EXPECT_FALSE(settings({}).progress_nice.has_value());
+  EXPECT_EQ(settings({{"KVXFER_PROGRESS_NICE", "-10"}}).progress_nice, -10);
+  EXPECT_EQ(settings({{"KVXFER_PROGRESS_NICE", "19"}}).progress_nice, 19);
+  const UcxSettings low = settings({{"KVXFER_PROGRESS_NICE", "-20"}});
+  EXPECT_EQ(low.progress_nice, -20);
+  EXPECT_FALSE(key(low, "KVXFER_PROGRESS_NICE").has_value());  // ours, not UCX's
+  for (const char* bad : {"", "20", "-21", "5x", "high", " 1", "+"}) {
+    try {
+      [[maybe_unused]] const UcxSettings s = settings({{"KVXFER_PROGRESS_NICE", bad}});
+      ADD_FAILURE() << "KVXFER_PROGRESS_NICE='" << bad << "' was taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("KVXFER_PROGRESS_NICE"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvxfer::internal::ucx

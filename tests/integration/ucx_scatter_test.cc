@@ -4,13 +4,19 @@
 // its region or names another engine, and writes nothing then.
 #include <gtest/gtest.h>
 #include <ucp/api/ucp.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -108,6 +114,48 @@ TEST(UcxScatterTest, PostsAreHandedToTheProgressThreadUnlessInline) {
   write_and_verify(in, b, shuffled(7), shuffled(8));
   EXPECT_EQ(in.counter("scatter_writes"), 1u);
   EXPECT_EQ(in.counter("scatter_handed_off"), 0u);
+}
+
+// The nice value of every thread of this process named `name`, read from
+// /proc/self/task/*/stat (field 19, after the command in parentheses).
+std::vector<int> nice_of_threads_named(const std::string& name) {
+  std::vector<int> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string thread_name;
+    if (!std::getline(comm, thread_name) || thread_name != name) continue;
+    std::ifstream stat_file(task.path() / "stat");
+    std::string stat;
+    std::getline(stat_file, stat);
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+      if (i == 19) out.push_back(std::stoi(field));
+    }
+  }
+  return out;
+}
+
+TEST(UcxScatterTest, ProgressThreadIsNamedAndTakesTheNiceValueAsked) {
+  errno = 0;
+  const int ours = ::getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  const int asked = std::min(ours + 3, 19);  // raising one's nice needs no privilege
+  Agent a("scatter-nice", {{"KVXFER_PROGRESS_NICE", std::to_string(asked)}}, 1);
+  Agent b("scatter-b", {}, 2);
+  // The thread sets it first thing; give it the time to start.
+  std::vector<int> nices;
+  for (const auto deadline = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(1ms)) {
+    nices = nice_of_threads_named("kvxfer-progress");
+    if (nices.size() == 2 && std::count(nices.begin(), nices.end(), asked) >= 1) break;
+  }
+  ASSERT_EQ(nices.size(), 2u);  // a's and b's
+  if (asked != ours) {
+    EXPECT_EQ(std::count(nices.begin(), nices.end(), asked), 1);
+    EXPECT_EQ(std::count(nices.begin(), nices.end(), ours), 1);  // b's, inherited
+  }
+  write_and_verify(a, b, shuffled(11), shuffled(12));
 }
 
 TEST(UcxScatterTest, RunsLongerThanAMessageAreSplitAcrossMessages) {

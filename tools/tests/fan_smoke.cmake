@@ -34,3 +34,29 @@ foreach(i RANGE 3)
     message(FATAL_ERROR "fan_smoke: ${kind} N=${n}: verified=${verified} blocks=${blocks} gbps=${gbps} each=${each}")
   endif()
 endforeach()
+if(NOT "${doc}" MATCHES "\"target_engine_config\": {}")
+  message(FATAL_ERROR "fan_smoke: no empty target_engine_config in the JSON")
+endif()
+
+# --target-engine reaches the spawned target's Transport: a value it must
+# refuse fails the run, naming it; one it takes is in the JSON.
+set(bad_args bench --tls ${TLS} --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
+  --target-engine KVXFER_PROGRESS_NICE=99)
+execute_process(COMMAND "${KVXFER}" ${bad_args}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
+if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "refused.*KVXFER_PROGRESS_NICE=99")
+  message(FATAL_ERROR "fan_smoke: --target-engine KVXFER_PROGRESS_NICE=99 gave rc=${rc}:\n${out}${err}")
+endif()
+set(nice_args bench --tls ${TLS} --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
+  --target-engine KVXFER_PROGRESS_NICE=1 --engine KVXFER_PROGRESS_NICE=2 --json "${json}")
+execute_process(COMMAND "${KVXFER}" ${nice_args}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "fan_smoke: ${nice_args} exited with ${rc}:\n${out}${err}")
+endif()
+file(READ "${json}" doc)
+string(JSON target_nice GET "${doc}" target_engine_config KVXFER_PROGRESS_NICE)
+string(JSON initiator_nice GET "${doc}" engine_config KVXFER_PROGRESS_NICE)
+if(NOT target_nice STREQUAL "1" OR NOT initiator_nice STREQUAL "2")
+  message(FATAL_ERROR "fan_smoke: JSON engine configs ${initiator_nice} / ${target_nice}")
+endif()

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -464,6 +465,7 @@ void CmaLane::stop_copiers() {
 void CmaLane::copier_loop() {
   // Lowering one's own thread's priority needs no privilege; failing to is
   // harmless (the copiers then only compete as before).
+  static_cast<void>(::pthread_setname_np(::pthread_self(), "kvxfer-copy"));
   static_cast<void>(::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kCopierNice));
   std::unique_lock lock(copy_mu_);
   for (;;) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -91,6 +92,17 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
             "kvxfer UCX: engine_config KVXFER_CMA_MAP={} is not one of on, populate, off",
             value));
       }
+      continue;
+    }
+    if (raw_key == "KVXFER_PROGRESS_NICE") {
+      int nice = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), nice);
+      if (ec != std::errc{} || end != value.data() + value.size() || nice < -20 || nice > 19) {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_PROGRESS_NICE={} is not an integer in -20..19",
+            value));
+      }
+      out.progress_nice = nice;
       continue;
     }
     std::string_view key = raw_key;

@@ -53,6 +53,13 @@ struct UcxSettings {
   // mapped at registration, which then takes O(pool bytes)), or always
   // uses process_vm_writev/readv (off).
   PoolMapping cma_map = PoolMapping::kOn;
+  // The progress thread's nice value (KVXFER_PROGRESS_NICE, -20..19), set
+  // by the thread itself when it starts; nullopt leaves it as inherited. A
+  // target that many initiators write to over TCP does all its receiving on
+  // this one thread, which then competes for the cores with every other
+  // process's threads: a negative value (it needs CAP_SYS_NICE or
+  // RLIMIT_NICE) keeps it ahead of them (docs/performance.md, incast).
+  std::optional<int> progress_nice;
 };
 
 // The value of an environment variable, or nullopt when it is not set.
@@ -61,7 +68,8 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // Throws std::runtime_error, naming the key, for a KVXFER_SCATTER_* value
 // that is not a size or is out of range, a KVXFER_RMA value other than
 // auto, on or off, a KVXFER_POST value other than handoff or inline, or a
-// KVXFER_CMA_MAP value other than on, populate or off.
+// KVXFER_CMA_MAP value other than on, populate or off, or a
+// KVXFER_PROGRESS_NICE value that is not an integer in -20..19.
 [[nodiscard]] UcxSettings compute_ucx_settings(
     const std::map<std::string, std::string>& engine_config, const EnvLookup& env,
     bool has_rdma_device);

@@ -69,7 +69,7 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
       worker_.set_submit_hook(
           [this](bool before_sleep) { return drain_submissions(before_sleep); });
     }
-    worker_.start_progress_thread();
+    worker_.start_progress_thread(settings_.progress_nice);
   }
 }
 

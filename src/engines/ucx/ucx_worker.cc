@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -154,7 +156,7 @@ void UcxWorker::destroy() {
 // Progress thread
 // ---------------------------------------------------------------------------
 
-void UcxWorker::start_progress_thread() {
+void UcxWorker::start_progress_thread(std::optional<int> nice) {
   int worker_fd = -1;
   const ucs_status_t st = ucp_worker_get_efd(worker_.get(), &worker_fd);
   if (st != UCS_OK) fail("ucp_worker_get_efd", st);
@@ -174,7 +176,29 @@ void UcxWorker::start_progress_thread() {
     throw std::runtime_error(fmt::format("kvxfer UCX: epoll_ctl: {}", std::strerror(errno)));
   }
   stop_.store(false);
-  thread_ = std::thread([this] { progress_loop(); });
+  thread_ = std::thread([this, nice] {
+    set_progress_priority(nice);
+    progress_loop();
+  });
+}
+
+// On the progress thread, first thing. The name lets an operator find the
+// thread (top -H, chrt, renice); the nice value applies to this thread only.
+void UcxWorker::set_progress_priority(std::optional<int> nice) {
+  static_cast<void>(::pthread_setname_np(::pthread_self(), "kvxfer-progress"));
+  if (!nice) return;
+  const auto tid = static_cast<id_t>(::gettid());
+  if (::setpriority(PRIO_PROCESS, tid, *nice) != 0) {
+    const int err = errno;
+    errno = 0;
+    const int now = ::getpriority(PRIO_PROCESS, tid);
+    log().warn(
+        "kvxfer UCX {}: cannot set the progress thread's nice value to {}: {} (a value below "
+        "the current one needs CAP_SYS_NICE or RLIMIT_NICE); it stays at {}",
+        agent_name_, *nice, std::strerror(err), errno == 0 ? now : 0);
+    return;
+  }
+  log().debug("kvxfer UCX {}: progress thread at nice {}", agent_name_, *nice);
 }
 
 void UcxWorker::progress_loop() {

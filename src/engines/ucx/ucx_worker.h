@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,7 +62,9 @@ class UcxWorker {
   // Wakes the progress thread from its sleep (for new submissions).
   void wake();
 
-  void start_progress_thread();
+  // The thread names itself kvxfer-progress and, with `nice`, sets its own
+  // nice value (a value it may not take is logged, and it runs on as it is).
+  void start_progress_thread(std::optional<int> nice = std::nullopt);
   void stop_progress_thread();
   [[nodiscard]] bool progress_thread_running() const { return thread_.joinable(); }
 
@@ -79,6 +82,7 @@ class UcxWorker {
 
  private:
   void progress_loop();
+  void set_progress_priority(std::optional<int> nice);
   void flush_before_destroy();
 
   std::string agent_name_;
