@@ -167,32 +167,47 @@ struct Pair {
   kvxfer::Transport target;
 };
 
+enum class Order { kRandom, kSorted, kRuns };
+constexpr std::size_t kRunLen = 64;  // the reference workload's runs:64
+
 // `count` index lists of n blocks each: random samples without repetition,
-// or increasing runs.
-std::vector<std::vector<std::int64_t>> index_lists(std::size_t count, std::size_t n, bool sorted,
+// the same sorted, or runs of kRunLen consecutive blocks at random,
+// non-overlapping places, in random order (n a multiple of kRunLen).
+std::vector<std::vector<std::int64_t>> index_lists(std::size_t count, std::size_t n, Order order,
                                                    std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::vector<std::int64_t> perm(kNumBlocks);
+  const std::size_t units = order == Order::kRuns ? kNumBlocks / kRunLen : kNumBlocks;
+  const std::size_t picks = order == Order::kRuns ? n / kRunLen : n;
+  std::vector<std::int64_t> perm(units);
   std::iota(perm.begin(), perm.end(), 0);
   std::vector<std::vector<std::int64_t>> lists(count);
   for (auto& list : lists) {
-    for (std::size_t i = 0; i < n; ++i) {
-      std::swap(perm[i], perm[i + rng() % (kNumBlocks - i)]);
+    for (std::size_t i = 0; i < picks; ++i) {
+      std::swap(perm[i], perm[i + rng() % (units - i)]);
     }
-    list.assign(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(n));
-    if (sorted) std::sort(list.begin(), list.end());
+    list.clear();
+    for (std::size_t i = 0; i < picks; ++i) {
+      if (order != Order::kRuns) {
+        list.push_back(perm[i]);
+        continue;
+      }
+      for (std::size_t j = 0; j < kRunLen; ++j) {
+        list.push_back(perm[i] * static_cast<std::int64_t>(kRunLen) + static_cast<std::int64_t>(j));
+      }
+    }
+    if (order == Order::kSorted) std::sort(list.begin(), list.end());
   }
   return lists;
 }
 
 // One write of state.range(0) blocks, then polls until it is reported.
-void write_and_poll(benchmark::State& state, bool sorted,
+void write_and_poll(benchmark::State& state, Order order,
                     kvxfer::Options options = loopback_options()) {
   const auto n = static_cast<std::size_t>(state.range(0));
   Pair pair(kNumBlocks, std::move(options));
   constexpr std::size_t kLists = 64;
-  const auto local = index_lists(kLists, n, sorted, 1);
-  const auto remote = index_lists(kLists, n, sorted, 2);
+  const auto local = index_lists(kLists, n, order, 1);
+  const auto remote = index_lists(kLists, n, order, 2);
   std::size_t k = 0;
   std::uint64_t polls = 0;
   auto one = [&] {
@@ -231,10 +246,13 @@ void write_and_poll(benchmark::State& state, bool sorted,
   state.counters["polls/write"] = static_cast<double>(polls) / iters;
 }
 
-void BM_WritePoll_Random(benchmark::State& state) { write_and_poll(state, false); }
-void BM_WritePoll_Sorted(benchmark::State& state) { write_and_poll(state, true); }
+void BM_WritePoll_Random(benchmark::State& state) { write_and_poll(state, Order::kRandom); }
+void BM_WritePoll_Sorted(benchmark::State& state) { write_and_poll(state, Order::kSorted); }
+// The reference `runs` case's shape: runs of 64 blocks, in random order.
+void BM_WritePoll_Runs(benchmark::State& state) { write_and_poll(state, Order::kRuns); }
 BENCHMARK(BM_WritePoll_Random)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
 BENCHMARK(BM_WritePoll_Sorted)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
+BENCHMARK(BM_WritePoll_Runs)->Arg(256)->Arg(4096);
 
 // The same with telemetry on (Options::telemetry), its ring full: every
 // transfer's record replaces the oldest, the worst case of a caller that
@@ -242,7 +260,7 @@ BENCHMARK(BM_WritePoll_Sorted)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
 void BM_WritePoll_Telemetry(benchmark::State& state) {
   kvxfer::Options options = loopback_options();
   options.telemetry = true;
-  write_and_poll(state, false, options);
+  write_and_poll(state, Order::kRandom, options);
 }
 BENCHMARK(BM_WritePoll_Telemetry)->Arg(16);
 
@@ -250,14 +268,14 @@ BENCHMARK(BM_WritePoll_Telemetry)->Arg(16);
 void BM_WritePoll_Untimed(benchmark::State& state) {
   kvxfer::Options options = loopback_options();
   options.latency_sample_every = 1 << 30;
-  write_and_poll(state, false, options);
+  write_and_poll(state, Order::kRandom, options);
 }
 BENCHMARK(BM_WritePoll_Untimed)->Arg(16);
 // Diagnostic: every call and transfer timed.
 void BM_WritePoll_AllTimed(benchmark::State& state) {
   kvxfer::Options options = loopback_options();
   options.latency_sample_every = 1;
-  write_and_poll(state, false, options);
+  write_and_poll(state, Order::kRandom, options);
 }
 BENCHMARK(BM_WritePoll_AllTimed)->Arg(16);
 
@@ -268,8 +286,10 @@ void BM_WritePoll_Int32(benchmark::State& state) {
   constexpr std::size_t kLists = 64;
   std::vector<std::vector<std::int32_t>> local;
   std::vector<std::vector<std::int32_t>> remote;
-  for (const auto& l : index_lists(kLists, n, false, 1)) local.emplace_back(l.begin(), l.end());
-  for (const auto& r : index_lists(kLists, n, false, 2)) remote.emplace_back(r.begin(), r.end());
+  for (const auto& l : index_lists(kLists, n, Order::kRandom, 1))
+    local.emplace_back(l.begin(), l.end());
+  for (const auto& r : index_lists(kLists, n, Order::kRandom, 2))
+    remote.emplace_back(r.begin(), r.end());
   std::size_t k = 0;
   auto one = [&] {
     const auto id = pair.initiator.write_blocks(kPeer, std::span<const std::int32_t>(local[k]),
@@ -297,8 +317,8 @@ void BM_InflightBytes(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     Pair pair;
-    const auto local = index_lists(kDepth, n, false, 1);
-    const auto remote = index_lists(kDepth, n, false, 2);
+    const auto local = index_lists(kDepth, n, Order::kRandom, 1);
+    const auto remote = index_lists(kDepth, n, Order::kRandom, 2);
     state.ResumeTiming();
     for (int round = 0; round < 2; ++round) {
       const std::int64_t live0 = g_live_bytes.load();

@@ -25,6 +25,9 @@ void check_no_duplicates_of(std::span<const Int> idxs, IndexSet& seen, const cha
   bool increasing = true;
   for (std::size_t i = 1; i < idxs.size() && increasing; ++i) increasing = idxs[i - 1] < idxs[i];
   if (increasing) return;
+  // Few runs that do not overlap: no repeat. Overlapping ones fall through
+  // to the per-index check, which names the first repeat.
+  if (seen.runs_disjoint(idxs) == std::optional<bool>(true)) return;
   seen.reset(idxs.size());
   for (const Int r : idxs) {
     if (!seen.insert(r)) {
@@ -61,6 +64,7 @@ void check_no_duplicates(std::span<const std::int64_t> idxs, std::uint64_t num_b
   bool increasing = true;
   for (std::size_t i = 1; i < idxs.size() && increasing; ++i) increasing = idxs[i - 1] < idxs[i];
   if (increasing) return;
+  if (seen.runs_disjoint(idxs) == std::optional<bool>(true)) return;
   if (const std::int64_t repeat = seen.first_repeat_in_bitmap(idxs, num_blocks); repeat >= 0) {
     throw std::invalid_argument(fmt::format("{} repeats block {} within one write", what, repeat));
   }

@@ -3,7 +3,9 @@
 // the indices; touches nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -68,6 +70,36 @@ class IndexSet {
       bits_[static_cast<std::size_t>(static_cast<std::uint64_t>(idxs[k]) >> 6)] = 0;
     return repeat;
   }
+  // Whether a list made of few runs of consecutive indices (a long prompt's
+  // blocks) has no index twice: runs that do not overlap, checked over the
+  // runs, sorted, in O(R log R) instead of a probe per index. nullopt when
+  // the list has more than one run per kRunsCheckMinLen indices (a random
+  // list): then the per-index check is the cheaper one. Scratch storage is
+  // reused, so it allocates only when a list has more runs than any before.
+  static constexpr std::size_t kRunsCheckMinLen = 8;
+  template <typename Int>
+  std::optional<bool> runs_disjoint(std::span<const Int> idxs) {
+    runs_.clear();
+    const std::size_t most = idxs.size() / kRunsCheckMinLen;
+    std::size_t start = 0;
+    for (std::size_t i = 1; i <= idxs.size(); ++i) {
+      if (i < idxs.size() &&
+          static_cast<std::int64_t>(idxs[i]) == static_cast<std::int64_t>(idxs[i - 1]) + 1) {
+        continue;
+      }
+      if (runs_.size() == most) return std::nullopt;
+      runs_.push_back(
+          Run{static_cast<std::int64_t>(idxs[start]), static_cast<std::int64_t>(idxs[i - 1])});
+      start = i;
+    }
+    std::sort(runs_.begin(), runs_.end(),
+              [](const Run& a, const Run& b) { return a.first < b.first; });
+    for (std::size_t k = 1; k < runs_.size(); ++k) {
+      if (runs_[k].first <= runs_[k - 1].last) return false;
+    }
+    return true;
+  }
+
   // Words of the bitmap (for tests: it stays zero between calls).
   [[nodiscard]] const std::vector<std::uint64_t>& bitmap() const noexcept { return bits_; }
 
@@ -84,8 +116,14 @@ class IndexSet {
            mask_;
   }
 
+  struct Run {
+    std::int64_t first = 0;
+    std::int64_t last = 0;  // inclusive
+  };
+
   std::vector<Slot> slots_;
   std::vector<std::uint64_t> bits_;
+  std::vector<Run> runs_;
   std::size_t mask_ = 0;
   std::uint64_t stamp_ = 0;
 };

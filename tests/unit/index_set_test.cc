@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -186,6 +188,60 @@ TEST(CheckNoDuplicatesTest, IncreasingListNeedsNoSet) {
   IndexSet seen;
   EXPECT_EQ(duplicate_error<std::int64_t>({0, 1, 2, 40, 41}, seen), "");
   EXPECT_EQ(seen.capacity(), 0u);
+}
+
+// first..last inclusive, appended to `out`.
+void append_run(std::vector<std::int64_t>& out, std::int64_t first, std::int64_t last) {
+  for (std::int64_t i = first; i <= last; ++i) out.push_back(i);
+}
+
+TEST(CheckNoDuplicatesTest, RunsThatDoNotOverlapNeedNeitherSetNorBitmap) {
+  std::vector<std::int64_t> idxs;
+  append_run(idxs, 32, 47);
+  append_run(idxs, 0, 15);
+  append_run(idxs, 64, 79);
+  append_run(idxs, 16, 31);  // touches both neighbours, overlaps neither
+  IndexSet seen;
+  EXPECT_EQ(duplicate_error(idxs, seen), "");
+  EXPECT_EQ(bitmap_duplicate_error(idxs, 200, seen), "");
+  EXPECT_EQ(seen.capacity(), 0u);
+  EXPECT_TRUE(seen.bitmap().empty());
+  const std::vector<std::int32_t> narrow(idxs.begin(), idxs.end());
+  EXPECT_EQ(duplicate_error(narrow, seen), "");
+  EXPECT_EQ(seen.runs_disjoint(std::span<const std::int64_t>(idxs)), std::optional<bool>(true));
+}
+
+TEST(CheckNoDuplicatesTest, OverlappingRunsNameTheFirstRepeatInListOrder) {
+  std::vector<std::int64_t> idxs;
+  append_run(idxs, 32, 47);
+  append_run(idxs, 0, 15);
+  append_run(idxs, 44, 59);  // 44..47 again
+  IndexSet seen;
+  EXPECT_EQ(seen.runs_disjoint(std::span<const std::int64_t>(idxs)), std::optional<bool>(false));
+  EXPECT_EQ(duplicate_error(idxs, seen), "remote_idxs repeats block 44 within one write");
+  EXPECT_EQ(bitmap_duplicate_error(idxs, 200, seen),
+            "remote_idxs repeats block 44 within one write");
+  for (const std::uint64_t word : seen.bitmap()) EXPECT_EQ(word, 0u);
+  // The same run twice.
+  std::vector<std::int64_t> twice;
+  append_run(twice, 8, 23);
+  append_run(twice, 8, 23);
+  EXPECT_EQ(bitmap_duplicate_error(twice, 200, seen),
+            "remote_idxs repeats block 8 within one write");
+}
+
+TEST(CheckNoDuplicatesTest, ListsOfShortRunsGoToThePerIndexCheck) {
+  IndexSet seen;
+  // More than one run per kRunsCheckMinLen indices: no verdict from runs.
+  const std::vector<std::int64_t> scattered = {9,  5,  7,  0, 3,  11, 2,  30,
+                                               31, 20, 21, 1, 40, 13, 17, 6};
+  EXPECT_EQ(seen.runs_disjoint(std::span<const std::int64_t>(scattered)), std::nullopt);
+  EXPECT_EQ(duplicate_error(scattered, seen), "");
+  EXPECT_GT(seen.capacity(), 0u);  // the hash set did the check
+  std::vector<std::int64_t> repeat = scattered;
+  repeat.push_back(31);
+  EXPECT_EQ(bitmap_duplicate_error(repeat, 200, seen),
+            "remote_idxs repeats block 31 within one write");
 }
 
 }  // namespace
