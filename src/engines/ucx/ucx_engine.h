@@ -76,7 +76,8 @@ inline ucs_status_t peer_status(std::int32_t sent) {
   return UCS_ERR_IO_ERROR;
 }
 
-// A fresh unguessable nonzero 64-bit number (getrandom; no allocation).
+// A fresh unguessable nonzero 64-bit number (getrandom, drawn 32 at a time
+// per thread; no allocation).
 std::uint64_t fresh_random();
 
 class UcxLane {
