@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -306,6 +307,69 @@ void BM_WritePoll_Int32(benchmark::State& state) {
       static_cast<double>(g_allocs.load() - allocs0) / static_cast<double>(state.iterations());
 }
 BENCHMARK(BM_WritePoll_Int32)->Arg(16)->Arg(4096);
+
+// The caller's share of a UCX write over TCP (the reference workloads' TCP
+// lane): write_blocks alone is timed, on a real pair in this process over
+// the loopback interface; the wait for the write to land is not. This is
+// where a post copies and checks the lists and builds the scatter messages
+// before handing them to the progress thread.
+void ucx_tcp_post(benchmark::State& state, Order order) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  kvxfer::Options options;
+  options.backends = {"UCX"};
+  options.engine_config = {{"TLS", "tcp"}};
+  Mapping initiator_pool(kNumBlocks * kBlockLen);
+  Mapping target_pool(kNumBlocks * kBlockLen);
+  kvxfer::Transport target("bench-target", {target_pool.data(), kNumBlocks, kBlockLen}, options);
+  kvxfer::Transport initiator("bench-initiator", {initiator_pool.data(), kNumBlocks, kBlockLen},
+                              options);
+  initiator.add_remote_peer(kPeer, target.agent_metadata(), target.base_addr(),
+                            target.num_blocks(), target.block_len());
+  constexpr std::size_t kLists = 64;
+  const auto local = index_lists(kLists, n, order, 1);
+  const auto remote = index_lists(kLists, n, order, 2);
+  std::size_t k = 0;
+  // One write: the call timed, then polled until it is reported.
+  auto one = [&](double* seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto id = initiator.write_blocks(kPeer, local[k], remote[k]);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (seconds != nullptr) *seconds = std::chrono::duration<double>(t1 - t0).count();
+    if (!id) {
+      state.SkipWithError("write_blocks failed");
+      return false;
+    }
+    for (;;) {
+      const kvxfer::PollResult r = initiator.poll(kPeer);
+      if (!r.done.empty()) break;
+      if (!r.failed.empty() || r.peer_fault) {
+        state.SkipWithError("transfer failed");
+        return false;
+      }
+    }
+    k = (k + 1) % kLists;
+    return true;
+  };
+  for (std::size_t i = 0; i < 2 * kLists; ++i) {
+    if (!one(nullptr)) return;
+  }
+  const std::uint64_t allocs0 = g_allocs.load();
+  for (auto _ : state) {
+    double seconds = 0;
+    if (!one(&seconds)) return;
+    state.SetIterationTime(seconds);
+  }
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["blocks"] = static_cast<double>(n);
+  state.counters["ns/block"] = benchmark::Counter(
+      static_cast<double>(n) * iters, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["allocs/write"] = static_cast<double>(g_allocs.load() - allocs0) / iters;
+}
+
+void BM_UcxTcpPost_Random(benchmark::State& state) { ucx_tcp_post(state, Order::kRandom); }
+void BM_UcxTcpPost_Runs(benchmark::State& state) { ucx_tcp_post(state, Order::kRuns); }
+BENCHMARK(BM_UcxTcpPost_Random)->Arg(16)->Arg(256)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_UcxTcpPost_Runs)->Arg(4096)->UseManualTime()->Iterations(2000);
 
 // Heap bytes held per write in flight: `depth` writes posted, none polled,
 // the first time (no slot or buffer to reuse yet) and once warm.

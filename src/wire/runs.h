@@ -34,12 +34,16 @@ struct RunList {
   }
 };
 
+// Writes one run at `at` (kRunLen bytes of the caller's header).
+inline void put_run_at(std::uint8_t* at, std::uint64_t offset, std::uint64_t length) {
+  store_le<std::uint64_t>(at, offset);
+  store_le<std::uint64_t>(at + 8, length);
+}
+
 // Writes run `index` of a header whose fixed part is `fixed_len` bytes.
 inline void put_run(std::uint8_t* header, std::size_t fixed_len, std::size_t index,
                     std::uint64_t offset, std::uint64_t length) {
-  ByteWriter w(std::span(header + fixed_len + index * kRunLen, kRunLen));
-  w.u64(offset);
-  w.u64(length);
+  put_run_at(header + fixed_len + index * kRunLen, offset, length);
 }
 
 // True when every run lies inside a region of `region_len` bytes, no run is

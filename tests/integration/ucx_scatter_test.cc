@@ -170,6 +170,28 @@ TEST(UcxScatterTest, RunsLongerThanAMessageAreSplitAcrossMessages) {
   EXPECT_EQ(b.counter("scatter_received"), local.size() * 4);
 }
 
+TEST(UcxScatterTest, ATransferReusedAfterALargerOneSendsOnlyItsOwnRuns) {
+  // Transfers are pooled and their message buffers keep their high-water
+  // size: a small write after a large one must send its own runs and no
+  // leftover of the large one's.
+  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "4K"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  Agent c("scatter-c", {}, 3);
+  std::vector<std::int64_t> all(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) all[i] = static_cast<std::int64_t>(i);
+  write_and_verify(a, b, all, shuffled(21));
+  EXPECT_EQ(a.counter("scatter_messages"), kBlocks * 4);
+  write_and_verify(a, c, {5}, {9});
+  EXPECT_EQ(a.counter("scatter_messages"), kBlocks * 4 + 4);
+  EXPECT_EQ(c.counter("scatter_received"), 4u);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) {
+    if (i == 9) continue;
+    EXPECT_LT(first_mismatch(c.pool.block(i), kBlockLen, 3, i), 0) << "block " << i;
+  }
+  write_and_verify(a, c, {7, 8, 40, 41, 42, 3}, {20, 21, 22, 50, 51, 0});
+  EXPECT_EQ(a.counter("scatter_messages"), kBlocks * 4 + 4 + 6 * 4);
+}
+
 TEST(UcxScatterTest, WithoutRmaEveryWriteIsScatterEvenLongRuns) {
   // No RDMA device here: no RMA, no rkey published, and a write of one long
   // run (the whole pool) goes as scatter messages of a chunk each.

@@ -172,9 +172,11 @@ class UcxLane {
     int copying = 0;
     int am_status = UCS_OK;
     // The messages, built whole before the first is sent (UCX keeps pointers
-    // into these until each send completes); capacity is kept on reuse.
-    // am_iov holds our pool's side of every run: what a write's message
-    // carries, or where a read's reply goes.
+    // into these until each send completes). am_headers and am_iov keep
+    // their high-water size on reuse: am_chunks alone says what a transfer
+    // uses of them. am_iov holds our pool's side of every run (a chunk's are
+    // iov_offset .. iov_offset + runs): what a write's message carries, or
+    // where a read's reply goes.
     struct AmChunk {
       std::size_t header_offset = 0;
       std::size_t runs = 0;
@@ -210,11 +212,6 @@ class UcxLane {
     std::vector<ucp_dt_iov_t> iov;
   };
 
-  // Writes a message's run `index` into its header (put_scatter_run,
-  // put_gather_run).
-  using PutRun = void (*)(std::uint8_t* header, std::size_t index, std::uint64_t offset,
-                          std::uint64_t length);
-
   // ucx_endpoint.cc
   Status close_endpoint(UcxPeer& peer);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
@@ -230,8 +227,7 @@ class UcxLane {
   Status post_scatter(UcxPeer& peer, std::span<const std::int64_t> local,
                       std::span<const std::int64_t> remote, Xfer* xfer);
   void build_chunks(const UcxPeer& peer, std::span<const std::int64_t> local,
-                    std::span<const std::int64_t> remote, Xfer* xfer, std::size_t fixed_len,
-                    PutRun put_run);
+                    std::span<const std::int64_t> remote, Xfer* xfer, std::size_t fixed_len);
   std::uint64_t arm_wait(Xfer* xfer);
   Status launch(UcxPeer& peer, Xfer* xfer);
   ucs_status_t send_scatter(UcxPeer& peer, Xfer* xfer, std::size_t* sent);

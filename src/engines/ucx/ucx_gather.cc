@@ -45,7 +45,7 @@ Status UcxLane::post_read(PeerHandle handle, TransferId id, std::span<const std:
 // and awaits one reply per request.
 Status UcxLane::post_gather(UcxPeer& p, std::span<const std::int64_t> local,
                             std::span<const std::int64_t> remote, Xfer* xfer) {
-  build_chunks(p, local, remote, xfer, kGatherFixedLen, &put_gather_run);
+  build_chunks(p, local, remote, xfer, kGatherFixedLen);
   const std::size_t n = xfer->am_chunks.size();
   gather_reads_.fetch_add(1, std::memory_order_relaxed);
   gather_messages_.fetch_add(n, std::memory_order_relaxed);

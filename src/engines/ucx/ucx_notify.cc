@@ -25,9 +25,7 @@ Status UcxLane::post_notify(PeerHandle handle, TransferId id, std::span<const st
   if (peer->failed()) return Status::kRemoteDisconnect;
   if (!peer->scatter) return Status::kNotSupported;  // its acks are scatter acks
   Xfer* xfer = start_xfer(peer, id, Xfer::Op::kNotify, message);
-  xfer->am_headers.clear();
-  xfer->am_iov.clear();
-  xfer->am_chunks.clear();
+  xfer->am_chunks.clear();  // no data messages
   arm_wait(xfer);
   {
     std::lock_guard lock(am_mu_);

@@ -134,7 +134,7 @@ bool UcxLane::fence_allows(std::uint64_t lineage, std::uint64_t epoch) {
 // one per message UCX still holds.
 Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
                              std::span<const std::int64_t> remote, Xfer* xfer) {
-  build_chunks(p, local, remote, xfer, kScatterFixedLen, &put_scatter_run);
+  build_chunks(p, local, remote, xfer, kScatterFixedLen);
   scatter_writes_.fetch_add(1, std::memory_order_relaxed);
   scatter_messages_.fetch_add(xfer->am_chunks.size(), std::memory_order_relaxed);
   const std::uint64_t seq = arm_wait(xfer);
@@ -148,39 +148,52 @@ Status UcxLane::post_scatter(UcxPeer& p, std::span<const std::int64_t> local,
 
 // Cuts a transfer's runs into messages of at most scatter_max_runs_ runs and
 // settings_.scatter_chunk_bytes bytes (a longer run is split across
-// messages): per message, a header whose runs put_run writes after
-// `fixed_len` bytes left for the caller's fixed part, and our pool's side of
-// each run in am_iov.
+// messages): per message, a header whose runs follow `fixed_len` bytes left
+// for the caller's fixed part, and our pool's side of each run in am_iov.
+// On the caller's thread, per run: two stores into the header and one into
+// am_iov, both sized once for the transfer's worst case (a piece per pair,
+// plus one per message cut at the byte limit) and kept at their high-water
+// size; am_chunks alone says how much of them a transfer uses.
 void UcxLane::build_chunks(const UcxPeer& p, std::span<const std::int64_t> local,
-                           std::span<const std::int64_t> remote, Xfer* xfer, std::size_t fixed_len,
-                           PutRun put_run) {
+                           std::span<const std::int64_t> remote, Xfer* xfer,
+                           std::size_t fixed_len) {
   using Chunk = Xfer::AmChunk;
   auto* const base = static_cast<std::uint8_t*>(region_.base);
   const std::uint64_t block_len = region_.block_len;
+  const std::uint64_t remote_block_len = p.remote_block_len;
   const std::uint64_t chunk_limit = settings_.scatter_chunk_bytes;
-  xfer->am_headers.clear();
-  xfer->am_iov.clear();
+  const std::size_t max_runs = scatter_max_runs_;
+  // A message closes at max_runs pieces or at chunk_limit bytes; every close
+  // at the byte limit may split one run in two.
+  const std::size_t byte_cuts = local.size() * block_len / chunk_limit;
+  const std::size_t max_pieces = local.size() + byte_cuts;
+  const std::size_t max_chunks = max_pieces / max_runs + byte_cuts + 1;
+  const std::size_t header_bound = max_chunks * fixed_len + max_pieces * wire::kRunLen;
+  if (xfer->am_headers.size() < header_bound) xfer->am_headers.resize(header_bound);
+  if (xfer->am_iov.size() < max_pieces) xfer->am_iov.resize(max_pieces);
   xfer->am_chunks.clear();
-  const auto open_chunk = [&] {
-    xfer->am_chunks.push_back(Chunk{xfer->am_headers.size(), 0, xfer->am_iov.size(), 0, false});
-    xfer->am_headers.resize(xfer->am_headers.size() + fixed_len);
+  xfer->am_chunks.reserve(max_chunks);
+  std::uint8_t* const headers = xfer->am_headers.data();
+  ucp_dt_iov_t* const iov = xfer->am_iov.data();
+  std::size_t header_end = 0;
+  std::size_t iov_end = 0;
+  const auto open_chunk = [&]() -> Chunk& {
+    Chunk& chunk = xfer->am_chunks.emplace_back(Chunk{header_end, 0, iov_end, 0, false});
+    header_end += fixed_len;
+    return chunk;
   };
-  open_chunk();
+  Chunk* chunk = &open_chunk();
   for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
     std::uint8_t* at = base + static_cast<std::uint64_t>(l) * block_len;
-    std::uint64_t offset = static_cast<std::uint64_t>(r) * p.remote_block_len;
+    std::uint64_t offset = static_cast<std::uint64_t>(r) * remote_block_len;
     for (std::uint64_t left = count * block_len; left > 0;) {
-      if (xfer->am_chunks.back().runs == scatter_max_runs_ ||
-          xfer->am_chunks.back().bytes == chunk_limit) {
-        open_chunk();
-      }
-      Chunk& chunk = xfer->am_chunks.back();
-      const std::uint64_t len = std::min(left, chunk_limit - chunk.bytes);
-      xfer->am_headers.resize(xfer->am_headers.size() + kScatterRunLen);
-      put_run(xfer->am_headers.data() + chunk.header_offset, chunk.runs, offset, len);
-      ++chunk.runs;
-      xfer->am_iov.push_back(ucp_dt_iov_t{at, len});
-      chunk.bytes += len;
+      if (chunk->runs == max_runs || chunk->bytes == chunk_limit) chunk = &open_chunk();
+      const std::uint64_t len = std::min(left, chunk_limit - chunk->bytes);
+      wire::put_run_at(headers + header_end, offset, len);
+      header_end += wire::kRunLen;
+      iov[iov_end++] = ucp_dt_iov_t{at, len};
+      ++chunk->runs;
+      chunk->bytes += len;
       at += len;
       offset += len;
       left -= len;
@@ -260,7 +273,6 @@ ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
   for (*sent = 0; *sent < n; ++*sent) {
     const std::size_t i = *sent;
     const Xfer::AmChunk& chunk = xfer->am_chunks[i];
-    const std::size_t iov_end = i + 1 < n ? xfer->am_chunks[i + 1].iov_offset : xfer->am_iov.size();
     const std::size_t header_len =
         read ? gather_request_len(chunk.runs) : scatter_header_len(chunk.runs);
     xfer->refs.fetch_add(1, std::memory_order_relaxed);
@@ -269,7 +281,7 @@ ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
     ucs_status_ptr_t request =
         ucp_am_send_nbx(p.ep.get(), am_id, xfer->am_headers.data() + chunk.header_offset,
                         header_len, read ? nullptr : xfer->am_iov.data() + chunk.iov_offset,
-                        read ? 0 : iov_end - chunk.iov_offset, &param);
+                        read ? 0 : chunk.runs, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) continue;  // on_am_sent lets go
     live_requests_.fetch_sub(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_sub(1, std::memory_order_relaxed);
