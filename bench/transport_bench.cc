@@ -310,27 +310,45 @@ BENCHMARK(BM_WritePoll_Int32)->Arg(16)->Arg(4096);
 
 // The caller's share of a UCX write over TCP (the reference workloads' TCP
 // lane): write_blocks alone is timed, on a real pair in this process over
-// the loopback interface; the wait for the write to land is not. This is
-// where a post copies and checks the lists and builds the scatter messages
-// before handing them to the progress thread.
-void ucx_tcp_post(benchmark::State& state, Order order) {
+// the loopback interface; the wait for writes to land is not. This is where
+// a post copies and checks the lists and builds the scatter messages before
+// handing them to the progress thread, and wakes that thread when it sleeps.
+struct PostCase {
+  Order order = Order::kRandom;
+  int depth = 1;          // writes kept in flight: 1 waits for each to land
+  bool cold = false;      // this core's caches emptied before each call
+  const char* nap = "";   // engine_config KVXFER_NAP_US ("": the default)
+};
+
+void ucx_tcp_post(benchmark::State& state, PostCase c) {
   const auto n = static_cast<std::size_t>(state.range(0));
   kvxfer::Options options;
   options.backends = {"UCX"};
   options.engine_config = {{"TLS", "tcp"}};
+  kvxfer::Options initiator_options = options;
+  if (*c.nap != '\0') initiator_options.engine_config["KVXFER_NAP_US"] = c.nap;
   Mapping initiator_pool(kNumBlocks * kBlockLen);
   Mapping target_pool(kNumBlocks * kBlockLen);
   kvxfer::Transport target("bench-target", {target_pool.data(), kNumBlocks, kBlockLen}, options);
   kvxfer::Transport initiator("bench-initiator", {initiator_pool.data(), kNumBlocks, kBlockLen},
-                              options);
+                              initiator_options);
   initiator.add_remote_peer(kPeer, target.agent_metadata(), target.base_addr(),
                             target.num_blocks(), target.block_len());
   constexpr std::size_t kLists = 64;
-  const auto local = index_lists(kLists, n, order, 1);
-  const auto remote = index_lists(kLists, n, order, 2);
+  const auto local = index_lists(kLists, n, c.order, 1);
+  const auto remote = index_lists(kLists, n, c.order, 2);
   std::size_t k = 0;
-  // One write: the call timed, then polled until it is reported.
+  std::size_t inflight = 0;
+  // What the other threads of a busy 2-core host do to this core's caches
+  // between two calls: stream through more bytes than the caches hold.
+  std::vector<std::uint8_t> evictor(c.cold ? 64u << 20 : 0u);
+  // One write: the call timed; then, with `depth` in flight, polled until
+  // one of them is reported.
   auto one = [&](double* seconds) {
+    for (std::size_t i = 0; i < evictor.size(); i += 64) {
+      evictor[i] = static_cast<std::uint8_t>(i + k);
+    }
+    benchmark::ClobberMemory();
     const auto t0 = std::chrono::steady_clock::now();
     const auto id = initiator.write_blocks(kPeer, local[k], remote[k]);
     const auto t1 = std::chrono::steady_clock::now();
@@ -339,21 +357,23 @@ void ucx_tcp_post(benchmark::State& state, Order order) {
       state.SkipWithError("write_blocks failed");
       return false;
     }
-    for (;;) {
+    k = (k + 1) % kLists;
+    for (++inflight; inflight == static_cast<std::size_t>(c.depth);) {
       const kvxfer::PollResult r = initiator.poll(kPeer);
-      if (!r.done.empty()) break;
+      inflight -= r.done.size();
       if (!r.failed.empty() || r.peer_fault) {
         state.SkipWithError("transfer failed");
         return false;
       }
     }
-    k = (k + 1) % kLists;
     return true;
   };
   for (std::size_t i = 0; i < 2 * kLists; ++i) {
     if (!one(nullptr)) return;
   }
+  const auto wakes = [&] { return initiator.metrics().engine_counters["progress_wakes"]; };
   const std::uint64_t allocs0 = g_allocs.load();
+  const std::uint64_t wakes0 = wakes();
   for (auto _ : state) {
     double seconds = 0;
     if (!one(&seconds)) return;
@@ -364,12 +384,33 @@ void ucx_tcp_post(benchmark::State& state, Order order) {
   state.counters["ns/block"] = benchmark::Counter(
       static_cast<double>(n) * iters, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["allocs/write"] = static_cast<double>(g_allocs.load() - allocs0) / iters;
+  state.counters["wakes/write"] = static_cast<double>(wakes() - wakes0) / iters;
+  while (inflight > 0) inflight -= initiator.poll(kPeer).done.size();
 }
 
-void BM_UcxTcpPost_Random(benchmark::State& state) { ucx_tcp_post(state, Order::kRandom); }
-void BM_UcxTcpPost_Runs(benchmark::State& state) { ucx_tcp_post(state, Order::kRuns); }
-BENCHMARK(BM_UcxTcpPost_Random)->Arg(16)->Arg(256)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
+void BM_UcxTcpPost_Random(benchmark::State& state) { ucx_tcp_post(state, {}); }
+void BM_UcxTcpPost_Runs(benchmark::State& state) { ucx_tcp_post(state, {.order = Order::kRuns}); }
+// Two writes in flight, as a streaming caller keeps them: the thread naps
+// on the first one's events and the next post need not wake it; and the
+// same with the nap off (KVXFER_NAP_US=0), where it does.
+void BM_UcxTcpPost_Depth2(benchmark::State& state) { ucx_tcp_post(state, {.depth = 2}); }
+void BM_UcxTcpPost_Depth2NoNap(benchmark::State& state) {
+  ucx_tcp_post(state, {.depth = 2, .nap = "0"});
+}
+// Caches emptied before each call, as a busy 2-core host does between a
+// scheduler's calls: the figure the p99 of `kvxfer bench` over TCP sees.
+void BM_UcxTcpPost_RandomCold(benchmark::State& state) {
+  ucx_tcp_post(state, {.depth = 2, .cold = true});
+}
+void BM_UcxTcpPost_RunsCold(benchmark::State& state) {
+  ucx_tcp_post(state, {.order = Order::kRuns, .depth = 2, .cold = true});
+}
+BENCHMARK(BM_UcxTcpPost_Random)->Arg(16)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_Runs)->Arg(4096)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_UcxTcpPost_Depth2)->Arg(1024)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_UcxTcpPost_Depth2NoNap)->Arg(1024)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_UcxTcpPost_RandomCold)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(300);
+BENCHMARK(BM_UcxTcpPost_RunsCold)->Arg(4096)->UseManualTime()->Iterations(300);
 
 // Heap bytes held per write in flight: `depth` writes posted, none polled,
 // the first time (no slot or buffer to reuse yet) and once warm.

@@ -247,5 +247,22 @@ TEST(UcxConfigTest, ProgressNiceIsAnIntegerInTheNiceRange) {
   }
 }
 
+TEST(UcxConfigTest, NapIsMicrosecondsUpToATenthOfASecond) {
+  using std::chrono::microseconds;
+  EXPECT_EQ(settings({}).nap, microseconds(kNapMicros));
+  EXPECT_EQ(settings({{"KVXFER_NAP_US", "0"}}).nap, microseconds(0));
+  const UcxSettings max = settings({{"KVXFER_NAP_US", "100000"}});
+  EXPECT_EQ(max.nap, microseconds(100'000));
+  EXPECT_FALSE(key(max, "KVXFER_NAP_US").has_value());  // ours, not UCX's
+  for (const char* bad : {"", "100001", "-1", "5us", "soon", " 1", "1e3"}) {
+    try {
+      [[maybe_unused]] const UcxSettings s = settings({{"KVXFER_NAP_US", bad}});
+      ADD_FAILURE() << "KVXFER_NAP_US='" << bad << "' was taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("KVXFER_NAP_US"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvxfer::internal::ucx

@@ -28,11 +28,14 @@ inline std::string boot_id() {
 struct EngineAgent {
   // `engine_config` must name the transports ("TLS"). The pool holds the
   // pattern of generation `gen`.
+  // Without `progress_thread`, only progress() moves the engine's worker.
   EngineAgent(std::string name_in, std::map<std::string, std::string> engine_config,
-              std::uint64_t num_blocks, std::uint64_t block_len, std::uint64_t gen = 1)
+              std::uint64_t num_blocks, std::uint64_t block_len, std::uint64_t gen = 1,
+              bool progress_thread = true)
       : name(std::move(name_in)), pool(num_blocks, block_len) {
     pool.fill_generation(gen);
     options.backends = {"UCX"};
+    options.progress_thread = progress_thread;
     options.engine_config = std::move(engine_config);
     engine = internal::make_ucx_engine(
         internal::EngineConfig{name, Region{pool.base(), num_blocks, block_len}, &options});

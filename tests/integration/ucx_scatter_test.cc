@@ -43,9 +43,10 @@ constexpr std::uint64_t kBlockLen = 16 * 1024;
 
 // An engine over TCP with this file's geometry.
 struct Agent : EngineAgent {
-  Agent(std::string agent_name, std::map<std::string, std::string> engine_config, std::uint64_t gen)
+  Agent(std::string agent_name, std::map<std::string, std::string> engine_config, std::uint64_t gen,
+        bool progress_thread = true)
       : EngineAgent(std::move(agent_name), with_tcp(std::move(engine_config)), kBlocks, kBlockLen,
-                    gen) {}
+                    gen, progress_thread) {}
 
   static std::map<std::string, std::string> with_tcp(std::map<std::string, std::string> config) {
     config["TLS"] = "tcp";
@@ -190,6 +191,67 @@ TEST(UcxScatterTest, ATransferReusedAfterALargerOneSendsOnlyItsOwnRuns) {
   }
   write_and_verify(a, c, {7, 8, 40, 41, 42, 3}, {20, 21, 22, 50, 51, 0});
   EXPECT_EQ(a.counter("scatter_messages"), kBlocks * 4 + 4 + 6 * 4);
+}
+
+// Posts `writes` writes of one block each from `a` to `b` (whose worker
+// only moves when the test progresses it), `gap` apart; then progresses b
+// until every write landed. Returns a's progress_wakes over the posts.
+std::uint64_t wakes_over_spaced_posts(Agent& a, Agent& b, int writes,
+                                      std::chrono::milliseconds gap) {
+  PeerHandle peer = 0;
+  EXPECT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);
+  // Until b has taken the connection, a's worker has events at every turn
+  // (its thread goes round without sleeping); from then on b is silent.
+  for (const auto until = std::chrono::steady_clock::now() + 10 * gap;
+       std::chrono::steady_clock::now() < until;) {
+    b.engine->progress();
+  }
+  std::this_thread::sleep_for(gap);
+  const std::uint64_t wakes0 = a.counter("progress_wakes");
+  std::vector<XferHandle> xfers;
+  for (int w = 0; w < writes; ++w) {
+    XferHandle xfer = 0;
+    const std::vector<std::int64_t> local{w};
+    const std::vector<std::int64_t> remote{static_cast<std::int64_t>(kBlocks) - 1 - w};
+    EXPECT_EQ(a.engine->post_write(peer, static_cast<TransferId>(w + 1), local, remote, &xfer),
+              Status::kSuccess);
+    xfers.push_back(xfer);
+    std::this_thread::sleep_for(gap);
+  }
+  const std::uint64_t wakes = a.counter("progress_wakes") - wakes0;
+  for (const XferHandle xfer : xfers) {
+    Status state = Status::kInProgress;
+    for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+         state == Status::kInProgress && std::chrono::steady_clock::now() < deadline;) {
+      b.engine->progress();
+      EXPECT_EQ(a.engine->check(xfer, &state), Status::kSuccess);
+    }
+    EXPECT_EQ(state, Status::kSuccess);
+    EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
+  }
+  for (int w = 0; w < writes; ++w) {
+    EXPECT_TRUE(bytes_equal(a.pool.block(static_cast<std::uint64_t>(w)),
+                            b.pool.block(kBlocks - 1 - static_cast<std::uint64_t>(w)), kBlockLen))
+        << w;
+  }
+  EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);
+  return wakes;
+}
+
+TEST(UcxScatterTest, PostsWhileRequestsAreInFlightDoNotWakeTheProgressThread) {
+  // b acks nothing until the test progresses it, so a's first write stays
+  // in flight and a's thread naps: the posts after it are only queued (no
+  // syscall on the caller's thread), and the nap sends them.
+  Agent a("scatter-a", {}, 1);
+  Agent b("scatter-b", {}, 2, /*progress_thread=*/false);
+  EXPECT_LE(wakes_over_spaced_posts(a, b, 6, 20ms), 1u);
+}
+
+TEST(UcxScatterTest, WithoutANapEveryPostToASleepingThreadWakesIt) {
+  Agent a("scatter-a", {{"KVXFER_NAP_US", "0"}}, 1);
+  Agent b("scatter-b", {}, 2, /*progress_thread=*/false);
+  // 20 ms apart, the thread is asleep at nearly every post.
+  EXPECT_GE(wakes_over_spaced_posts(a, b, 6, 20ms), 4u);
 }
 
 TEST(UcxScatterTest, WithoutRmaEveryWriteIsScatterEvenLongRuns) {

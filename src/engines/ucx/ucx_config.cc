@@ -105,6 +105,17 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       out.progress_nice = nice;
       continue;
     }
+    if (raw_key == "KVXFER_NAP_US") {
+      std::int64_t micros = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), micros);
+      if (ec != std::errc{} || end != value.data() + value.size() || micros < 0 ||
+          micros > 100'000) {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_NAP_US={} is not an integer in 0..100000", value));
+      }
+      out.nap = std::chrono::microseconds(micros);
+      continue;
+    }
     std::string_view key = raw_key;
     if (key.starts_with("UCX_")) key.remove_prefix(4);
     out.overrides[std::string(key)] = value;

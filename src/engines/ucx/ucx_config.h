@@ -5,6 +5,7 @@
 // so that every rule can be tested without a UCX context.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -21,6 +22,10 @@ inline constexpr std::uint64_t kScatterMaxRunBytes = 64 * 1024;
 // Just under the 1M TCP segment we set, so that a message (chunk, header of
 // up to 1024 runs, UCX's own headers) goes in one segment.
 inline constexpr std::uint64_t kScatterChunkBytes = 992 * 1024;
+
+// The progress thread's longest nap while requests are in flight: what a
+// post may wait to be sent when none of their events comes first.
+inline constexpr std::int64_t kNapMicros = 200;
 
 enum class PoolMapping { kOff, kOn, kPopulate };
 
@@ -60,6 +65,11 @@ struct UcxSettings {
   // process's threads: a negative value (it needs CAP_SYS_NICE or
   // RLIMIT_NICE) keeps it ahead of them (docs/performance.md, incast).
   std::optional<int> progress_nice;
+  // How long the progress thread sleeps at most while UCX requests of the
+  // lane are in flight (KVXFER_NAP_US, 0..100000 us). Their events wake it
+  // anyway, so posts meanwhile are queued without waking it: no syscall on
+  // the caller's thread. 0: every post to a sleeping thread wakes it.
+  std::chrono::nanoseconds nap = std::chrono::microseconds(kNapMicros);
 };
 
 // The value of an environment variable, or nullopt when it is not set.
@@ -69,7 +79,8 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // that is not a size or is out of range, a KVXFER_RMA value other than
 // auto, on or off, a KVXFER_POST value other than handoff or inline, or a
 // KVXFER_CMA_MAP value other than on, populate or off, or a
-// KVXFER_PROGRESS_NICE value that is not an integer in -20..19.
+// KVXFER_PROGRESS_NICE value that is not an integer in -20..19, or a
+// KVXFER_NAP_US value that is not an integer in 0..100000.
 [[nodiscard]] UcxSettings compute_ucx_settings(
     const std::map<std::string, std::string>& engine_config, const EnvLookup& env,
     bool has_rdma_device);

@@ -97,7 +97,7 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
     handoff_ = settings_.post_handoff;
     if (handoff_) {
       worker_.set_submit_hook(
-          [this](bool before_sleep) { return drain_submissions(before_sleep); });
+          [this](bool before_sleep) { return drain_submissions(before_sleep); }, settings_.nap);
     }
     worker_.start_progress_thread(settings_.progress_nice);
   }
@@ -299,6 +299,7 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["scatter_writes"] = get(scatter_writes_);
   counters["scatter_messages"] = get(scatter_messages_);
   counters["scatter_handed_off"] = get(scatter_handed_off_);
+  counters["progress_wakes"] = get(wakes_);
   counters["scatter_refused"] = get(scatter_refused_);
   counters["scatter_received"] = get(scatter_received_);
   counters["scatter_rejected"] = get(scatter_rejected_);

@@ -233,7 +233,7 @@ class UcxLane {
   ucs_status_t send_scatter(UcxPeer& peer, Xfer* xfer, std::size_t* sent);
   void settle_unsent(Xfer* xfer, std::size_t sent, ucs_status_t status);
   void submit(Xfer* xfer);
-  bool drain_submissions(bool before_sleep);
+  UcxWorker::Rest drain_submissions(bool before_sleep);
   void send_submitted(Xfer* xfer);
   void fail_scatter(Xfer* xfer, ucs_status_t status);
   // Under am_mu_ (`lock`): ends a transfer's wait (clears am_seq), then
@@ -391,6 +391,7 @@ class UcxLane {
   std::atomic<std::uint64_t> scatter_writes_{0};
   std::atomic<std::uint64_t> scatter_messages_{0};
   std::atomic<std::uint64_t> scatter_handed_off_{0};  // writes the progress thread sent
+  std::atomic<std::uint64_t> wakes_{0};  // submissions that woke the progress thread
   std::atomic<std::uint64_t> scatter_refused_{0};
   std::atomic<std::uint64_t> scatter_received_{0};
   std::atomic<std::uint64_t> scatter_rejected_{0};

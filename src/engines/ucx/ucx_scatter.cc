@@ -334,13 +334,20 @@ void UcxLane::submit(Xfer* xfer) {
     submit_tail_ = xfer;
     wake = std::exchange(thread_idle_, false);
   }
-  if (wake) worker_.wake();
+  if (wake) {
+    wakes_.fetch_add(1, std::memory_order_relaxed);
+    worker_.wake();
+  }
 }
 
-// Progress thread: sends everything queued. With `before_sleep`, returns
-// whether the thread may sleep: true when nothing was queued (the next
-// submission then wakes it), false when it sent something and must go round.
-bool UcxLane::drain_submissions(bool before_sleep) {
+// Progress thread: sends everything queued. With `before_sleep`, says how
+// the thread rests: go round when it sent something; else sleep until woken
+// (thread_idle_: the next submission wakes it); or, while UCX requests of
+// ours are in flight, nap: their events (acks, replies, sends leaving) wake
+// the thread anyway, and the nap bounds the wait when none come, so a
+// submission meanwhile needs no wake. A wake is a syscall on the caller's
+// thread, 5-60 us on these VMs (docs/performance.md).
+UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
   bool drained = false;
   for (;;) {
     Xfer* head = nullptr;
@@ -348,8 +355,14 @@ bool UcxLane::drain_submissions(bool before_sleep) {
       std::lock_guard lock(submit_mu_);
       head = std::exchange(submit_head_, nullptr);
       submit_tail_ = nullptr;
-      thread_idle_ = head == nullptr && before_sleep && !drained;
-      if (head == nullptr) return thread_idle_;
+      const bool rests = head == nullptr && before_sleep && !drained;
+      const bool nap = rests && settings_.nap.count() > 0 &&
+                       live_requests_.load(std::memory_order_relaxed) > 0;
+      thread_idle_ = rests && !nap;
+      if (head == nullptr) {
+        if (!rests) return UcxWorker::Rest::kGoRound;
+        return nap ? UcxWorker::Rest::kNap : UcxWorker::Rest::kSleep;
+      }
     }
     drained = true;
     while (head != nullptr) {

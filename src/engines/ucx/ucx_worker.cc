@@ -235,11 +235,16 @@ void UcxWorker::progress_loop() {
     if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
     // Submissions that came while we progressed, or after the arm: go round
     // again instead of sleeping on them.
-    if (submit_hook_ && !submit_hook_(true)) continue;
+    const Rest rest = submit_hook_ ? submit_hook_(true) : Rest::kSleep;
+    if (rest == Rest::kGoRound) continue;
     // An arm failure would make the fd useless; fall back to a slow poll.
-    const int timeout_ms = st == UCS_OK ? -1 : 1;
-    const int n =
-        ::epoll_wait(epoll_fd_.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
+    std::chrono::nanoseconds timeout{-1};
+    if (st != UCS_OK) {
+      timeout = std::chrono::milliseconds(1);
+    } else if (rest == Rest::kNap) {
+      timeout = nap_;
+    }
+    const int n = wait_events(events, timeout);
     for (int i = 0; i < n; ++i) {
       if (events[static_cast<std::size_t>(i)].data.fd == wake_fd_.get()) {
         std::uint64_t count = 0;
@@ -247,6 +252,23 @@ void UcxWorker::progress_loop() {
       }
     }
   }
+}
+
+// epoll_pwait2 takes the nap to the microsecond; a kernel without it (before
+// 5.11) gets epoll_wait's milliseconds, rounded up.
+int UcxWorker::wait_events(std::span<epoll_event> events, std::chrono::nanoseconds timeout) {
+  const auto max = static_cast<int>(events.size());
+  if (timeout.count() < 0) return ::epoll_wait(epoll_fd_.get(), events.data(), max, -1);
+  if (pwait2_) {
+    const auto secs = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+    const timespec ts{static_cast<time_t>(secs.count()),
+                      static_cast<long>((timeout - secs).count())};
+    const int n = ::epoll_pwait2(epoll_fd_.get(), events.data(), max, &ts, nullptr);
+    if (n >= 0 || errno != ENOSYS) return n;
+    pwait2_ = false;
+  }
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout);
+  return ::epoll_wait(epoll_fd_.get(), events.data(), max, static_cast<int>(ms.count()));
 }
 
 void UcxWorker::wake() {

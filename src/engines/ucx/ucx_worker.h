@@ -3,14 +3,17 @@
 // never both at once.
 #pragma once
 
+#include <sys/epoll.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,13 +54,19 @@ class UcxWorker {
 
   void set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg);
 
+  // What the progress thread does once the worker is armed and its owner's
+  // work is done: go round again (work came in), sleep until an event of the
+  // worker or wake(), or nap: the same, but for at most the nap given to
+  // set_submit_hook, so that submissions need no wake() meanwhile.
+  enum class Rest { kGoRound, kSleep, kNap };
   // Work the progress thread runs for its owner (the lane's queued sends):
-  // called at the top of every round with `before_sleep` false, and once more
-  // after the worker is armed with `before_sleep` true, when it returns
-  // whether the thread may sleep (false: it found work, go round again). Set
-  // before start_progress_thread().
-  void set_submit_hook(std::function<bool(bool before_sleep)> hook) {
+  // called at the top of every round with `before_sleep` false (the result
+  // is ignored), and once more after the worker is armed with `before_sleep`
+  // true, when it says how the thread rests. Set before
+  // start_progress_thread().
+  void set_submit_hook(std::function<Rest(bool before_sleep)> hook, std::chrono::nanoseconds nap) {
     submit_hook_ = std::move(hook);
+    nap_ = nap;
   }
   // Wakes the progress thread from its sleep (for new submissions).
   void wake();
@@ -84,6 +93,8 @@ class UcxWorker {
   void progress_loop();
   void set_progress_priority(std::optional<int> nice);
   void flush_before_destroy();
+  // epoll_wait on epoll_fd_ for at most `timeout` (negative: no limit).
+  int wait_events(std::span<epoll_event> events, std::chrono::nanoseconds timeout);
 
   std::string agent_name_;
   ContextHandle context_;
@@ -94,7 +105,9 @@ class UcxWorker {
   // Progress thread: sleeps in epoll on the worker's event fd and wake_fd_.
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::function<bool(bool)> submit_hook_;
+  std::function<Rest(bool)> submit_hook_;
+  std::chrono::nanoseconds nap_{0};
+  bool pwait2_ = true;  // the kernel has epoll_pwait2 (on the thread only)
   // Callers of progress_from_caller() driving the worker now, and
   // steady_clock ns of the last such call's end.
   std::atomic<int> callers_progressing_{0};
