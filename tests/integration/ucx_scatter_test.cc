@@ -240,11 +240,12 @@ std::uint64_t wakes_over_spaced_posts(Agent& a, Agent& b, int writes,
 
 TEST(UcxScatterTest, PostsWhileRequestsAreInFlightDoNotWakeTheProgressThread) {
   // b acks nothing until the test progresses it, so a's first write stays
-  // in flight and a's thread naps: the posts after it are only queued (no
-  // syscall on the caller's thread), and the nap sends them.
-  Agent a("scatter-a", {}, 1);
+  // in flight and a's thread naps (5 ms here): the posts after it, 2 ms
+  // apart, are only queued (no syscall on the caller's thread), and the end
+  // of each nap sends them.
+  Agent a("scatter-a", {{"KVXFER_NAP_US", "5000"}}, 1);
   Agent b("scatter-b", {}, 2, /*progress_thread=*/false);
-  EXPECT_LE(wakes_over_spaced_posts(a, b, 6, 20ms), 1u);
+  EXPECT_LE(wakes_over_spaced_posts(a, b, 6, 2ms), 1u);
 }
 
 TEST(UcxScatterTest, WithoutANapEveryPostToASleepingThreadWakesIt) {
@@ -252,6 +253,15 @@ TEST(UcxScatterTest, WithoutANapEveryPostToASleepingThreadWakesIt) {
   Agent b("scatter-b", {}, 2, /*progress_thread=*/false);
   // 20 ms apart, the thread is asleep at nearly every post.
   EXPECT_GE(wakes_over_spaced_posts(a, b, 6, 20ms), 4u);
+}
+
+TEST(UcxScatterTest, RequestsThatGoQuietLetTheThreadSleepAndPostsWakeIt) {
+  // A write to a silent peer: after a few naps without an event the thread
+  // sleeps until woken (a nap every 200 us would cost ~10% of a core for as
+  // long as the peer stays silent), so each later post wakes it.
+  Agent a("scatter-a", {}, 1);
+  Agent b("scatter-b", {}, 2, /*progress_thread=*/false);
+  EXPECT_GE(wakes_over_spaced_posts(a, b, 6, 50ms), 4u);
 }
 
 TEST(UcxScatterTest, WithoutRmaEveryWriteIsScatterEvenLongRuns) {

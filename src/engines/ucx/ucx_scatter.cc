@@ -340,13 +340,16 @@ void UcxLane::submit(Xfer* xfer) {
   }
 }
 
-// Progress thread: sends everything queued. With `before_sleep`, says how
-// the thread rests: go round when it sent something; else sleep until woken
-// (thread_idle_: the next submission wakes it); or, while UCX requests of
-// ours are in flight, nap: their events (acks, replies, sends leaving) wake
-// the thread anyway, and the nap bounds the wait when none come, so a
-// submission meanwhile needs no wake. A wake is a syscall on the caller's
-// thread, 5-60 us on these VMs (docs/performance.md).
+// Progress thread: sends everything queued. Without `before_sleep`, returns
+// kGoRound when there was something (the thread's sign of activity). With
+// it, says how the thread rests: go round when it sent something; else
+// sleep until woken (thread_idle_: the next submission wakes it); or, while
+// UCX requests of ours are in flight and answering, nap: their events
+// (acks, replies, sends leaving) wake the thread anyway, and the nap bounds
+// the wait when none come, so a submission meanwhile needs no wake. A wake
+// is a syscall on the caller's thread, 5-60 us on these VMs
+// (docs/performance.md). Requests that went quiet for kMaxQuietNaps naps (a
+// stalled peer) get a plain sleep: napping on them would only burn CPU.
 UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
   bool drained = false;
   for (;;) {
@@ -357,10 +360,13 @@ UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
       submit_tail_ = nullptr;
       const bool rests = head == nullptr && before_sleep && !drained;
       const bool nap = rests && settings_.nap.count() > 0 &&
-                       live_requests_.load(std::memory_order_relaxed) > 0;
+                       live_requests_.load(std::memory_order_relaxed) > 0 &&
+                       !worker_.naps_unanswered();
       thread_idle_ = rests && !nap;
       if (head == nullptr) {
-        if (!rests) return UcxWorker::Rest::kGoRound;
+        if (drained || !before_sleep) {
+          return drained ? UcxWorker::Rest::kGoRound : UcxWorker::Rest::kSleep;
+        }
         return nap ? UcxWorker::Rest::kNap : UcxWorker::Rest::kSleep;
       }
     }

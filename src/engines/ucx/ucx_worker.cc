@@ -221,15 +221,17 @@ void UcxWorker::progress_loop() {
       }
       continue;
     }
-    if (submit_hook_) submit_hook_(false);
+    bool active = submit_hook_ && submit_hook_(false) == Rest::kGoRound;
     const std::int64_t start = now_ns();
     bool busy = false;
     for (unsigned n = 1; ucp_worker_progress(worker_.get()) != 0; ++n) {
+      active = true;
       if (n % 8 == 0 && now_ns() - start > kThreadDrainBudgetNs) {
         busy = true;
         break;
       }
     }
+    if (active) quiet_naps_ = 0;
     if (busy) continue;  // more to do: look at stop and callers, then go on
     const ucs_status_t st = ucp_worker_arm(worker_.get());
     if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
@@ -245,6 +247,7 @@ void UcxWorker::progress_loop() {
       timeout = nap_;
     }
     const int n = wait_events(events, timeout);
+    if (rest == Rest::kNap) quiet_naps_ = n == 0 ? quiet_naps_ + 1 : 0;
     for (int i = 0; i < n; ++i) {
       if (events[static_cast<std::size_t>(i)].data.fd == wake_fd_.get()) {
         std::uint64_t count = 0;
