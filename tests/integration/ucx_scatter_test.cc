@@ -264,6 +264,58 @@ TEST(UcxScatterTest, RequestsThatGoQuietLetTheThreadSleepAndPostsWakeIt) {
   EXPECT_GE(wakes_over_spaced_posts(a, b, 6, 50ms), 4u);
 }
 
+// CPU time (clock ticks, user + system) of every thread of this process
+// named `name`, from /proc/self/task/*/stat (fields 14 and 15).
+long cpu_ticks_of_threads_named(const std::string& name) {
+  long total = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string thread_name;
+    if (!std::getline(comm, thread_name) || thread_name != name) continue;
+    std::ifstream stat_file(task.path() / "stat");
+    std::string stat;
+    std::getline(stat_file, stat);
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 15 && fields >> field; ++i) {
+      if (i >= 14) total += std::stol(field);
+    }
+  }
+  return total;
+}
+
+TEST(UcxScatterTest, AConnectionThePeerHasNotTakenDoesNotSpinTheProgressThread) {
+  // Until b's worker takes the connection, UCX reports the endpoint's
+  // socket ready at every look; a's thread used to spin a whole core on it
+  // (all of it) for as long as b stayed silent.
+  Agent a("scatter-a", {}, 1);
+  Agent b("scatter-b", {}, 2, /*progress_thread=*/false);
+  PeerHandle peer = 0;
+  ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);
+  std::this_thread::sleep_for(200ms);
+  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  const long before = cpu_ticks_of_threads_named("kvxfer-progress");  // a's only
+  std::this_thread::sleep_for(2s);
+  const long spent = cpu_ticks_of_threads_named("kvxfer-progress") - before;
+  // The spin was a whole core (2 s of ticks); the backoff costs a few %.
+  EXPECT_LE(spent, ticks_per_second) << spent << " ticks in 2 s";
+  // The connection still works once b takes it.
+  XferHandle xfer = 0;
+  const std::vector<std::int64_t> local{3};
+  const std::vector<std::int64_t> remote{5};
+  ASSERT_EQ(a.engine->post_write(peer, 1, local, remote, &xfer), Status::kSuccess);
+  Status state = Status::kInProgress;
+  for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+       state == Status::kInProgress && std::chrono::steady_clock::now() < deadline;) {
+    b.engine->progress();
+    EXPECT_EQ(a.engine->check(xfer, &state), Status::kSuccess);
+  }
+  EXPECT_EQ(state, Status::kSuccess);
+  EXPECT_TRUE(bytes_equal(a.pool.block(3), b.pool.block(5), kBlockLen));
+  EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
+  EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);
+}
+
 TEST(UcxScatterTest, WithoutRmaEveryWriteIsScatterEvenLongRuns) {
   // No RDMA device here: no RMA, no rkey published, and a write of one long
   // run (the whole pool) goes as scatter messages of a chunk each.

@@ -232,6 +232,11 @@ void UcxWorker::progress_loop() {
       }
     }
     if (active) quiet_naps_ = 0;
+    if (active || !worker_woke_) {
+      empty_wakeups_ = 0;
+    } else if (empty_wakeups_ < kMaxEmptyWakeups) {
+      ++empty_wakeups_;
+    }
     if (busy) continue;  // more to do: look at stop and callers, then go on
     const ucs_status_t st = ucp_worker_arm(worker_.get());
     if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
@@ -246,12 +251,29 @@ void UcxWorker::progress_loop() {
     } else if (rest == Rest::kNap) {
       timeout = nap_;
     }
+    if (empty_wakeups_ >= kMaxEmptyWakeups) {
+      // The worker's fd keeps waking us for nothing its progress can do
+      // (UCX 1.13: an endpoint whose peer has not taken the connection yet
+      // reports EPOLLOUT at every look), and the thread would spin a core
+      // for as long as the peer stays silent. Wait on our own fd alone for a
+      // while instead, then look again; any progress ends this.
+      pollfd wake{wake_fd_.get(), POLLIN, 0};
+      const timespec backoff{0, kEmptyWakeupBackoffNs};
+      if (::ppoll(&wake, 1, &backoff, nullptr) > 0) {
+        std::uint64_t count = 0;
+        [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &count, sizeof(count));
+      }
+      continue;  // worker_woke_ stays: still idle unless the next round works
+    }
     const int n = wait_events(events, timeout);
     if (rest == Rest::kNap) quiet_naps_ = n == 0 ? quiet_naps_ + 1 : 0;
+    worker_woke_ = false;
     for (int i = 0; i < n; ++i) {
       if (events[static_cast<std::size_t>(i)].data.fd == wake_fd_.get()) {
         std::uint64_t count = 0;
         [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &count, sizeof(count));
+      } else {
+        worker_woke_ = true;
       }
     }
   }

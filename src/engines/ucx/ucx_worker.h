@@ -116,6 +116,14 @@ class UcxWorker {
   std::chrono::nanoseconds nap_{0};
   bool pwait2_ = true;  // the kernel has epoll_pwait2 (on the thread only)
   int quiet_naps_ = 0;  // naps_unanswered() (on the thread only)
+  // Rounds in a row that the worker's fd woke the thread for and that found
+  // nothing to do (on the thread only): from kMaxEmptyWakeups on, the thread
+  // waits kEmptyWakeupBackoffNs on its own fd alone between rounds, instead
+  // of spinning on an fd that stays ready (progress_loop).
+  static constexpr int kMaxEmptyWakeups = 64;
+  static constexpr long kEmptyWakeupBackoffNs = 1'000'000;
+  int empty_wakeups_ = 0;
+  bool worker_woke_ = false;
   // Callers of progress_from_caller() driving the worker now, and
   // steady_clock ns of the last such call's end.
   std::atomic<int> callers_progressing_{0};
