@@ -315,9 +315,9 @@ BENCHMARK(BM_WritePoll_Int32)->Arg(16)->Arg(4096);
 // handing them to the progress thread, and wakes that thread when it sleeps.
 struct PostCase {
   Order order = Order::kRandom;
-  int depth = 1;          // writes kept in flight: 1 waits for each to land
-  bool cold = false;      // this core's caches emptied before each call
-  const char* nap = "";   // engine_config KVXFER_NAP_US ("": the default)
+  int depth = 1;         // writes kept in flight: 1 waits for each to land
+  bool cold = false;     // this core's caches emptied before each call
+  const char* nap = "";  // engine_config KVXFER_NAP_US ("": the default)
 };
 
 void ucx_tcp_post(benchmark::State& state, PostCase c) {
@@ -332,8 +332,8 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
   kvxfer::Transport target("bench-target", {target_pool.data(), kNumBlocks, kBlockLen}, options);
   kvxfer::Transport initiator("bench-initiator", {initiator_pool.data(), kNumBlocks, kBlockLen},
                               initiator_options);
-  initiator.add_remote_peer(kPeer, target.agent_metadata(), target.base_addr(),
-                            target.num_blocks(), target.block_len());
+  initiator.add_remote_peer(kPeer, target.agent_metadata(), target.base_addr(), target.num_blocks(),
+                            target.block_len());
   constexpr std::size_t kLists = 64;
   const auto local = index_lists(kLists, n, c.order, 1);
   const auto remote = index_lists(kLists, n, c.order, 2);

@@ -391,7 +391,7 @@ class UcxLane {
   std::atomic<std::uint64_t> scatter_writes_{0};
   std::atomic<std::uint64_t> scatter_messages_{0};
   std::atomic<std::uint64_t> scatter_handed_off_{0};  // writes the progress thread sent
-  std::atomic<std::uint64_t> wakes_{0};  // submissions that woke the progress thread
+  std::atomic<std::uint64_t> wakes_{0};               // submissions that woke the progress thread
   std::atomic<std::uint64_t> scatter_refused_{0};
   std::atomic<std::uint64_t> scatter_received_{0};
   std::atomic<std::uint64_t> scatter_rejected_{0};

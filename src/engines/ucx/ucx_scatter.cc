@@ -278,10 +278,9 @@ ucs_status_t UcxLane::send_scatter(UcxPeer& p, Xfer* xfer, std::size_t* sent) {
     xfer->refs.fetch_add(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_add(1, std::memory_order_relaxed);
     live_requests_.fetch_add(1, std::memory_order_relaxed);
-    ucs_status_ptr_t request =
-        ucp_am_send_nbx(p.ep.get(), am_id, xfer->am_headers.data() + chunk.header_offset,
-                        header_len, read ? nullptr : xfer->am_iov.data() + chunk.iov_offset,
-                        read ? 0 : chunk.runs, &param);
+    ucs_status_ptr_t request = ucp_am_send_nbx(
+        p.ep.get(), am_id, xfer->am_headers.data() + chunk.header_offset, header_len,
+        read ? nullptr : xfer->am_iov.data() + chunk.iov_offset, read ? 0 : chunk.runs, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) continue;  // on_am_sent lets go
     live_requests_.fetch_sub(1, std::memory_order_relaxed);
     xfer->sends_pending.fetch_sub(1, std::memory_order_relaxed);
