@@ -117,10 +117,11 @@ TEST(UcxScatterTest, PostsAreHandedToTheProgressThreadUnlessInline) {
   EXPECT_EQ(in.counter("scatter_handed_off"), 0u);
 }
 
-// The nice value of every thread of this process named `name`, read from
-// /proc/self/task/*/stat (field 19, after the command in parentheses).
-std::vector<int> nice_of_threads_named(const std::string& name) {
-  std::vector<int> out;
+// The fields of /proc/self/task/*/stat of every thread of this process
+// named `name`, from field 3 on (after the command in parentheses): field
+// N of proc(5) is element N - 3.
+std::vector<std::vector<std::string>> stat_of_threads_named(const std::string& name) {
+  std::vector<std::vector<std::string>> out;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
     std::ifstream comm(task.path() / "comm");
     std::string thread_name;
@@ -129,12 +130,29 @@ std::vector<int> nice_of_threads_named(const std::string& name) {
     std::string stat;
     std::getline(stat_file, stat);
     std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-    std::string field;
-    for (int i = 3; i <= 19 && fields >> field; ++i) {
-      if (i == 19) out.push_back(std::stoi(field));
-    }
+    auto& row = out.emplace_back();
+    for (std::string field; fields >> field;) row.push_back(field);
   }
   return out;
+}
+
+// The nice value (field 19) of every thread of this process named `name`.
+std::vector<int> nice_of_threads_named(const std::string& name) {
+  std::vector<int> out;
+  for (const auto& fields : stat_of_threads_named(name)) {
+    if (fields.size() > 19 - 3) out.push_back(std::stoi(fields[19 - 3]));
+  }
+  return out;
+}
+
+// CPU time in clock ticks (utime + stime, fields 14 and 15) of every thread
+// of this process named `name`.
+long cpu_ticks_of_threads_named(const std::string& name) {
+  long total = 0;
+  for (const auto& fields : stat_of_threads_named(name)) {
+    if (fields.size() > 15 - 3) total += std::stol(fields[14 - 3]) + std::stol(fields[15 - 3]);
+  }
+  return total;
 }
 
 TEST(UcxScatterTest, ProgressThreadIsNamedAndTakesTheNiceValueAsked) {
@@ -262,26 +280,6 @@ TEST(UcxScatterTest, RequestsThatGoQuietLetTheThreadSleepAndPostsWakeIt) {
   Agent a("scatter-a", {}, 1);
   Agent b("scatter-b", {}, 2, /*progress_thread=*/false);
   EXPECT_GE(wakes_over_spaced_posts(a, b, 6, 50ms), 4u);
-}
-
-// CPU time (clock ticks, user + system) of every thread of this process
-// named `name`, from /proc/self/task/*/stat (fields 14 and 15).
-long cpu_ticks_of_threads_named(const std::string& name) {
-  long total = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string thread_name;
-    if (!std::getline(comm, thread_name) || thread_name != name) continue;
-    std::ifstream stat_file(task.path() / "stat");
-    std::string stat;
-    std::getline(stat_file, stat);
-    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-    std::string field;
-    for (int i = 3; i <= 15 && fields >> field; ++i) {
-      if (i >= 14) total += std::stol(field);
-    }
-  }
-  return total;
 }
 
 TEST(UcxScatterTest, AConnectionThePeerHasNotTakenDoesNotSpinTheProgressThread) {
