@@ -211,6 +211,18 @@ TEST(UcxScatterTest, ATransferReusedAfterALargerOneSendsOnlyItsOwnRuns) {
   EXPECT_EQ(a.counter("scatter_messages"), kBlocks * 4 + 4 + 6 * 4);
 }
 
+// Progresses b (which has no progress thread) until a's transfer `xfer`
+// to it ends, or 20 s pass; returns its last state.
+Status progress_until_ended(Agent& a, Agent& b, XferHandle xfer) {
+  Status state = Status::kInProgress;
+  for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+       state == Status::kInProgress && std::chrono::steady_clock::now() < deadline;) {
+    b.engine->progress();
+    EXPECT_EQ(a.engine->check(xfer, &state), Status::kSuccess);
+  }
+  return state;
+}
+
 // Posts `writes` writes of one block each from `a` to `b` (whose worker
 // only moves when the test progresses it), `gap` apart; then progresses b
 // until every write landed. Returns a's progress_wakes over the posts.
@@ -238,13 +250,7 @@ std::uint64_t wakes_over_spaced_posts(Agent& a, Agent& b, int writes,
   }
   const std::uint64_t wakes = a.counter("progress_wakes") - wakes0;
   for (const XferHandle xfer : xfers) {
-    Status state = Status::kInProgress;
-    for (const auto deadline = std::chrono::steady_clock::now() + 20s;
-         state == Status::kInProgress && std::chrono::steady_clock::now() < deadline;) {
-      b.engine->progress();
-      EXPECT_EQ(a.engine->check(xfer, &state), Status::kSuccess);
-    }
-    EXPECT_EQ(state, Status::kSuccess);
+    EXPECT_EQ(progress_until_ended(a, b, xfer), Status::kSuccess);
     EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
   }
   for (int w = 0; w < writes; ++w) {
@@ -302,13 +308,7 @@ TEST(UcxScatterTest, AConnectionThePeerHasNotTakenDoesNotSpinTheProgressThread) 
   const std::vector<std::int64_t> local{3};
   const std::vector<std::int64_t> remote{5};
   ASSERT_EQ(a.engine->post_write(peer, 1, local, remote, &xfer), Status::kSuccess);
-  Status state = Status::kInProgress;
-  for (const auto deadline = std::chrono::steady_clock::now() + 20s;
-       state == Status::kInProgress && std::chrono::steady_clock::now() < deadline;) {
-    b.engine->progress();
-    EXPECT_EQ(a.engine->check(xfer, &state), Status::kSuccess);
-  }
-  EXPECT_EQ(state, Status::kSuccess);
+  EXPECT_EQ(progress_until_ended(a, b, xfer), Status::kSuccess);
   EXPECT_TRUE(bytes_equal(a.pool.block(3), b.pool.block(5), kBlockLen));
   EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
   EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);

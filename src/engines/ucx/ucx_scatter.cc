@@ -363,9 +363,7 @@ UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
                        !worker_.naps_unanswered();
       thread_idle_ = rests && !nap;
       if (head == nullptr) {
-        if (drained || !before_sleep) {
-          return drained ? UcxWorker::Rest::kGoRound : UcxWorker::Rest::kSleep;
-        }
+        if (drained) return UcxWorker::Rest::kGoRound;
         return nap ? UcxWorker::Rest::kNap : UcxWorker::Rest::kSleep;
       }
     }

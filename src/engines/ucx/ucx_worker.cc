@@ -215,10 +215,7 @@ void UcxWorker::progress_loop() {
       // has been away a grace period) without touching it.
       pollfd wake{wake_fd_.get(), POLLIN, 0};
       const auto wait_ms = static_cast<int>((kCallerGraceNs - since_caller + 999'999) / 1'000'000);
-      if (::poll(&wake, 1, std::max(wait_ms, 1)) > 0) {
-        std::uint64_t count = 0;
-        [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &count, sizeof(count));
-      }
+      if (::poll(&wake, 1, std::max(wait_ms, 1)) > 0) drain_wake_fd();
       continue;
     }
     bool active = submit_hook_ && submit_hook_(false) == Rest::kGoRound;
@@ -244,13 +241,6 @@ void UcxWorker::progress_loop() {
     // again instead of sleeping on them.
     const Rest rest = submit_hook_ ? submit_hook_(true) : Rest::kSleep;
     if (rest == Rest::kGoRound) continue;
-    // An arm failure would make the fd useless; fall back to a slow poll.
-    std::chrono::nanoseconds timeout{-1};
-    if (st != UCS_OK) {
-      timeout = std::chrono::milliseconds(1);
-    } else if (rest == Rest::kNap) {
-      timeout = nap_;
-    }
     if (empty_wakeups_ >= kMaxEmptyWakeups) {
       // The worker's fd keeps waking us for nothing its progress can do
       // (UCX 1.13: an endpoint whose peer has not taken the connection yet
@@ -259,19 +249,22 @@ void UcxWorker::progress_loop() {
       // while instead, then look again; any progress ends this.
       pollfd wake{wake_fd_.get(), POLLIN, 0};
       const timespec backoff{0, kEmptyWakeupBackoffNs};
-      if (::ppoll(&wake, 1, &backoff, nullptr) > 0) {
-        std::uint64_t count = 0;
-        [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &count, sizeof(count));
-      }
+      if (::ppoll(&wake, 1, &backoff, nullptr) > 0) drain_wake_fd();
       continue;  // worker_woke_ stays: still idle unless the next round works
+    }
+    // An arm failure would make the fd useless; fall back to a slow poll.
+    std::chrono::nanoseconds timeout{-1};
+    if (st != UCS_OK) {
+      timeout = std::chrono::milliseconds(1);
+    } else if (rest == Rest::kNap) {
+      timeout = nap_;
     }
     const int n = wait_events(events, timeout);
     if (rest == Rest::kNap) quiet_naps_ = n == 0 ? quiet_naps_ + 1 : 0;
     worker_woke_ = false;
     for (int i = 0; i < n; ++i) {
       if (events[static_cast<std::size_t>(i)].data.fd == wake_fd_.get()) {
-        std::uint64_t count = 0;
-        [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &count, sizeof(count));
+        drain_wake_fd();
       } else {
         worker_woke_ = true;
       }
@@ -294,6 +287,11 @@ int UcxWorker::wait_events(std::span<epoll_event> events, std::chrono::nanosecon
   }
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout);
   return ::epoll_wait(epoll_fd_.get(), events.data(), max, static_cast<int>(ms.count()));
+}
+
+void UcxWorker::drain_wake_fd() {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &count, sizeof(count));
 }
 
 void UcxWorker::wake() {

@@ -100,6 +100,8 @@ class UcxWorker {
   void progress_loop();
   void set_progress_priority(std::optional<int> nice);
   void flush_before_destroy();
+  // Empties wake_fd_ after it woke a wait.
+  void drain_wake_fd();
   // epoll_wait on epoll_fd_ for at most `timeout` (negative: no limit).
   int wait_events(std::span<epoll_event> events, std::chrono::nanoseconds timeout);
 
