@@ -19,6 +19,27 @@ void check_range_of(std::span<const Int> idxs, std::uint64_t num_blocks, const c
   }
 }
 
+// v lies in [0, n) exactly when neither v nor (n - 1 - v) has its top bit
+// set (n <= 2^63): OR both into an accumulator and read its top bit once at
+// the end. Straight-line, so the compiler copies and checks several indices
+// per instruction.
+template <typename Int>
+bool copy_in_range_of(std::span<const Int> from, std::vector<std::int64_t>& to,
+                      std::uint64_t num_blocks) {
+  constexpr std::uint64_t kTop = std::uint64_t{1} << 63;
+  const std::uint64_t last = std::min(num_blocks, kTop) - 1;  // wraps to all ones for 0
+  to.resize(from.size());
+  const Int* const src = from.data();
+  std::int64_t* const dst = to.data();
+  std::uint64_t acc = 0;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    const auto v = static_cast<std::int64_t>(src[i]);
+    dst[i] = v;
+    acc |= static_cast<std::uint64_t>(v) | (last - static_cast<std::uint64_t>(v));
+  }
+  return (acc & kTop) == 0;
+}
+
 template <typename Int>
 void check_no_duplicates_of(std::span<const Int> idxs, IndexSet& seen, const char* what) {
   // A strictly increasing list (the common case) has no duplicates.
@@ -44,6 +65,16 @@ void check_range(std::span<const std::int64_t> idxs, std::uint64_t num_blocks, c
 
 void check_range(std::span<const std::int32_t> idxs, std::uint64_t num_blocks, const char* what) {
   check_range_of(idxs, num_blocks, what);
+}
+
+bool copy_in_range(std::span<const std::int64_t> from, std::vector<std::int64_t>& to,
+                   std::uint64_t num_blocks) {
+  return copy_in_range_of(from, to, num_blocks);
+}
+
+bool copy_in_range(std::span<const std::int32_t> from, std::vector<std::int64_t>& to,
+                   std::uint64_t num_blocks) {
+  return copy_in_range_of(from, to, num_blocks);
 }
 
 void check_no_duplicates(std::span<const std::int64_t> idxs, IndexSet& seen, const char* what) {

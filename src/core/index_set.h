@@ -16,6 +16,16 @@ namespace kvxfer::internal {
 void check_range(std::span<const std::int64_t> idxs, std::uint64_t num_blocks, const char* what);
 void check_range(std::span<const std::int32_t> idxs, std::uint64_t num_blocks, const char* what);
 
+// Copies a caller's indices into `to` (resized to match; it keeps its
+// capacity) and says whether every copied index lies in [0, num_blocks):
+// one pass over the caller's memory, with no branch per index, instead of a
+// copy and then a check. On false, check_range over the copy names the first
+// bad index. num_blocks above 2^63 is treated as 2^63.
+bool copy_in_range(std::span<const std::int64_t> from, std::vector<std::int64_t>& to,
+                   std::uint64_t num_blocks);
+bool copy_in_range(std::span<const std::int32_t> from, std::vector<std::int64_t>& to,
+                   std::uint64_t num_blocks);
+
 // A set of block indices for one write's duplicate check: open addressing
 // over reused storage, emptied in O(1) by bumping a stamp, so checking n
 // indices costs O(n) and allocates only when a write is larger than any

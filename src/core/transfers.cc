@@ -103,11 +103,15 @@ std::span<const std::uint8_t> TransportState::copy_notification(
 Peer* TransportState::find_peer_for(std::string_view peer_id, const char* call) {
   auto it = peers_.find(peer_id);
   if (it != peers_.end()) return it->second.get();
+  warn_unknown_peer(peer_id, call);
+  return nullptr;
+}
+
+void TransportState::warn_unknown_peer(std::string_view peer_id, const char* call) {
   std::vector<std::string_view> known;
   for (const auto& [id, p] : peers_) known.push_back(id);
   log().warn("kvxfer {}: {} to unknown peer={} (known peers: [{}])", agent_name_, call, peer_id,
              fmt::join(known, ", "));
-  return nullptr;
 }
 
 template <typename Int>
@@ -130,15 +134,22 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
   // between our check and our post would aim the transfer outside a pool.
   // Every check below and the post read only this copy, which mu_ guards and
   // which keeps its capacity from call to call.
-  scratch_local_.assign(local.begin(), local.end());
-  scratch_remote_.assign(remote.begin(), remote.end());
-  check_range(scratch_local_, region_.num_blocks, "local_idxs");
+  // Each list is copied and range-checked in one pass; which check failed
+  // is reported below in the order the arguments are judged.
+  const auto found = peers_.find(peer_id);
+  Peer* const peer = found != peers_.end() ? found->second.get() : nullptr;
+  const bool local_ok = copy_in_range(local, scratch_local_, region_.num_blocks);
+  const bool remote_ok = copy_in_range(remote, scratch_remote_,
+                                       peer != nullptr ? peer->num_blocks : ~std::uint64_t{0});
+  if (!local_ok) check_range(scratch_local_, region_.num_blocks, "local_idxs");
   const std::span<const std::uint8_t> message = copy_notification(notify, /*required=*/false);
 
   throw_if_closing();
-  Peer* peer = find_peer_for(peer_id, call);
-  if (peer == nullptr) return std::nullopt;
-  check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
+  if (peer == nullptr) {
+    warn_unknown_peer(peer_id, call);
+    return std::nullopt;
+  }
+  if (!remote_ok) check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
 
   // Two pairs landing in one block would race; refuse the transfer. The
   // blocks written are the peer's for a WRITE and ours for a READ.

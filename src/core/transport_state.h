@@ -230,6 +230,8 @@ class TransportState {
                                                   bool required);
   // The peer by id, or nullptr after logging `call` to an unknown peer.
   Peer* find_peer_for(std::string_view peer_id, const char* call);
+  // The warning for a call naming no registered peer; lists the known ones.
+  void warn_unknown_peer(std::string_view peer_id, const char* call);
 
   // What the policy decided, counted over every registration (guarded by mu_).
   PolicyTally tally_;

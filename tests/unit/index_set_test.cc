@@ -136,6 +136,45 @@ TEST(CheckRangeTest, NegativeIndexNamesItsPositionAndValue) {
             "remote_idxs[0] = -7 is out of range [0, 32)");
 }
 
+// copy_in_range copies every index whatever it finds, and its answer agrees
+// with check_range at each edge of the range and of the integer types.
+template <typename Int>
+bool copied_in_range(const std::vector<Int>& idxs, std::uint64_t num_blocks) {
+  std::vector<std::int64_t> to(3, 99);  // holds stale entries before the copy
+  const bool ok = copy_in_range(std::span<const Int>(idxs), to, num_blocks);
+  EXPECT_EQ(to, std::vector<std::int64_t>(idxs.begin(), idxs.end()));
+  EXPECT_EQ(ok, range_error(idxs, num_blocks, "local_idxs").empty());
+  return ok;
+}
+
+TEST(CopyInRangeTest, CopiesTheListAndFindsAnIndexOutsideTheRangeAnywhereInIt) {
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  EXPECT_TRUE(copied_in_range<std::int64_t>({0, 5, 31}, 32));
+  EXPECT_TRUE(copied_in_range<std::int64_t>({}, 32));
+  EXPECT_FALSE(copied_in_range<std::int64_t>({32}, 32));
+  EXPECT_FALSE(copied_in_range<std::int64_t>({-1}, 32));
+  EXPECT_FALSE(copied_in_range<std::int64_t>({kMin}, 32));
+  EXPECT_FALSE(copied_in_range<std::int64_t>({kMax}, 32));
+  EXPECT_FALSE(copied_in_range<std::int64_t>({0}, 0));
+  EXPECT_TRUE(copied_in_range<std::int64_t>({kMax - 1}, std::uint64_t{1} << 63));
+  EXPECT_TRUE(copied_in_range<std::int64_t>({kMax}, ~std::uint64_t{0}));
+  EXPECT_FALSE(copied_in_range<std::int64_t>({-1}, ~std::uint64_t{0}));
+  EXPECT_TRUE(copied_in_range<std::int32_t>({std::numeric_limits<std::int32_t>::max()},
+                                            std::uint64_t{1} << 31));
+  EXPECT_FALSE(copied_in_range<std::int32_t>({std::numeric_limits<std::int32_t>::min()}, 32));
+  // One bad index at every position of a long list (the vectorized body,
+  // and the scalar tail after it), with good ones all around.
+  for (std::size_t at = 0; at < 67; ++at) {
+    for (const std::int64_t bad : {std::int64_t{64}, std::int64_t{-1}, kMin, kMax}) {
+      std::vector<std::int64_t> idxs(67);
+      for (std::size_t i = 0; i < idxs.size(); ++i) idxs[i] = static_cast<std::int64_t>(i % 64);
+      idxs[at] = bad;
+      EXPECT_FALSE(copied_in_range(idxs, 64)) << "bad " << bad << " at " << at;
+    }
+  }
+}
+
 TEST(CheckNoDuplicatesTest, RepeatedBlockIsNamed) {
   IndexSet seen;
   EXPECT_EQ(duplicate_error<std::int64_t>({5, 9, 5}, seen),
