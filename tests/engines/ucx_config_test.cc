@@ -261,5 +261,22 @@ TEST(UcxConfigTest, NapIsMicrosecondsUpToATenthOfASecond) {
   expect_refused_naming("KVXFER_NAP_US", {"", "100001", "-1", "5us", "soon", " 1", "1e3"});
 }
 
+TEST(UcxConfigTest, LingerIsMicrosecondsInStepsOfAtLeastOne) {
+  using std::chrono::microseconds;
+  EXPECT_EQ(settings({}).linger, microseconds(kLingerMicros));
+  EXPECT_EQ(settings({}).linger_step, microseconds(kLingerStepMicros));
+  EXPECT_EQ(settings({{"KVXFER_LINGER_US", "0"}}).linger, microseconds(0));
+  const UcxSettings max =
+      settings({{"KVXFER_LINGER_US", "100000"}, {"KVXFER_LINGER_STEP_US", "100000"}});
+  EXPECT_EQ(max.linger, microseconds(100'000));
+  EXPECT_EQ(max.linger_step, microseconds(100'000));
+  EXPECT_EQ(settings({{"KVXFER_LINGER_STEP_US", "1"}}).linger_step, microseconds(1));
+  EXPECT_FALSE(key(max, "KVXFER_LINGER_US").has_value());  // ours, not UCX's
+  EXPECT_FALSE(key(max, "KVXFER_LINGER_STEP_US").has_value());
+  expect_refused_naming("KVXFER_LINGER_US", {"", "100001", "-1", "5us", " 1"});
+  // A step of 0 would never sleep.
+  expect_refused_naming("KVXFER_LINGER_STEP_US", {"0", "", "100001", "-1", "1ms"});
+}
+
 }  // namespace
 }  // namespace kvxfer::internal::ucx

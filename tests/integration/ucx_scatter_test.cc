@@ -288,6 +288,73 @@ TEST(UcxScatterTest, RequestsThatGoQuietLetTheThreadSleepAndPostsWakeIt) {
   EXPECT_GE(wakes_over_spaced_posts(a, b, 6, 50ms), 4u);
 }
 
+// Posts `writes` writes of one block each from `a` to `b` (which has its
+// own progress thread), each after the one before it ended and `gap`
+// passed, so that a's lane has nothing in flight at each post. Returns a's
+// progress_wakes over the posts after the first.
+std::uint64_t wakes_over_posts_after_idle(Agent& a, Agent& b, int writes,
+                                          std::chrono::milliseconds gap) {
+  PeerHandle peer = 0;
+  EXPECT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);
+  std::uint64_t wakes0 = 0;
+  for (int w = 0; w < writes; ++w) {
+    if (w == 1) wakes0 = a.counter("progress_wakes");
+    XferHandle xfer = 0;
+    const std::vector<std::int64_t> local{w};
+    const std::vector<std::int64_t> remote{static_cast<std::int64_t>(kBlocks) - 1 - w};
+    EXPECT_EQ(a.engine->post_write(peer, static_cast<TransferId>(w + 1), local, remote, &xfer),
+              Status::kSuccess);
+    Status state = Status::kInProgress;
+    for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+         state == Status::kInProgress && std::chrono::steady_clock::now() < deadline;) {
+      EXPECT_EQ(a.engine->check(xfer, &state), Status::kSuccess);
+      std::this_thread::sleep_for(50us);
+    }
+    EXPECT_EQ(state, Status::kSuccess) << w;
+    EXPECT_EQ(a.engine->release(xfer), Status::kSuccess);
+    EXPECT_TRUE(bytes_equal(a.pool.block(static_cast<std::uint64_t>(w)),
+                            b.pool.block(kBlocks - 1 - static_cast<std::uint64_t>(w)), kBlockLen))
+        << w;
+    std::this_thread::sleep_for(gap);
+  }
+  const std::uint64_t wakes = a.counter("progress_wakes") - wakes0;
+  EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);
+  return wakes;
+}
+
+TEST(UcxScatterTest, PostsSoonAfterTheLaneWentIdleFindTheThreadLingeringAndNeedNoWake) {
+  // Each write ends before the next is posted, 5 ms later: inside a's
+  // linger (0.1 s here), its thread still naps and takes each post at
+  // the end of a step, with no wake.
+  Agent a("scatter-a", {{"KVXFER_LINGER_US", "100000"}, {"KVXFER_LINGER_STEP_US", "1000"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  EXPECT_LE(wakes_over_posts_after_idle(a, b, 6, 5ms), 1u);
+}
+
+TEST(UcxScatterTest, PostsAfterTheLingerWakeTheThread) {
+  // Past the linger (1 ms here), the thread sleeps: costs no CPU, and each
+  // post wakes it.
+  Agent a("scatter-a", {{"KVXFER_LINGER_US", "1000"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  EXPECT_GE(wakes_over_posts_after_idle(a, b, 6, 30ms), 4u);
+}
+
+TEST(UcxScatterTest, ALingeringThreadGoesToSleepWhenTheLingerEnds) {
+  // After a burst of writes, both progress threads linger (naps every
+  // 50 us by default) and then sleep: a second later they use no CPU.
+  Agent a("scatter-a", {{"KVXFER_LINGER_US", "20000"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  std::vector<std::int64_t> all(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) all[i] = static_cast<std::int64_t>(i);
+  write_and_verify(a, b, all, shuffled(5));
+  std::this_thread::sleep_for(200ms);
+  const long before = cpu_ticks_of_threads_named("kvxfer-progress");
+  std::this_thread::sleep_for(1s);
+  const long spent = cpu_ticks_of_threads_named("kvxfer-progress") - before;
+  // Napping every 50 us all along would cost several ticks a second.
+  EXPECT_LE(spent, 1) << spent << " ticks in 1 s";
+}
+
 TEST(UcxScatterTest, AConnectionThePeerHasNotTakenDoesNotSpinTheProgressThread) {
   // Until b's worker takes the connection, UCX reports the endpoint's
   // socket ready at every look; a's thread used to spin a whole core on it

@@ -105,15 +105,21 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       out.progress_nice = nice;
       continue;
     }
-    if (raw_key == "KVXFER_NAP_US") {
+    if (raw_key == "KVXFER_NAP_US" || raw_key == "KVXFER_LINGER_US" ||
+        raw_key == "KVXFER_LINGER_STEP_US") {
+      // A step of 0 would be a thread that never sleeps.
+      const std::int64_t least = raw_key == "KVXFER_LINGER_STEP_US" ? 1 : 0;
       std::int64_t micros = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), micros);
-      if (ec != std::errc{} || end != value.data() + value.size() || micros < 0 ||
+      if (ec != std::errc{} || end != value.data() + value.size() || micros < least ||
           micros > 100'000) {
-        throw std::runtime_error(fmt::format(
-            "kvxfer UCX: engine_config KVXFER_NAP_US={} is not an integer in 0..100000", value));
+        throw std::runtime_error(
+            fmt::format("kvxfer UCX: engine_config {}={} is not an integer in {}..100000", raw_key,
+                        value, least));
       }
-      out.nap = std::chrono::microseconds(micros);
+      (raw_key == "KVXFER_NAP_US"      ? out.nap
+       : raw_key == "KVXFER_LINGER_US" ? out.linger
+                                       : out.linger_step) = std::chrono::microseconds(micros);
       continue;
     }
     std::string_view key = raw_key;

@@ -26,6 +26,10 @@ inline constexpr std::uint64_t kScatterChunkBytes = 992 * 1024;
 // The progress thread's longest nap while requests are in flight: what a
 // post may wait to be sent when none of their events comes first.
 inline constexpr std::int64_t kNapMicros = 200;
+// After the lane's last work, how long the progress thread keeps napping,
+// and in steps of how long: what a post then may wait instead of waking it.
+inline constexpr std::int64_t kLingerMicros = 1000;
+inline constexpr std::int64_t kLingerStepMicros = 50;
 
 enum class PoolMapping { kOff, kOn, kPopulate };
 
@@ -70,6 +74,14 @@ struct UcxSettings {
   // anyway, so posts meanwhile are queued without waking it: no syscall on
   // the caller's thread. 0: every post to a sleeping thread wakes it.
   std::chrono::nanoseconds nap = std::chrono::microseconds(kNapMicros);
+  // With nothing in flight, how long after the lane's last send or request
+  // in flight the thread still naps (KVXFER_LINGER_US, 0..100000 us; 0:
+  // sleeps at once), in naps of linger_step (KVXFER_LINGER_STEP_US,
+  // 1..100000 us): a post meanwhile is sent at the end of the step, with no
+  // wake. The cost is up to a step of delay for such a post, and a timer
+  // wake-up per step for at most `linger` after each burst of work.
+  std::chrono::nanoseconds linger = std::chrono::microseconds(kLingerMicros);
+  std::chrono::nanoseconds linger_step = std::chrono::microseconds(kLingerStepMicros);
 };
 
 // The value of an environment variable, or nullopt when it is not set.

@@ -370,6 +370,11 @@ class UcxLane {
   Xfer* submit_head_ = nullptr;
   Xfer* submit_tail_ = nullptr;
   bool thread_idle_ = false;
+  // When the progress thread last sent a submission or saw requests in
+  // flight (on the thread only): for settings_.linger after it, the thread
+  // naps instead of sleeping, so a post then needs no wake.
+  std::chrono::steady_clock::time_point last_busy_{};
+  bool was_live_ = false;  // requests were in flight at the last rest
   std::mutex send_mu_;
   std::mutex ack_mu_;
   std::deque<AckMsg> acks_;

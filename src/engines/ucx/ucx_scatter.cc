@@ -349,6 +349,10 @@ void UcxLane::submit(Xfer* xfer) {
 // is a syscall on the caller's thread, 5-60 us on these VMs
 // (docs/performance.md). Requests that went quiet for kMaxQuietNaps naps (a
 // stalled peer) get a plain sleep: napping on them would only burn CPU.
+// With nothing in flight, for settings_.linger after the lane last sent or
+// had requests in flight, linger: naps of settings_.linger_step, so that a
+// caller that posts again soon (a pipeline that ran dry for a moment) is
+// served within a step without a wake.
 UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
   bool drained = false;
   for (;;) {
@@ -358,16 +362,24 @@ UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
       head = std::exchange(submit_head_, nullptr);
       submit_tail_ = nullptr;
       const bool rests = head == nullptr && before_sleep && !drained;
-      const bool nap = rests && settings_.nap.count() > 0 &&
-                       live_requests_.load(std::memory_order_relaxed) > 0 &&
-                       !worker_.naps_unanswered();
-      thread_idle_ = rests && !nap;
+      const bool live = live_requests_.load(std::memory_order_relaxed) > 0;
+      const bool nap = rests && settings_.nap.count() > 0 && live && !worker_.naps_unanswered();
+      bool linger = false;
+      if (rests && settings_.linger.count() > 0) {
+        const auto now = std::chrono::steady_clock::now();
+        if (live || was_live_) last_busy_ = now;  // in flight, or just ended
+        was_live_ = live;
+        linger = !live && now - last_busy_ < settings_.linger;
+      }
+      thread_idle_ = rests && !nap && !linger;
       if (head == nullptr) {
         if (drained) return UcxWorker::Rest::kGoRound;
-        return nap ? UcxWorker::Rest::kNap : UcxWorker::Rest::kSleep;
+        if (nap) return UcxWorker::Rest::kNap;
+        return linger ? UcxWorker::Rest::kLinger : UcxWorker::Rest::kSleep;
       }
     }
     drained = true;
+    last_busy_ = std::chrono::steady_clock::now();
     while (head != nullptr) {
       Xfer* next = std::exchange(head->next_submit, nullptr);
       send_submitted(head);

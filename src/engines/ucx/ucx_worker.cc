@@ -258,6 +258,8 @@ void UcxWorker::progress_loop() {
       timeout = std::chrono::milliseconds(1);
     } else if (rest == Rest::kNap) {
       timeout = nap_;
+    } else if (rest == Rest::kLinger) {
+      timeout = linger_step_;
     }
     const int n = wait_events(events, timeout);
     if (rest == Rest::kNap) quiet_naps_ = n == 0 ? quiet_naps_ + 1 : 0;

@@ -58,15 +58,19 @@ class UcxWorker {
   // work is done: go round again (work came in), sleep until an event of the
   // worker or wake(), or nap: the same, but for at most the nap given to
   // set_submit_hook, so that submissions need no wake() meanwhile.
-  enum class Rest { kGoRound, kSleep, kNap };
+  // kLinger: the same with the linger step given to set_submit_hook (the
+  // lane was busy a moment ago and may be again soon).
+  enum class Rest { kGoRound, kSleep, kNap, kLinger };
   // Work the progress thread runs for its owner (the lane's queued sends):
   // called at the top of every round with `before_sleep` false, when it
   // returns kGoRound if it found work (anything else if not); and once more
   // after the worker is armed with `before_sleep` true, when it says how
   // the thread rests. Set before start_progress_thread().
-  void set_submit_hook(std::function<Rest(bool before_sleep)> hook, std::chrono::nanoseconds nap) {
+  void set_submit_hook(std::function<Rest(bool before_sleep)> hook, std::chrono::nanoseconds nap,
+                       std::chrono::nanoseconds linger_step = std::chrono::nanoseconds{0}) {
     submit_hook_ = std::move(hook);
     nap_ = nap;
+    linger_step_ = linger_step;
   }
   // Naps in a row that ended with no event and no work after them: a peer
   // whose requests are in flight but silent (stalled, or gone without an
@@ -116,6 +120,7 @@ class UcxWorker {
   std::atomic<bool> stop_{false};
   std::function<Rest(bool)> submit_hook_;
   std::chrono::nanoseconds nap_{0};
+  std::chrono::nanoseconds linger_step_{0};
   bool pwait2_ = true;  // the kernel has epoll_pwait2 (on the thread only)
   int quiet_naps_ = 0;  // naps_unanswered() (on the thread only)
   // Rounds in a row that the worker's fd woke the thread for and that found
