@@ -24,6 +24,7 @@
 
 #include "engine.h"
 #include "engine_agent.h"
+#include "engines/ucx/ucx_worker.h"
 #include "it_support.h"
 #include "wire/fence.h"
 #include "wire/scatter.h"
@@ -117,18 +118,29 @@ TEST(UcxScatterTest, PostsAreHandedToTheProgressThreadUnlessInline) {
   EXPECT_EQ(in.counter("scatter_handed_off"), 0u);
 }
 
+// The first line of /proc/self/task/*/`file` of every thread of this
+// process named `name`; of /proc/<tid>/`file` with `by_tid` (files such as
+// timerslack_ns that the task directories leave out).
+std::vector<std::string> file_of_threads_named(const std::string& name, const char* file,
+                                               bool by_tid = false) {
+  std::vector<std::string> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string thread_name;
+    if (!std::getline(comm, thread_name) || thread_name != name) continue;
+    std::ifstream in(by_tid ? std::filesystem::path("/proc") / task.path().filename() / file
+                            : task.path() / file);
+    std::getline(in, out.emplace_back());
+  }
+  return out;
+}
+
 // The fields of /proc/self/task/*/stat of every thread of this process
 // named `name`, from field 3 on (after the command in parentheses): field
 // N of proc(5) is element N - 3.
 std::vector<std::vector<std::string>> stat_of_threads_named(const std::string& name) {
   std::vector<std::vector<std::string>> out;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string thread_name;
-    if (!std::getline(comm, thread_name) || thread_name != name) continue;
-    std::ifstream stat_file(task.path() / "stat");
-    std::string stat;
-    std::getline(stat_file, stat);
+  for (const std::string& stat : file_of_threads_named(name, "stat")) {
     std::istringstream fields(stat.substr(stat.rfind(')') + 2));
     auto& row = out.emplace_back();
     for (std::string field; fields >> field;) row.push_back(field);
@@ -174,6 +186,11 @@ TEST(UcxScatterTest, ProgressThreadIsNamedAndTakesTheNiceValueAsked) {
     EXPECT_EQ(std::count(nices.begin(), nices.end(), asked), 1);
     EXPECT_EQ(std::count(nices.begin(), nices.end(), ours), 1);  // b's, inherited
   }
+  // Both take a timer slack of 1 us, so that a nap or a linger step ends
+  // on time (the default is 50 us, a whole step).
+  const std::string slack = std::to_string(ucx::UcxWorker::kTimerSlackNs);
+  EXPECT_EQ(file_of_threads_named("kvxfer-progress", "timerslack_ns", /*by_tid=*/true),
+            std::vector<std::string>({slack, slack}));
   write_and_verify(a, b, shuffled(11), shuffled(12));
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -186,6 +187,9 @@ void UcxWorker::start_progress_thread(std::optional<int> nice) {
 // thread (top -H, chrt, renice); the nice value applies to this thread only.
 void UcxWorker::set_progress_priority(std::optional<int> nice) {
   static_cast<void>(::pthread_setname_np(::pthread_self(), "kvxfer-progress"));
+  // Naps and linger steps end on time: the kernel's default slack (50 us)
+  // would double a linger step, and a post waiting in it (docs/ucx-engine.md).
+  static_cast<void>(::prctl(PR_SET_TIMERSLACK, kTimerSlackNs, 0, 0, 0));
   if (!nice) return;
   const auto tid = static_cast<id_t>(::gettid());
   if (::setpriority(PRIO_PROCESS, tid, *nice) != 0) {

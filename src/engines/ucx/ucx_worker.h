@@ -78,6 +78,8 @@ class UcxWorker {
   // then only costs CPU (about 10% of a core here at 200 us). On the
   // progress thread only (the hook runs there).
   static constexpr int kMaxQuietNaps = 4;
+  // The progress thread's timer slack (PR_SET_TIMERSLACK), in ns.
+  static constexpr unsigned long kTimerSlackNs = 1000;
   [[nodiscard]] bool naps_unanswered() const { return quiet_naps_ >= kMaxQuietNaps; }
   // Wakes the progress thread from its sleep (for new submissions).
   void wake();
