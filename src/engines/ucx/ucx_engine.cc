@@ -96,9 +96,8 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   if (want_progress_thread_) {
     handoff_ = settings_.post_handoff;
     if (handoff_) {
-      worker_.set_submit_hook(
-          [this](bool before_sleep) { return drain_submissions(before_sleep); }, settings_.nap,
-          settings_.linger_step);
+      worker_.set_submit_hook([this](bool before_sleep) { return drain_submissions(before_sleep); },
+                              settings_.nap, settings_.linger_step);
     }
     worker_.start_progress_thread(settings_.progress_nice);
   }
