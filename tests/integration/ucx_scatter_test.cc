@@ -305,17 +305,26 @@ TEST(UcxScatterTest, RequestsThatGoQuietLetTheThreadSleepAndPostsWakeIt) {
   EXPECT_GE(wakes_over_spaced_posts(a, b, 6, 50ms), 4u);
 }
 
+// What a's progress thread did over posts made after idle periods.
+struct IdlePosts {
+  std::uint64_t wakes = 0;        // progress_wakes
+  std::uint64_t lingers = 0;      // progress_lingers
+  std::uint64_t linger_hits = 0;  // progress_linger_hits
+};
+
 // Posts `writes` writes of one block each from `a` to `b` (which has its
 // own progress thread), each after the one before it ended and `gap`
 // passed, so that a's lane has nothing in flight at each post. Returns a's
-// progress_wakes over the posts after the first.
-std::uint64_t wakes_over_posts_after_idle(Agent& a, Agent& b, int writes,
-                                          std::chrono::milliseconds gap) {
+// counters over the posts after the first.
+IdlePosts over_posts_after_idle(Agent& a, Agent& b, int writes, std::chrono::milliseconds gap) {
   PeerHandle peer = 0;
   EXPECT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);
-  std::uint64_t wakes0 = 0;
+  IdlePosts before;
   for (int w = 0; w < writes; ++w) {
-    if (w == 1) wakes0 = a.counter("progress_wakes");
+    if (w == 1) {
+      before = {a.counter("progress_wakes"), a.counter("progress_lingers"),
+                a.counter("progress_linger_hits")};
+    }
     XferHandle xfer = 0;
     const std::vector<std::int64_t> local{w};
     const std::vector<std::int64_t> remote{static_cast<std::int64_t>(kBlocks) - 1 - w};
@@ -334,9 +343,11 @@ std::uint64_t wakes_over_posts_after_idle(Agent& a, Agent& b, int writes,
         << w;
     std::this_thread::sleep_for(gap);
   }
-  const std::uint64_t wakes = a.counter("progress_wakes") - wakes0;
+  const IdlePosts over{a.counter("progress_wakes") - before.wakes,
+                       a.counter("progress_lingers") - before.lingers,
+                       a.counter("progress_linger_hits") - before.linger_hits};
   EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);
-  return wakes;
+  return over;
 }
 
 TEST(UcxScatterTest, PostsSoonAfterTheLaneWentIdleFindTheThreadLingeringAndNeedNoWake) {
@@ -345,7 +356,9 @@ TEST(UcxScatterTest, PostsSoonAfterTheLaneWentIdleFindTheThreadLingeringAndNeedN
   // the end of a step, with no wake.
   Agent a("scatter-a", {{"KVXFER_LINGER_US", "100000"}, {"KVXFER_LINGER_STEP_US", "1000"}}, 1);
   Agent b("scatter-b", {}, 2);
-  EXPECT_LE(wakes_over_posts_after_idle(a, b, 6, 5ms), 1u);
+  const IdlePosts over = over_posts_after_idle(a, b, 6, 5ms);
+  EXPECT_LE(over.wakes, 1u);
+  EXPECT_GE(over.linger_hits, 4u);
 }
 
 TEST(UcxScatterTest, PostsAfterTheLingerWakeTheThread) {
@@ -353,7 +366,22 @@ TEST(UcxScatterTest, PostsAfterTheLingerWakeTheThread) {
   // post wakes it.
   Agent a("scatter-a", {{"KVXFER_LINGER_US", "1000"}}, 1);
   Agent b("scatter-b", {}, 2);
-  EXPECT_GE(wakes_over_posts_after_idle(a, b, 6, 30ms), 4u);
+  const IdlePosts over = over_posts_after_idle(a, b, 6, 30ms);
+  EXPECT_GE(over.wakes, 4u);
+  EXPECT_EQ(over.linger_hits, 0u);
+}
+
+TEST(UcxScatterTest, LingersThatCatchNoPostAreSkippedMoreAndMoreOften) {
+  // Posts 10 ms apart never come inside a 1 ms linger: after k lingers in a
+  // row that caught nothing, the next 2^k - 1 idle periods sleep at once.
+  // Over 16 idle periods that is 4 lingers (periods 1, 3, 7 and 15), not 16.
+  Agent a("scatter-a", {{"KVXFER_LINGER_US", "1000"}}, 1);
+  Agent b("scatter-b", {}, 2);
+  const IdlePosts over = over_posts_after_idle(a, b, 17, 10ms);
+  EXPECT_GE(over.wakes, 12u);
+  EXPECT_EQ(over.linger_hits, 0u);
+  EXPECT_LE(over.lingers, 6u);
+  EXPECT_GE(over.lingers, 2u);
 }
 
 TEST(UcxScatterTest, ALingeringThreadGoesToSleepWhenTheLingerEnds) {

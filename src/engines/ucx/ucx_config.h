@@ -28,7 +28,7 @@ inline constexpr std::uint64_t kScatterChunkBytes = 992 * 1024;
 inline constexpr std::int64_t kNapMicros = 200;
 // After the lane's last work, how long the progress thread keeps napping,
 // and in steps of how long: what a post then may wait instead of waking it.
-inline constexpr std::int64_t kLingerMicros = 1000;
+inline constexpr std::int64_t kLingerMicros = 500;
 inline constexpr std::int64_t kLingerStepMicros = 50;
 
 enum class PoolMapping { kOff, kOn, kPopulate };

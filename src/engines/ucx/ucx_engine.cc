@@ -300,6 +300,8 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["scatter_messages"] = get(scatter_messages_);
   counters["scatter_handed_off"] = get(scatter_handed_off_);
   counters["progress_wakes"] = get(wakes_);
+  counters["progress_lingers"] = get(lingers_);
+  counters["progress_linger_hits"] = get(linger_hits_);
   counters["scatter_refused"] = get(scatter_refused_);
   counters["scatter_received"] = get(scatter_received_);
   counters["scatter_rejected"] = get(scatter_rejected_);

@@ -370,11 +370,26 @@ class UcxLane {
   Xfer* submit_head_ = nullptr;
   Xfer* submit_tail_ = nullptr;
   bool thread_idle_ = false;
-  // When the progress thread last sent a submission or saw requests in
-  // flight (on the thread only): for settings_.linger after it, the thread
-  // naps instead of sleeping, so a post then needs no wake.
-  std::chrono::steady_clock::time_point last_busy_{};
-  bool was_live_ = false;  // requests were in flight at the last rest
+  // The linger (on the progress thread only; lingers()): after the lane's
+  // last work, the thread naps instead of sleeping for settings_.linger, so
+  // a post then needs no wake.
+  struct Linger {
+    // The last post sent, or the last rest with requests in flight.
+    std::chrono::steady_clock::time_point last_busy{};
+    bool was_live = false;     // requests were in flight at the last rest
+    bool decided = false;      // this idle period's first rest is past
+    bool this_period = false;  // this idle period lingers (and has not run out)
+    int misses = 0;            // lingers in a row that caught no post
+    int skips = 0;             // idle periods left that sleep at once
+    void busy(std::chrono::steady_clock::time_point now) {
+      last_busy = now;
+      decided = false;
+      this_period = false;
+    }
+  };
+  static constexpr int kMaxLingerMisses = 5;
+  bool lingers(bool live);
+  Linger linger_;
   std::mutex send_mu_;
   std::mutex ack_mu_;
   std::deque<AckMsg> acks_;
@@ -397,6 +412,8 @@ class UcxLane {
   std::atomic<std::uint64_t> scatter_messages_{0};
   std::atomic<std::uint64_t> scatter_handed_off_{0};  // writes the progress thread sent
   std::atomic<std::uint64_t> wakes_{0};               // submissions that woke the progress thread
+  std::atomic<std::uint64_t> lingers_{0};             // idle periods the thread lingered in
+  std::atomic<std::uint64_t> linger_hits_{0};         // posts a linger caught (no wake)
   std::atomic<std::uint64_t> scatter_refused_{0};
   std::atomic<std::uint64_t> scatter_received_{0};
   std::atomic<std::uint64_t> scatter_rejected_{0};

@@ -364,13 +364,7 @@ UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
       const bool rests = head == nullptr && before_sleep && !drained;
       const bool live = live_requests_.load(std::memory_order_relaxed) > 0;
       const bool nap = rests && settings_.nap.count() > 0 && live && !worker_.naps_unanswered();
-      bool linger = false;
-      if (rests && settings_.linger.count() > 0) {
-        const auto now = std::chrono::steady_clock::now();
-        if (live || was_live_) last_busy_ = now;  // in flight, or just ended
-        was_live_ = live;
-        linger = !live && now - last_busy_ < settings_.linger;
-      }
+      const bool linger = rests && settings_.linger.count() > 0 && lingers(live);
       thread_idle_ = rests && !nap && !linger;
       if (head == nullptr) {
         if (drained) return UcxWorker::Rest::kGoRound;
@@ -379,13 +373,50 @@ UcxWorker::Rest UcxLane::drain_submissions(bool before_sleep) {
       }
     }
     drained = true;
-    last_busy_ = std::chrono::steady_clock::now();
+    if (linger_.this_period) {  // a post the linger caught, with no wake
+      linger_.misses = 0;
+      linger_hits_.fetch_add(1, std::memory_order_relaxed);
+    }
+    linger_.busy(std::chrono::steady_clock::now());
     while (head != nullptr) {
       Xfer* next = std::exchange(head->next_submit, nullptr);
       send_submitted(head);
       head = next;
     }
   }
+}
+
+// Progress thread, at a rest with nothing queued: whether to linger. An idle
+// period (nothing in flight since the last request ended or post was sent)
+// lingers for settings_.linger after its start, unless lingers keep
+// catching nothing: after k in a row that ended with no post (a caller whose
+// posts come further apart than the linger), the next 2^k - 1 idle periods
+// (k <= kMaxLingerMisses) sleep at once, so that such a caller costs the
+// thread no step it cannot use. A linger that catches a post starts over.
+bool UcxLane::lingers(bool live) {
+  const auto now = std::chrono::steady_clock::now();
+  if (live || linger_.was_live) linger_.busy(now);  // in flight, or just ended
+  linger_.was_live = live;
+  if (live) return false;
+  if (!linger_.decided) {  // the first rest of this idle period
+    // Nothing went on a moment ago (the thread's start, or an event that
+    // was no post of ours): nothing to linger for.
+    if (now - linger_.last_busy >= settings_.linger) return false;
+    linger_.decided = true;
+    linger_.this_period = linger_.skips == 0;
+    if (linger_.this_period) {
+      lingers_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      --linger_.skips;
+    }
+  }
+  if (!linger_.this_period) return false;
+  if (now - linger_.last_busy < settings_.linger) return true;
+  // Ran out with no post: count the miss once, and sleep.
+  linger_.this_period = false;
+  linger_.misses = std::min(linger_.misses + 1, kMaxLingerMisses);
+  linger_.skips = (1 << linger_.misses) - 1;
+  return false;
 }
 
 // Progress thread (or stop(), once the thread is gone): sends one queued
