@@ -317,7 +317,8 @@ struct PostCase {
   Order order = Order::kRandom;
   int depth = 1;         // writes kept in flight: 1 waits for each to land
   bool cold = false;     // this core's caches emptied before each call
-  const char* nap = "";  // engine_config KVXFER_NAP_US ("": the default)
+  const char* nap = "";     // engine_config KVXFER_NAP_US ("": the default)
+  const char* linger = "";  // engine_config KVXFER_LINGER_US ("": the default)
 };
 
 void ucx_tcp_post(benchmark::State& state, PostCase c) {
@@ -327,6 +328,7 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
   options.engine_config = {{"TLS", "tcp"}};
   kvxfer::Options initiator_options = options;
   if (*c.nap != '\0') initiator_options.engine_config["KVXFER_NAP_US"] = c.nap;
+  if (*c.linger != '\0') initiator_options.engine_config["KVXFER_LINGER_US"] = c.linger;
   Mapping initiator_pool(kNumBlocks * kBlockLen);
   Mapping target_pool(kNumBlocks * kBlockLen);
   kvxfer::Transport target("bench-target", {target_pool.data(), kNumBlocks, kBlockLen}, options);
@@ -390,6 +392,14 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
 
 void BM_UcxTcpPost_Random(benchmark::State& state) { ucx_tcp_post(state, {}); }
 void BM_UcxTcpPost_Runs(benchmark::State& state) { ucx_tcp_post(state, {.order = Order::kRuns}); }
+// One write at a time, the progress thread lingering after each (the
+// default) or sleeping at once, so that every post wakes it.
+void BM_UcxTcpPost_RandomNoLinger(benchmark::State& state) {
+  ucx_tcp_post(state, {.linger = "0"});
+}
+void BM_UcxTcpPost_RunsNoLinger(benchmark::State& state) {
+  ucx_tcp_post(state, {.order = Order::kRuns, .linger = "0"});
+}
 // Two writes in flight, as a streaming caller keeps them: the thread naps
 // on the first one's events and the next post need not wake it; and the
 // same with the nap off (KVXFER_NAP_US=0), where it does.
@@ -407,6 +417,8 @@ void BM_UcxTcpPost_RunsCold(benchmark::State& state) {
 }
 BENCHMARK(BM_UcxTcpPost_Random)->Arg(16)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_Runs)->Arg(4096)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_UcxTcpPost_RandomNoLinger)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_UcxTcpPost_RunsNoLinger)->Arg(4096)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_Depth2)->Arg(1024)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_Depth2NoNap)->Arg(1024)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_RandomCold)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(300);
