@@ -317,7 +317,7 @@ struct PostCase {
   Order order = Order::kRandom;
   int depth = 1;         // writes kept in flight: 1 waits for each to land
   bool cold = false;     // this core's caches emptied before each call
-  const char* nap = "";     // engine_config KVXFER_NAP_US ("": the default)
+  const char* nap = "";  // engine_config KVXFER_NAP_US ("": the default)
   const char* linger = "";  // engine_config KVXFER_LINGER_US ("": the default)
 };
 
