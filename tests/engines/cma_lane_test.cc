@@ -73,6 +73,68 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
 }
 
+// The caller claims from the back of a write, whole iovecs or the tail of
+// one, while the copier claims from its front. With runs whose lengths are
+// no multiple of the caller's slice, every written block lands exactly, and
+// no byte outside them is touched.
+TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
+  constexpr std::uint64_t kLen = std::uint64_t{40} << 10;  // 2.5 caller slices
+  constexpr std::uint64_t kCount = 256;
+  std::vector<std::uint8_t> src(kCount * kLen);
+  std::vector<std::uint8_t> dst(kCount * kLen);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 131 + 7);
+  CmaLane target("target", Region{dst.data(), kCount, kLen}, 1);
+  CmaLane source("source", Region{src.data(), kCount, kLen}, 1);
+  RemoteRegion remote;
+  remote.agent_name = "target";
+  remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
+  remote.num_blocks = kCount;
+  remote.block_len = kLen;
+  remote.pid = static_cast<std::uint32_t>(::getpid());
+  PeerHandle peer{};
+  std::string why;
+  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
+                           &peer, &why),
+            Status::kSuccess)
+      << why;
+  // Runs of 1, 2, 3, 5, 7, 11, 13 and 40 blocks (the last one longer than
+  // a copier's chunk), each written 9 blocks further along in the target,
+  // with a gap of one block between runs.
+  std::vector<std::int64_t> local;
+  std::vector<std::int64_t> remote_blocks;
+  std::int64_t at = 0;
+  for (const std::int64_t run : {1, 2, 3, 5, 7, 11, 13, 40}) {
+    for (std::int64_t i = 0; i < run; ++i) {
+      local.push_back(at + i);
+      remote_blocks.push_back(at + i + 9);
+    }
+    at += run + 1;
+  }
+  ASSERT_LT(static_cast<std::uint64_t>(at + 9), kCount);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::fill(dst.begin(), dst.end(), 0);
+    XferHandle xfer{};
+    ASSERT_EQ(source.post_write(peer, 1, local, remote_blocks, &xfer), Status::kSuccess);
+    Status state = Status::kInProgress;
+    while (state == Status::kInProgress) {
+      source.progress();
+      ASSERT_EQ(source.check(xfer, &state), Status::kSuccess);
+    }
+    ASSERT_EQ(state, Status::kSuccess);
+    ASSERT_EQ(source.release(xfer), Status::kSuccess);
+    std::vector<std::uint8_t> want(dst.size(), 0);
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      std::copy_n(src.begin() + static_cast<std::ptrdiff_t>(local[i] * kLen), kLen,
+                  want.begin() + static_cast<std::ptrdiff_t>(remote_blocks[i] * kLen));
+    }
+    ASSERT_TRUE(dst == want) << "attempt " << attempt;
+  }
+  const auto counters = counters_of(source);
+  EXPECT_GT(counters.at("cma_caller_slices"), 0u);
+  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), CmaLane::kCallerSliceBytes);
+  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+}
+
 // A write with a notification, and one alone, through the lane's socket
 // (duplicated with pidfd_getfd: here from this very process). The message
 // comes after the bytes; a datagram nobody of ours wrote is dropped.

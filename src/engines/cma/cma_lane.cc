@@ -22,8 +22,9 @@ namespace {
 // process_vm_writev takes at most UIO_MAXIOV iovecs per call.
 constexpr std::size_t kMaxIov = 1024;
 // The unit of copy work a copier claims at a time: at most this many bytes
-// and kMaxIov iovecs. Several copiers, and a caller in progress() (which
-// claims at most CmaLane::kCallerSliceBytes), can so share one large write.
+// (runs are split into iovecs of at most this length at post time) and
+// kMaxIov iovecs. Several copiers, and a caller in progress() (which claims
+// at most CmaLane::kCallerSliceBytes), can so share one large write.
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 
 }  // namespace
@@ -284,12 +285,12 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
   auto* const base = static_cast<std::uint8_t*>(region_.base);
   const std::uint64_t block_len = region_.block_len;
   for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
-    // A run longer than a caller's slice becomes several iovecs, so that a
-    // caller's claim (one iovec at least) never exceeds kCallerSliceBytes.
+    // A run longer than a copier's chunk becomes several iovecs, so that
+    // copiers can share it.
     auto* src = base + static_cast<std::uint64_t>(l) * block_len;
     auto dst = peer->remote_base + static_cast<std::uint64_t>(r) * peer->remote_block_len;
     for (std::size_t left = count * block_len; left > 0;) {
-      const std::size_t len = std::min(left, kCallerSliceBytes);
+      const std::size_t len = std::min(left, kChunkBytes);
       xfer->local_iov.push_back({src, len});
       xfer->remote_iov.push_back({reinterpret_cast<void*>(dst), len});
       src += len;
@@ -303,6 +304,7 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
     std::lock_guard lock(copy_mu_);
     ++peer->copies;
     xfer->next_iov = 0;
+    xfer->end_iov = xfer->local_iov.size();
     xfer->running = 0;
     xfer->chunk_error = Status::kSuccess;
     xfer->next_copy = nullptr;
@@ -324,7 +326,7 @@ void CmaLane::progress() {
   if (copies_queued_.load(std::memory_order_relaxed)) {
     std::unique_lock lock(copy_mu_);
     if (copy_head_ == nullptr) return;
-    const std::uint64_t bytes = run_chunk(lock, kCallerSliceBytes);
+    const std::uint64_t bytes = run_chunk(lock, /*caller=*/true);
     lock.unlock();
     caller_slices_.fetch_add(1, std::memory_order_relaxed);
     std::uint64_t max = caller_slice_max_bytes_.load(std::memory_order_relaxed);
@@ -471,28 +473,70 @@ void CmaLane::copier_loop() {
   for (;;) {
     copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });
     if (copy_head_ == nullptr) return;  // stopping, and nothing left to finish
-    run_chunk(lock, kChunkBytes);
+    run_chunk(lock, /*caller=*/false);
   }
 }
 
-// Claims the next chunk (at most `max_bytes`, but at least one iovec) of the
-// transfer at the head of the queue and copies it; whoever finishes a
-// transfer's last chunk completes the transfer. Called, and returns, with
-// copy_mu_ held through `lock`; copy_head_ is set. Returns the bytes claimed.
-std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, std::size_t max_bytes) {
+// A copier's claim: iovecs from the front, at most kChunkBytes (but one at
+// least) and kMaxIov of them.
+void CmaLane::claim_front(Xfer& xfer, Claim* claim) {
+  const std::size_t begin = xfer.next_iov;
+  std::size_t end = begin;
+  for (; end < xfer.end_iov && end - begin < kMaxIov; ++end) {
+    const std::size_t len = xfer.local_iov[end].iov_len;
+    if (end > begin && claim->bytes + len > kChunkBytes) break;
+    claim->bytes += len;
+  }
+  xfer.next_iov = end;
+  claim->local = std::span(xfer.local_iov).subspan(begin, end - begin);
+  claim->remote = std::span(xfer.remote_iov).subspan(begin, end - begin);
+}
+
+// A caller's claim: whole iovecs from the back while they fit in
+// `max_bytes`, or else the last `max_bytes` of the last iovec, which then
+// stays unclaimed, shorter.
+void CmaLane::claim_back(Xfer& xfer, std::size_t max_bytes, Claim* claim) {
+  const std::size_t end = xfer.end_iov;
+  if (end == xfer.next_iov) return;  // no iovecs (a notification alone)
+  iovec& last_local = xfer.local_iov[end - 1];
+  iovec& last_remote = xfer.remote_iov[end - 1];
+  if (last_local.iov_len > max_bytes) {
+    last_local.iov_len -= max_bytes;
+    last_remote.iov_len -= max_bytes;
+    claim->local_tail = {static_cast<std::uint8_t*>(last_local.iov_base) + last_local.iov_len,
+                         max_bytes};
+    claim->remote_tail = {static_cast<std::uint8_t*>(last_remote.iov_base) + last_remote.iov_len,
+                          max_bytes};
+    claim->local = std::span(&claim->local_tail, 1);
+    claim->remote = std::span(&claim->remote_tail, 1);
+    claim->bytes = max_bytes;
+    return;
+  }
+  std::size_t begin = end;
+  for (; begin > xfer.next_iov && end - begin < kMaxIov; --begin) {
+    const std::size_t len = xfer.local_iov[begin - 1].iov_len;
+    if (begin < end && claim->bytes + len > max_bytes) break;
+    claim->bytes += len;
+  }
+  xfer.end_iov = begin;
+  claim->local = std::span(xfer.local_iov).subspan(begin, end - begin);
+  claim->remote = std::span(xfer.remote_iov).subspan(begin, end - begin);
+}
+
+// Claims a chunk of the transfer at the head of the queue and copies it;
+// whoever finishes a transfer's last chunk completes the transfer. Called,
+// and returns, with copy_mu_ held through `lock`; copy_head_ is set.
+// Returns the bytes claimed.
+std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) {
   Xfer* xfer = copy_head_;
   Peer& peer = *xfer->peer;
-  const std::size_t n = xfer->local_iov.size();
-  const std::size_t begin = xfer->next_iov;
-  std::size_t end = begin;
-  std::size_t bytes = 0;
-  for (; end < n && end - begin < kMaxIov; ++end) {
-    const std::size_t len = xfer->local_iov[end].iov_len;
-    if (end > begin && bytes + len > max_bytes) break;
-    bytes += len;
+  Claim claim;
+  if (caller) {
+    claim_back(*xfer, peer.mapping.mapped() ? kCallerMappedSliceBytes : kCallerSliceBytes, &claim);
+  } else {
+    claim_front(*xfer, &claim);
   }
-  xfer->next_iov = end;
-  if (end == n) {  // fully claimed: the next transfer is up
+  if (xfer->next_iov == xfer->end_iov) {  // fully claimed: the next transfer is up
     copy_head_ = xfer->next_copy;
     if (copy_head_ == nullptr) {
       copy_tail_ = nullptr;
@@ -507,16 +551,18 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, std::size_t m
                          (xfer->read && !xfer->held.load(std::memory_order_relaxed));
   if (copy_head_ != nullptr) copy_cv_.notify_one();  // more to claim: another copier may help
   lock.unlock();
-  const Status result = cancelled ? Status::kCanceled : run_copy(peer, *xfer, begin, end);
+  const Status result =
+      cancelled ? Status::kCanceled : run_copy(peer, xfer->read, claim.local, claim.remote);
   lock.lock();
   if (result != Status::kSuccess && xfer->chunk_error == Status::kSuccess) {
     xfer->chunk_error = result;
   }
-  if (--xfer->running > 0 || xfer->next_iov < n) return bytes;  // its other chunks finish it
+  // Its other chunks finish it.
+  if (--xfer->running > 0 || xfer->next_iov < xfer->end_iov) return claim.bytes;
   Status final_result = xfer->chunk_error;
   lock.unlock();
   // Every chunk landed: the cookie must still read back (run_copy of none).
-  if (final_result == Status::kSuccess) final_result = run_copy(peer, *xfer, n, n);
+  if (final_result == Status::kSuccess) final_result = run_copy(peer, xfer->read, {}, {});
   // Then, and only then, the notification; not for a transfer the core let
   // go of before its bytes were in place.
   if (final_result == Status::kSuccess && !xfer->notify.empty() &&
@@ -530,40 +576,38 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, std::size_t m
   lock.unlock();
   unref(xfer);
   lock.lock();
-  return bytes;
+  return claim.bytes;
 }
 
-// Copies iovecs [begin, end) of a transfer after reading the peer's cookie;
-// with begin == end, only reads the cookie. A transfer's cookie is read
-// before each chunk, so a reused pid is never written, and once after its
-// last chunk, so a peer that died or shut its engine down during the copy
-// does not count it as landed. (Into a mapped pool whose cookie page is
-// mapped too, the check before a chunk is a load from that page; the one
-// after the last chunk still goes through the pid.) Returns kSuccess, kRemoteDisconnect (the peer
-// is gone), kBackend (an I/O error) or kCanceled.
-Status CmaLane::run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end) {
+// Copies matching iovecs of a transfer after reading the peer's cookie;
+// with none, only reads the cookie. A transfer's cookie is read before each
+// chunk, so a reused pid is never written, and once after its last chunk,
+// so a peer that died or shut its engine down during the copy does not
+// count it as landed. (Into a mapped pool whose cookie page is mapped too,
+// the check before a chunk is a load from that page; the one after the last
+// chunk still goes through the pid.) Returns kSuccess, kRemoteDisconnect
+// (the peer is gone), kBackend (an I/O error) or kCanceled.
+Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote) {
   if (peer.gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
   int err = 0;
   Status st = Status::kSuccess;
-  if (begin < end && peer.mapping.cookie_mapped()) {
+  if (!local.empty() && peer.mapping.cookie_mapped()) {
     // Before a chunk into a mapped pool, the mapped cookie says whether the
     // engine is still up: copies go through our mapping, not the pid, so a
     // reused pid is no danger here, and death is checked after the last
-    // chunk, through the pid (below, begin == end).
+    // chunk, through the pid (below, with no iovecs).
     if (peer.mapping.cookie_epoch() != peer.cookie_epoch) st = Status::kRemoteDisconnect;
   } else {
     st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
   }
   Status result = Status::kSuccess;
   if (st == Status::kSuccess) {
-    for (std::size_t i = begin; i < end && result == Status::kSuccess; i += kMaxIov) {
-      const std::size_t k = std::min(kMaxIov, end - i);
-      const std::span<iovec> local(xfer.local_iov.data() + i, k);
-      const std::span<iovec> remote(xfer.remote_iov.data() + i, k);
+    for (std::size_t i = 0; i < local.size() && result == Status::kSuccess; i += kMaxIov) {
+      const std::size_t k = std::min(kMaxIov, local.size() - i);
       if (peer.mapping.mapped()) {
-        mapped_copy(peer, xfer.read, local, remote);
+        mapped_copy(peer, read, local.subspan(i, k), remote.subspan(i, k));
       } else {
-        result = cma_copy(peer, xfer.read, local, remote);
+        result = cma_copy(peer, read, local.subspan(i, k), remote.subspan(i, k));
       }
     }
   }

@@ -47,11 +47,17 @@ namespace kvxfer::internal::cma {
 
 class CmaLane {
  public:
-  // The most bytes one progress() call copies on the caller's thread: a few
-  // tens of microseconds of process_vm_writev, so that poll() (which calls
-  // progress()) stays a call in microseconds. Runs are split into iovecs of
-  // at most this length at post time; copiers claim many of them at once.
-  static constexpr std::size_t kCallerSliceBytes = std::size_t{64} << 10;
+  // The most bytes one progress() call copies on the caller's thread, so
+  // that poll() (which calls progress()) stays a call in microseconds. A
+  // caller claims from the back of the transfer at the head of the queue
+  // (the copiers claim from its front, so the two seldom write the same
+  // page tables), and may take the tail of one iovec. Through
+  // process_vm_writev/readv: on this VM a call of 64 KiB took 50-400 us in
+  // one call of a hundred or more while the copiers wrote next to it, one
+  // of 16 KiB at the other end of the transfer 50 us or less.
+  static constexpr std::size_t kCallerSliceBytes = std::size_t{16} << 10;
+  // Through a mapped pool (a memcpy, which no other thread slows).
+  static constexpr std::size_t kCallerMappedSliceBytes = std::size_t{64} << 10;
   // The copier threads' nice value: on a host with no spare core they yield
   // to the thread that calls write_blocks and poll, which would otherwise
   // wait out a scheduler tick behind them.
@@ -104,8 +110,8 @@ class CmaLane {
                                    std::span<const std::uint8_t> message, XferHandle* out);
   // The notifications peers on this host sent us (engine.h's contract).
   void take_notifications(std::vector<Notification>* out);
-  // Copies at most kCallerSliceBytes of queued copies on the calling
-  // thread, if any is queued.
+  // Copies at most kCallerSliceBytes (kCallerMappedSliceBytes into a
+  // mapped pool) of queued copies on the calling thread, if any is queued.
   void progress();
   [[nodiscard]] Status check(XferHandle xfer, Status* state);
   [[nodiscard]] Status release(XferHandle xfer);
@@ -156,18 +162,36 @@ class CmaLane {
     std::vector<iovec> local_iov;
     std::vector<iovec> remote_iov;
     Xfer* next_copy = nullptr;
-    // Under copy_mu_: the first iovec no thread has claimed yet, the chunks
-    // claimed and still copying, and the first chunk's failure.
+    // Under copy_mu_: iovecs [next_iov, end_iov) are not claimed yet
+    // (copiers claim from the front, callers from the back, where a claim
+    // may shorten the last iovec by its tail); the chunks claimed and still
+    // copying, and the first chunk's failure.
     std::size_t next_iov = 0;
+    std::size_t end_iov = 0;
     int running = 0;
     Status chunk_error = Status::kSuccess;
   };
 
   void start_copiers();
   void copier_loop();
-  // Returns the bytes claimed.
-  std::size_t run_chunk(std::unique_lock<std::mutex>& lock, std::size_t max_bytes);
-  Status run_copy(Peer& peer, Xfer& xfer, std::size_t begin, std::size_t end);
+  // What one thread claimed of a transfer: iovecs of its lists, or (a
+  // caller's claim) the tail of one, held here (so a Claim stays put).
+  struct Claim {
+    Claim() = default;
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+    std::span<iovec> local;
+    std::span<iovec> remote;
+    std::size_t bytes = 0;
+    iovec local_tail{};
+    iovec remote_tail{};
+  };
+  static void claim_front(Xfer& xfer, Claim* claim);
+  static void claim_back(Xfer& xfer, std::size_t max_bytes, Claim* claim);
+  // Claims a chunk of the transfer at the head of the queue (a copier's from
+  // its front, a caller's from its back) and copies it. Returns the bytes.
+  std::size_t run_chunk(std::unique_lock<std::mutex>& lock, bool caller);
+  Status run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
   // process_vm_readv (read) or process_vm_writev of matching iovec lists.
   Status cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
   // The same through the peer's mapped pool.
