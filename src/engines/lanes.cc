@@ -54,6 +54,8 @@ class Lanes final : public Engine {
         blob_(make_blob()) {
     cma_.set_map_peer_pools(ucx_.cma_map() != ucx::PoolMapping::kOff,
                             ucx_.cma_map() == ucx::PoolMapping::kPopulate);
+    static_assert(ucx::kCmaCallerSliceBytes == cma::CmaLane::kCallerSliceBytes);
+    cma_.set_caller_slice(ucx_.cma_caller_slice());
   }
   ~Lanes() override { shutdown(); }
   Lanes(const Lanes&) = delete;

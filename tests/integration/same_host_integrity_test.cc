@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -41,11 +42,13 @@ constexpr std::uint64_t kGen = 1;
 
 // A UCX transport over `pool` with shared memory allowed, so that a target
 // on this host gets the same-host lane.
-Transport make_initiator(MappedPool& pool, const std::string& name = "initiator") {
+Transport make_initiator(MappedPool& pool, const std::string& name = "initiator",
+                         const std::map<std::string, std::string>& engine_config = {}) {
   pool.fill_generation(kGen);
   Options options;
   options.backends = {"UCX"};
-  options.engine_config = {{"TLS", "sm,self"}};
+  options.engine_config = engine_config;
+  options.engine_config["TLS"] = "sm,self";
   return Transport(name, Region{pool.base(), pool.num_blocks(), pool.block_len()}, options);
 }
 
@@ -205,8 +208,7 @@ class ForgedMetadataTest : public ::testing::Test {
       accepted = true;
     } catch (const std::runtime_error& e) {
       // Refused at connect, saying what the target registered.
-      EXPECT_NE(std::string(e.what()).find("the target registered"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("the target registered"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(accepted) << "metadata with base " << m.base_addr << ", " << m.num_blocks
                            << " blocks of " << m.block_len << " was accepted";
@@ -263,6 +265,46 @@ TEST_F(ForgedMetadataTest, TheRealMetadataIsAccepted) {
   EXPECT_EQ(target_.verify(kGen, local, remote), "ok");
   EXPECT_EQ(target_.request("guard"), "guard ok");
   EXPECT_GT(cma_writes(initiator), 0u) << "the write did not take the same-host lane";
+}
+
+// The caller's slices (engine_config KVXFER_CMA_SLICE, here 12 KiB, which
+// divides neither the 40 KiB blocks nor the 1 MiB iovecs) are tails of the
+// write's last iovec: every block lands whole, and nothing past the pool.
+TEST(SameHostIntegrityTest, CallerSlicesOfTheSizeAskedLandEveryBlockAndNothingPastThePool) {
+  constexpr std::uint64_t kBlocks = 64;
+  constexpr std::uint64_t kBlockLen = 40 << 10;
+  constexpr std::uint64_t kSlice = 12 << 10;
+  TargetProcess target(guarded_target(kBlocks, kBlockLen, 8 * kBlockLen));
+  MappedPool pool(kBlocks, kBlockLen);
+  Transport initiator = make_initiator(pool, "initiator", {{"KVXFER_CMA_SLICE", "12K"}});
+  initiator.add_remote_peer("t", target.metadata(), target.base_addr(), kBlocks, kBlockLen);
+  // Groups of 8 blocks in reverse order into the target's blocks in order
+  // (its last block the pool's last), with two targets swapped: runs of 1
+  // to 8 blocks.
+  std::vector<std::int64_t> local(kBlocks);
+  std::vector<std::int64_t> remote(kBlocks);
+  for (std::size_t i = 0; i < kBlocks; ++i) {
+    local[i] =
+        static_cast<std::int64_t>(kBlocks - 1 - i) / 8 * 8 + static_cast<std::int64_t>(i % 8);
+    remote[i] = static_cast<std::int64_t>(i);
+  }
+  std::swap(remote[0], remote[6]);
+  std::uint64_t slices = 0;
+  for (int attempt = 0; attempt < 20 && slices == 0; ++attempt) {
+    const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(local),
+                                           std::span<const std::int64_t>(remote));
+    ASSERT_TRUE(id.has_value());
+    for (bool done = false; !done;) {
+      const PollResult r = initiator.poll("t");
+      ASSERT_TRUE(r.failed.empty());
+      done = !r.done.empty();
+    }
+    slices = initiator.stats().engine_counters.at("cma_caller_slices");
+  }
+  EXPECT_EQ(target.verify(kGen, local, remote), "ok");
+  EXPECT_EQ(target.request("guard"), "guard ok");
+  EXPECT_GT(slices, 0u) << "no poll() copied a slice";
+  EXPECT_LE(initiator.stats().engine_counters.at("cma_caller_slice_max_bytes"), kSlice);
 }
 
 // A registered peer writes a well-formed cookie declaration (wire/cookie.h:

@@ -532,7 +532,8 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) 
   Peer& peer = *xfer->peer;
   Claim claim;
   if (caller) {
-    claim_back(*xfer, peer.mapping.mapped() ? kCallerMappedSliceBytes : kCallerSliceBytes, &claim);
+    claim_back(*xfer, peer.mapping.mapped() ? kCallerMappedSliceBytes : caller_slice_bytes_,
+               &claim);
   } else {
     claim_front(*xfer, &claim);
   }

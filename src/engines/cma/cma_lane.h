@@ -56,7 +56,9 @@ class CmaLane {
   // one call of a hundred or more while the copiers wrote next to it, one
   // of 16 KiB at the other end of the transfer 50 us or less.
   static constexpr std::size_t kCallerSliceBytes = std::size_t{16} << 10;
-  // Through a mapped pool (a memcpy, which no other thread slows).
+  // engine_config KVXFER_CMA_SLICE sets it (4K..1M): a caller that spins on
+  // poll() copies more per call with a larger one (docs/performance.md).
+  // Through a mapped pool (a memcpy, which no other thread slows):
   static constexpr std::size_t kCallerMappedSliceBytes = std::size_t{64} << 10;
   // The copier threads' nice value: on a host with no spare core they yield
   // to the thread that calls write_blocks and poll, which would otherwise
@@ -83,6 +85,9 @@ class CmaLane {
     map_peer_pools_ = map;
     populate_peer_pools_ = populate;
   }
+  // The caller slice into unmapped pools (default kCallerSliceBytes); set
+  // before the first peer, like the above.
+  void set_caller_slice(std::size_t bytes) { caller_slice_bytes_ = bytes; }
 
   // Reads the peer's cookie and, when its epoch matches and the pool it
   // declares is exactly `remote`'s, adds the peer (and starts the copiers).
@@ -110,8 +115,8 @@ class CmaLane {
                                    std::span<const std::uint8_t> message, XferHandle* out);
   // The notifications peers on this host sent us (engine.h's contract).
   void take_notifications(std::vector<Notification>* out);
-  // Copies at most kCallerSliceBytes (kCallerMappedSliceBytes into a
-  // mapped pool) of queued copies on the calling thread, if any is queued.
+  // Copies at most the caller slice (kCallerMappedSliceBytes into a mapped
+  // pool) of queued copies on the calling thread, if any is queued.
   void progress();
   [[nodiscard]] Status check(XferHandle xfer, Status* state);
   [[nodiscard]] Status release(XferHandle xfer);
@@ -220,6 +225,7 @@ class CmaLane {
   Cookie cookie_;
   bool map_peer_pools_ = true;
   bool populate_peer_pools_ = false;
+  std::size_t caller_slice_bytes_ = kCallerSliceBytes;
   int num_copiers_ = 1;
 
   // Peers by handle. Connect runs on the core's registration worker while

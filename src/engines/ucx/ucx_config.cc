@@ -94,6 +94,14 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       }
       continue;
     }
+    if (raw_key == "KVXFER_CMA_SLICE") {
+      out.cma_caller_slice = parse_size(raw_key, value);
+      if (out.cma_caller_slice < 4096 || out.cma_caller_slice > (std::uint64_t{1} << 20)) {
+        throw std::runtime_error(
+            fmt::format("kvxfer UCX: engine_config KVXFER_CMA_SLICE={} is outside 4K..1M", value));
+      }
+      continue;
+    }
     if (raw_key == "KVXFER_PROGRESS_NICE") {
       int nice = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), nice);
