@@ -12,6 +12,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace kvxfer::internal::cma {
@@ -132,6 +133,59 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), CmaLane::kCallerSliceBytes);
+  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+}
+
+// A caller that comes back to progress() after a pause copies nothing on
+// that call (the copiers work while it is away), and one that calls again
+// at once lends its thread. Each attempt pauses, calls once, then calls
+// again at once; an attempt counts when that second call copied a slice,
+// which shows that copies were still queued at the first.
+TEST(CmaLane, ACallerAfterAPauseLeavesTheCopyToTheCopiers) {
+  constexpr std::uint64_t kLen = std::uint64_t{1} << 20;
+  constexpr std::uint64_t kCount = 64;  // 64 MiB: milliseconds for one copier
+  std::vector<std::uint8_t> src(kCount * kLen, 5);
+  std::vector<std::uint8_t> dst(kCount * kLen, 0);
+  CmaLane target("target", Region{dst.data(), kCount, kLen}, 1);
+  CmaLane source("source", Region{src.data(), kCount, kLen}, 1);
+  RemoteRegion remote;
+  remote.agent_name = "target";
+  remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
+  remote.num_blocks = kCount;
+  remote.block_len = kLen;
+  remote.pid = static_cast<std::uint32_t>(::getpid());
+  PeerHandle peer{};
+  std::string why;
+  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
+                           &peer, &why),
+            Status::kSuccess)
+      << why;
+  std::vector<std::int64_t> blocks(kCount);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  int counted = 0;
+  for (int attempt = 0; attempt < 20 && counted < 3; ++attempt) {
+    XferHandle xfer{};
+    ASSERT_EQ(source.post_write(peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    std::this_thread::sleep_for(CmaLane::kLendGap * 50);
+    const std::uint64_t before = counters_of(source)["cma_caller_slices"];
+    source.progress();  // after a pause
+    const std::uint64_t after_pause = counters_of(source)["cma_caller_slices"];
+    source.progress();  // at once
+    const std::uint64_t after_next = counters_of(source)["cma_caller_slices"];
+    if (after_next > after_pause) {
+      ++counted;
+      EXPECT_EQ(after_pause, before) << "a call after a pause copied a slice";
+    }
+    Status state = Status::kInProgress;
+    while (state == Status::kInProgress) {
+      source.progress();
+      ASSERT_EQ(source.check(xfer, &state), Status::kSuccess);
+    }
+    ASSERT_EQ(state, Status::kSuccess);
+    ASSERT_EQ(source.release(xfer), Status::kSuccess);
+  }
+  EXPECT_GT(counted, 0) << "the copier always finished before the second call";
+  EXPECT_EQ(dst, src);
   EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
 }
 

@@ -319,15 +319,29 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
   return Status::kSuccess;
 }
 
+namespace {
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 void CmaLane::progress() {
-  // A caller that polls while copies wait lends its thread to a slice of
-  // them, instead of spinning on a core the copier threads need; a bounded
-  // slice, so that the poll returns in microseconds.
+  // A caller that polls back to back while copies wait lends its thread to
+  // a slice of them, instead of spinning on a core the copier threads need;
+  // a bounded slice, so that the poll returns in microseconds.
+  const std::int64_t now = steady_ns();
+  const std::int64_t last = last_progress_ns_.exchange(now, std::memory_order_relaxed);
+  if (now - last > kLendGap.count()) return;
   if (copies_queued_.load(std::memory_order_relaxed)) {
     std::unique_lock lock(copy_mu_);
     if (copy_head_ == nullptr) return;
     const std::uint64_t bytes = run_chunk(lock, /*caller=*/true);
     lock.unlock();
+    last_progress_ns_.store(steady_ns(), std::memory_order_relaxed);
     caller_slices_.fetch_add(1, std::memory_order_relaxed);
     std::uint64_t max = caller_slice_max_bytes_.load(std::memory_order_relaxed);
     while (bytes > max &&
