@@ -52,14 +52,13 @@ class CmaLane {
   // that poll() (which calls progress()) stays a call in microseconds. A
   // caller claims from the back of the transfer at the head of the queue
   // (the copiers claim from its front, so the two seldom write the same
-  // page tables), and may take the tail of one iovec. Through
-  // process_vm_writev/readv: on this VM a call of 64 KiB took 50-400 us in
-  // one call of a hundred or more while the copiers wrote next to it, one
-  // of 16 KiB at the other end of the transfer 50 us or less.
-  static constexpr std::size_t kCallerSliceBytes = std::size_t{16} << 10;
+  // page tables), and may take the tail of one iovec. This is the default
+  // through process_vm_writev/readv: on this VM 5-12% of 16 KiB calls took
+  // 50-200 us when claimed next to a copier's chunk, 2-3% from the far end.
   // engine_config KVXFER_CMA_SLICE sets it (4K..1M): a caller that spins on
   // poll() copies more per call with a larger one (docs/performance.md).
-  // Through a mapped pool (a memcpy, which no other thread slows):
+  static constexpr std::size_t kCallerSliceBytes = std::size_t{16} << 10;
+  // The caller slice into a mapped pool (a memcpy):
   static constexpr std::size_t kCallerMappedSliceBytes = std::size_t{64} << 10;
   // A caller lends its thread to a slice only when it polls back to back:
   // its previous progress() call ended less than this long before. One
