@@ -35,6 +35,26 @@ bool for_each_run(std::span<const std::int64_t> local, std::span<const std::int6
   return true;
 }
 
+// A run of blocks consecutive on both sides: local..local+count-1 to
+// remote..remote+count-1.
+struct BlockRun {
+  std::int64_t local = 0;
+  std::int64_t remote = 0;
+  std::uint64_t count = 0;
+};
+
+// Writes the runs of (local, remote) to `out` (room for local.size() runs)
+// and returns how many there are: one pass, one store per run.
+inline std::size_t encode_runs(std::span<const std::int64_t> local,
+                               std::span<const std::int64_t> remote, BlockRun* out) {
+  BlockRun* at = out;
+  for_each_run(local, remote, [&at](std::int64_t l, std::int64_t r, std::uint64_t count) {
+    *at++ = BlockRun{l, r, count};
+    return true;
+  });
+  return static_cast<std::size_t>(at - out);
+}
+
 inline std::uint64_t random_u64() {
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) ^ static_cast<std::uint64_t>(rd());

@@ -193,11 +193,17 @@ TEST(UcxGatherTest, ReadsAreHandedToTheProgressThreadUnlessInline) {
   read_and_verify(handed, b, shuffled(3), shuffled(4));
   EXPECT_EQ(handed.counter("gather_reads"), 1u);
   EXPECT_EQ(handed.counter("gather_handed_off"), 1u);
+  EXPECT_EQ(handed.counter("handed_off_as_pairs"), 1u);  // scattered blocks
+  // Runs are kept as runs, and the thread builds the requests from them.
+  Agent runs("gather-runs", kOwnGen, {{"KVXFER_SCATTER_CHUNK", "64K"}});
+  read_and_verify(runs, b, range(8, 40), range(20, 40));
+  EXPECT_EQ(runs.counter("gather_handed_off"), 1u);
+  EXPECT_EQ(runs.counter("handed_off_as_pairs"), 0u);
   Agent in("gather-inline", kOwnGen, {{"KVXFER_SCATTER_CHUNK", "64K"}, {"KVXFER_POST", "inline"}});
   read_and_verify(in, b, shuffled(5), shuffled(6));
   EXPECT_EQ(in.counter("gather_reads"), 1u);
   EXPECT_EQ(in.counter("gather_handed_off"), 0u);
-  EXPECT_EQ(b.counter("gather_received"), 2u * 16u);
+  EXPECT_EQ(b.counter("gather_received"), 2u * 16u + 10u);
 }
 
 // ---------------------------------------------------------------------------

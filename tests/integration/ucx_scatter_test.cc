@@ -118,6 +118,59 @@ TEST(UcxScatterTest, PostsAreHandedToTheProgressThreadUnlessInline) {
   EXPECT_EQ(in.counter("scatter_handed_off"), 0u);
 }
 
+TEST(UcxScatterTest, HandedOffPostsKeepTheirPairsOrTheirRunsAndLandExactlyEither) {
+  // A handed-off post keeps scattered blocks as pairs and long runs as runs
+  // (its first pairs decide), and the progress thread builds the messages
+  // from either. Lists whose start misleads the choice land as exactly.
+  Agent a("scatter-a", {{"KVXFER_SCATTER_CHUNK", "64K"}}, 1);
+  // The first 20 pairs one run, then scattered blocks; and the other way
+  // round (blocks land in the block of the same index).
+  std::vector<std::int64_t> run_then_scattered(kBlocks);
+  std::vector<std::int64_t> scattered_then_run(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) {
+    run_then_scattered[i] = static_cast<std::int64_t>(i);
+    scattered_then_run[i] = static_cast<std::int64_t>((i + 48) % kBlocks);
+  }
+  std::mt19937_64 rng(31);
+  std::shuffle(run_then_scattered.begin() + 20, run_then_scattered.end(), rng);
+  std::shuffle(scattered_then_run.begin(), scattered_then_run.begin() + 16, rng);
+  struct Case {
+    std::vector<std::int64_t> local;
+    std::vector<std::int64_t> remote;
+    bool pairs;  // kept as pairs (else as runs)
+  };
+  std::vector<std::int64_t> identity(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) identity[i] = static_cast<std::int64_t>(i);
+  const std::vector<Case> cases = {
+      {shuffled(33), shuffled(34), true},
+      {identity, identity, false},
+      {run_then_scattered, run_then_scattered, false},
+      {scattered_then_run, scattered_then_run, true},
+      {{5}, {60}, true},
+  };
+  std::uint64_t gen = 10;
+  for (const Case& c : cases) {
+    Agent b("scatter-b", {}, ++gen);
+    const std::uint64_t pairs0 = a.counter("handed_off_as_pairs");
+    write_and_verify(a, b, c.local, c.remote);
+    EXPECT_EQ(a.counter("handed_off_as_pairs") - pairs0, c.pairs ? 1u : 0u) << c.local.size();
+    // Nothing but the blocks written changed.
+    std::vector<bool> written(kBlocks, false);
+    for (const std::int64_t r : c.remote) written[static_cast<std::size_t>(r)] = true;
+    for (std::uint64_t i = 0; i < kBlocks; ++i) {
+      if (!written[i]) {
+        EXPECT_LT(first_mismatch(b.pool.block(i), kBlockLen, gen, i), 0) << i;
+      }
+    }
+  }
+  EXPECT_EQ(a.counter("scatter_handed_off"), cases.size());
+  // Inline posts build on the caller's thread and keep nothing for later.
+  Agent in("scatter-inline", {{"KVXFER_POST", "inline"}}, 3);
+  Agent b("scatter-b", {}, 4);
+  write_and_verify(in, b, shuffled(35), shuffled(36));
+  EXPECT_EQ(in.counter("handed_off_as_pairs"), 0u);
+}
+
 // The first line of /proc/self/task/*/`file` of every thread of this
 // process named `name`; of /proc/<tid>/`file` with `by_tid` (files such as
 // timerslack_ns that the task directories leave out).

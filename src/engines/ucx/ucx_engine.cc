@@ -299,6 +299,7 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["scatter_writes"] = get(scatter_writes_);
   counters["scatter_messages"] = get(scatter_messages_);
   counters["scatter_handed_off"] = get(scatter_handed_off_);
+  counters["handed_off_as_pairs"] = get(handed_off_as_pairs_);
   counters["progress_wakes"] = get(wakes_);
   counters["progress_lingers"] = get(lingers_);
   counters["progress_linger_hits"] = get(linger_hits_);

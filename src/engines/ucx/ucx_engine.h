@@ -197,6 +197,18 @@ class UcxLane {
     // mode): set and read on that thread (or by stop() once it is joined).
     bool notify_queued = false;
     std::vector<AmChunk> am_chunks;
+    // The post's run_blocks pairs as runs (run_count of them), from which
+    // its messages are built: by the caller, or, handed off, by the progress
+    // thread while build_pending (set before the transfer is queued, cleared
+    // by the thread). A handed-off post may keep its pairs instead
+    // (pairs_kept: run_blocks local indices, then as many remote ones),
+    // which the thread turns into runs. Capacities kept.
+    std::vector<BlockRun> runs;
+    std::vector<std::int64_t> pairs;
+    std::size_t run_count = 0;
+    std::uint64_t run_blocks = 0;
+    bool pairs_kept = false;
+    bool build_pending = false;
   };
 
   // An ack on its way back to an initiator: UCX may hold its header until
@@ -228,8 +240,17 @@ class UcxLane {
   void register_scatter_handlers();
   Status post_scatter(UcxPeer& peer, std::span<const std::int64_t> local,
                       std::span<const std::int64_t> remote, Xfer* xfer);
-  void build_chunks(const UcxPeer& peer, std::span<const std::int64_t> local,
-                    std::span<const std::int64_t> remote, Xfer* xfer, std::size_t fixed_len);
+  static void take_runs(std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                        Xfer* xfer);
+  void build_chunks(const UcxPeer& peer, Xfer* xfer, std::size_t fixed_len);
+  // The pairs a handed-off post samples to choose what it keeps.
+  static constexpr std::size_t kPairsSample = 16;
+  void keep_for_build(std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                      Xfer* xfer);
+  Status defer_build(UcxPeer& peer, std::span<const std::int64_t> local,
+                     std::span<const std::int64_t> remote, Xfer* xfer);
+  bool build_handed_off(const UcxPeer& peer, Xfer* xfer);
+  void put_fixed_parts(const UcxPeer& peer, Xfer* xfer);
   std::uint64_t arm_wait(Xfer* xfer);
   Status launch(UcxPeer& peer, Xfer* xfer);
   ucs_status_t send_scatter(UcxPeer& peer, Xfer* xfer, std::size_t* sent);
@@ -413,6 +434,9 @@ class UcxLane {
   std::atomic<std::uint64_t> scatter_writes_{0};
   std::atomic<std::uint64_t> scatter_messages_{0};
   std::atomic<std::uint64_t> scatter_handed_off_{0};  // writes the progress thread sent
+  // Handed-off writes and reads whose pairs were kept as they are (scattered
+  // blocks); the others kept their runs.
+  std::atomic<std::uint64_t> handed_off_as_pairs_{0};
   std::atomic<std::uint64_t> wakes_{0};               // submissions that woke the progress thread
   std::atomic<std::uint64_t> lingers_{0};             // idle periods the thread lingered in
   std::atomic<std::uint64_t> linger_hits_{0};         // posts a linger caught (no wake)

@@ -45,17 +45,12 @@ Status UcxLane::post_read(PeerHandle handle, TransferId id, std::span<const std:
 // and awaits one reply per request.
 Status UcxLane::post_gather(UcxPeer& p, std::span<const std::int64_t> local,
                             std::span<const std::int64_t> remote, Xfer* xfer) {
-  build_chunks(p, local, remote, xfer, kGatherFixedLen);
-  const std::size_t n = xfer->am_chunks.size();
   gather_reads_.fetch_add(1, std::memory_order_relaxed);
-  gather_messages_.fetch_add(n, std::memory_order_relaxed);
-  const std::uint64_t seq = arm_wait(xfer);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Xfer::AmChunk& chunk = xfer->am_chunks[i];
-    put_gather_fixed(xfer->am_headers.data() + chunk.header_offset,
-                     static_cast<std::uint16_t>(chunk.runs), p.token, seq, xfer->slot,
-                     static_cast<std::uint32_t>(i), p.lineage, p.epoch);
-  }
+  if (handoff_) return defer_build(p, local, remote, xfer);
+  take_runs(local, remote, xfer);
+  build_chunks(p, xfer, kGatherFixedLen);
+  arm_wait(xfer);
+  put_fixed_parts(p, xfer);
   return launch(p, xfer);
 }
 
