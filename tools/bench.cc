@@ -41,6 +41,9 @@ constexpr const char* kPeer = "target";
 constexpr auto kStallTimeout = std::chrono::seconds(60);
 // Bytes checked per case at most (2 MiB blocks: 128 of them).
 constexpr std::uint64_t kMaxVerifyBytes = 256ull << 20;
+// The machine's CPU gaps: how long to read the clock, the shortest gap.
+constexpr auto kCpuGapsSpin = std::chrono::milliseconds(500);
+constexpr auto kCpuGapsThreshold = std::chrono::microseconds(10);
 
 double load_average() {
   double one = 0;
@@ -747,6 +750,10 @@ int run_bench(const BenchArgs& args) {
                args.region >> 20, report.target, report.target_version,
                quarter ? ", TCP only: a quarter of each reference total" : "");
   }
+
+  // What the machine takes from a running thread, for reading the call
+  // percentiles below: half a second, with the target idle.
+  report.cpu_gaps = measure_cpu_gaps(kCpuGapsSpin, kCpuGapsThreshold);
 
   Bench bench(report.args, *target, report.fingerprint);
   for (const CaseSpec& spec : specs) {

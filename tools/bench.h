@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvxfer/transport.h"
+#include "machine.h"
 #include "perftest.h"
 #include "timing.h"
 #include "workload.h"
@@ -129,6 +130,7 @@ struct BenchReport {
   std::string target;  // where the target ran
   std::string target_version;
   unsigned cpus = 0;
+  CpuGaps cpu_gaps;  // measured before the cases
   std::vector<CaseResult> cases;
   // One plain TCP stream between the same two processes, pool to pool.
   std::optional<double> raw_tcp_gbps;

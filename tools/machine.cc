@@ -74,6 +74,33 @@ CpuSample sample_cpu(pid_t target_pid) {
   return s;
 }
 
+CpuGaps measure_cpu_gaps(std::chrono::milliseconds spin, std::chrono::microseconds threshold) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> gaps;
+  gaps.reserve(1 << 16);  // no allocation while the clock is read
+  const auto start = Clock::now();
+  const auto end = start + spin;
+  auto last = start;
+  for (auto now = start; now < end; now = Clock::now()) {
+    if (now - last >= threshold && gaps.size() < gaps.capacity()) {
+      gaps.push_back(std::chrono::duration<double, std::micro>(now - last).count());
+    }
+    last = now;
+  }
+  CpuGaps out;
+  out.seconds = std::chrono::duration<double>(last - start).count();
+  out.threshold_us = std::chrono::duration<double, std::micro>(threshold).count();
+  out.gaps = gaps.size();
+  double lost_us = 0;
+  for (const double g : gaps) lost_us += g;
+  if (out.seconds > 0) {
+    out.per_s = static_cast<double>(out.gaps) / out.seconds;
+    out.lost_share = lost_us / (out.seconds * 1e6);
+  }
+  out.gap = Timing::of(std::move(gaps));
+  return out;
+}
+
 double others_cores(const CpuSample& before, const CpuSample& after) {
   const double wall = std::chrono::duration<double>(after.at - before.at).count();
   if (wall <= 0) return 0;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "timing.h"
+
 namespace kvxfer::tools {
 
 struct MachineInfo {
@@ -43,6 +45,23 @@ struct CpuSample {
 CpuSample sample_cpu(pid_t target_pid);
 // Cores' worth of CPU that other processes used between two samples.
 double others_cores(const CpuSample& before, const CpuSample& after);
+
+// Time a running thread loses to its machine. A thread that does nothing
+// but read the clock sees a gap between two reads whenever something else
+// ran on its CPU: the hypervisor (on a VM, invisible to the guest's steal
+// time), an interrupt, another thread. A call of d µs meets such a gap with
+// a chance of about per_s * d / 1e6, and then takes its length on top: on a
+// machine that loses its CPU often, the tail of every short call is its
+// gaps, not its work.
+struct CpuGaps {
+  double seconds = 0;      // how long the thread read the clock
+  double threshold_us = 0;  // the shortest gap counted
+  std::uint64_t gaps = 0;  // gaps of threshold_us or more
+  double per_s = 0;
+  double lost_share = 0;  // of the time, spent in those gaps
+  Timing gap;             // their lengths, µs
+};
+CpuGaps measure_cpu_gaps(std::chrono::milliseconds spin, std::chrono::microseconds threshold);
 
 // `kvxfer info`.
 int run_info();

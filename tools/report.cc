@@ -109,6 +109,14 @@ void print_table(const BenchReport& report, std::FILE* out) {
       fmt::print(out, "{}: no perftest figure: {}\n", c.spec.name, c.perftest.error);
     }
   }
+  if (const CpuGaps& g = report.cpu_gaps; g.seconds > 0) {
+    fmt::print(out,
+               "machine: a thread that only read the clock for {:.1f} s lost its CPU {:.0f} times a "
+               "second for {:.0f} µs or more (p50 {:.0f}, p99 {:.0f}, max {:.0f} µs; {:.1f}% of its "
+               "time): a call of 10 µs meets such a gap {:.1f}% of the time\n",
+               g.seconds, g.per_s, g.threshold_us, g.gap.p50_us, g.gap.p99_us, g.gap.max_us,
+               100 * g.lost_share, 100 * g.per_s * 10e-6);
+  }
   if (report.raw_tcp_gbps) {
     const auto big = std::find_if(report.cases.begin(), report.cases.end(),
                                   [](const CaseResult& c) { return c.spec.name == "big"; });
@@ -208,6 +216,13 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"knobs", ucx_knobs},
         {"transports", transports},
         {"note", ucx.note.empty() ? json(nullptr) : json(ucx.note)}}},
+      {"cpu_gaps",
+       {{"seconds", report.cpu_gaps.seconds},
+        {"threshold_us", report.cpu_gaps.threshold_us},
+        {"gaps", report.cpu_gaps.gaps},
+        {"per_s", report.cpu_gaps.per_s},
+        {"lost_share", report.cpu_gaps.lost_share},
+        {"gap_us", timing_json(report.cpu_gaps.gap)}}},
       {"machine",
        {{"hostname", m.hostname},
         {"cpu_model", m.cpu_model},

@@ -1,7 +1,9 @@
 # Checks a `kvxfer bench --json` file: every case in CASES is present and
 # verified, throughput cases carry a GB/s figure and the one-thread and
 # all-cores memcpy baselines (memcpy_all_gbps > 0), and
-# reg timed at least one registration. With RAW_TCP set, the raw TCP stream
+# reg timed at least one registration, and the machine's CPU gaps were
+# measured (a clock read for about half a second; as many gap lengths as
+# gaps). With RAW_TCP set, the raw TCP stream
 # baseline has a figure too (raw_tcp_gbps > 0).
 #   cmake -DJSON=bench.json -DCASES="big;layer" -P check_bench_json.cmake
 # or set JSON and CASES, then include() it.
@@ -15,6 +17,12 @@ file(READ "${JSON}" doc)
 string(JSON version ERROR_VARIABLE err GET "${doc}" ucx version)
 if(err OR version STREQUAL "")
   message(FATAL_ERROR "check_bench_json: no UCX version in ${JSON}")
+endif()
+string(JSON gaps_seconds GET "${doc}" cpu_gaps seconds)
+string(JSON gaps GET "${doc}" cpu_gaps gaps)
+string(JSON gap_lengths GET "${doc}" cpu_gaps gap_us count)
+if(NOT gaps_seconds GREATER 0.4 OR NOT gaps EQUAL gap_lengths)
+  message(FATAL_ERROR "check_bench_json: cpu_gaps not measured (${gaps_seconds} s, ${gaps} gaps, ${gap_lengths} lengths)")
 endif()
 string(JSON count LENGTH "${doc}" cases)
 list(LENGTH CASES expected_count)
