@@ -27,51 +27,80 @@ std::map<std::string, std::uint64_t> counters_of(const CmaLane& lane) {
   return counters;
 }
 
-TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
-  std::vector<std::uint8_t> src(kBlocks * kBlockLen);
-  std::vector<std::uint8_t> dst(kBlocks * kBlockLen);
-  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 131 + 7);
-  const Region src_region{src.data(), kBlocks, kBlockLen};
-  const Region dst_region{dst.data(), kBlocks, kBlockLen};
-  CmaLane target("target", dst_region, 1);
-  CmaLane source("source", src_region, 1);
+// Two lanes of this process: `source` writes from its pool (src, a byte
+// pattern) into `target`'s (dst, zeros) once connect() succeeded.
+struct LanePair {
+  LanePair(std::uint64_t count, std::uint64_t len)
+      : src(pattern(count * len)),
+        dst(count * len, 0),
+        target("target", Region{dst.data(), count, len}, 1),
+        source("source", Region{src.data(), count, len}, 1),
+        count_(count),
+        len_(len) {}
 
-  RemoteRegion remote;
-  remote.agent_name = "target";
-  remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
-  remote.num_blocks = kBlocks;
-  remote.block_len = kBlockLen;
-  remote.pid = static_cast<std::uint32_t>(::getpid());
+  static std::vector<std::uint8_t> pattern(std::size_t n) {
+    std::vector<std::uint8_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 131 + 7);
+    return v;
+  }
+
+  ::testing::AssertionResult connect() {
+    RemoteRegion remote;
+    remote.agent_name = "target";
+    remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
+    remote.num_blocks = count_;
+    remote.block_len = len_;
+    remote.pid = static_cast<std::uint32_t>(::getpid());
+    std::string why;
+    const Status st = source.connect(remote, target.cookie_addr(), target.cookie_epoch(),
+                                     target.notify_fd(), &peer, &why);
+    if (st == Status::kSuccess) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << status_name(st) << ": " << why;
+  }
+
+  // Drives `xfer` to its end from this thread, releases it, and returns its
+  // final state (kBackend when a check or the release fails).
+  Status finish(XferHandle xfer) {
+    Status state = Status::kInProgress;
+    while (state == Status::kInProgress) {
+      source.progress();
+      if (source.check(xfer, &state) != Status::kSuccess) return Status::kBackend;
+    }
+    return source.release(xfer) == Status::kSuccess ? state : Status::kBackend;
+  }
+
+  std::vector<std::uint8_t> src;
+  std::vector<std::uint8_t> dst;
+  CmaLane target;
+  CmaLane source;
   PeerHandle peer{};
-  std::string why;
-  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
-                           &peer, &why),
-            Status::kSuccess)
-      << why;
 
+ private:
+  std::uint64_t count_;
+  std::uint64_t len_;
+};
+
+TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
+  LanePair lanes(kBlocks, kBlockLen);
+  ASSERT_TRUE(lanes.connect());
+  CmaLane& source = lanes.source;
   std::vector<std::int64_t> blocks(kBlocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   // The copier may take a whole write before the caller gets to it, so write
   // until a progress() call has copied something (the first write almost
   // always suffices).
   for (int attempt = 0; attempt < 50 && counters_of(source)["cma_caller_slices"] == 0; ++attempt) {
-    std::fill(dst.begin(), dst.end(), 0);
+    std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     XferHandle xfer{};
-    ASSERT_EQ(source.post_write(peer, 1, blocks, blocks, &xfer), Status::kSuccess);
-    Status state = Status::kInProgress;
-    while (state == Status::kInProgress) {
-      source.progress();
-      ASSERT_EQ(source.check(xfer, &state), Status::kSuccess);
-    }
-    ASSERT_EQ(state, Status::kSuccess);
-    ASSERT_EQ(source.release(xfer), Status::kSuccess);
-    ASSERT_EQ(dst, src);
+    ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
+    ASSERT_EQ(lanes.dst, lanes.src);
   }
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_GT(counters.at("cma_caller_slice_max_bytes"), 0u);
   EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), CmaLane::kCallerSliceBytes);
-  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
 }
 
 // The caller claims from the back of a write, whole iovecs or the tail of
@@ -81,23 +110,9 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
 TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
   constexpr std::uint64_t kLen = std::uint64_t{40} << 10;  // 2.5 caller slices
   constexpr std::uint64_t kCount = 256;
-  std::vector<std::uint8_t> src(kCount * kLen);
-  std::vector<std::uint8_t> dst(kCount * kLen);
-  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 131 + 7);
-  CmaLane target("target", Region{dst.data(), kCount, kLen}, 1);
-  CmaLane source("source", Region{src.data(), kCount, kLen}, 1);
-  RemoteRegion remote;
-  remote.agent_name = "target";
-  remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
-  remote.num_blocks = kCount;
-  remote.block_len = kLen;
-  remote.pid = static_cast<std::uint32_t>(::getpid());
-  PeerHandle peer{};
-  std::string why;
-  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
-                           &peer, &why),
-            Status::kSuccess)
-      << why;
+  LanePair lanes(kCount, kLen);
+  ASSERT_TRUE(lanes.connect());
+  CmaLane& source = lanes.source;
   // Runs of 1, 2, 3, 5, 7, 11, 13 and 40 blocks (the last one longer than
   // a copier's chunk), each written 9 blocks further along in the target,
   // with a gap of one block between runs.
@@ -112,28 +127,22 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
     at += run + 1;
   }
   ASSERT_LT(static_cast<std::uint64_t>(at + 9), kCount);
+  std::vector<std::uint8_t> want(lanes.dst.size(), 0);
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    std::copy_n(lanes.src.begin() + static_cast<std::ptrdiff_t>(local[i] * kLen), kLen,
+                want.begin() + static_cast<std::ptrdiff_t>(remote_blocks[i] * kLen));
+  }
   for (int attempt = 0; attempt < 20; ++attempt) {
-    std::fill(dst.begin(), dst.end(), 0);
+    std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     XferHandle xfer{};
-    ASSERT_EQ(source.post_write(peer, 1, local, remote_blocks, &xfer), Status::kSuccess);
-    Status state = Status::kInProgress;
-    while (state == Status::kInProgress) {
-      source.progress();
-      ASSERT_EQ(source.check(xfer, &state), Status::kSuccess);
-    }
-    ASSERT_EQ(state, Status::kSuccess);
-    ASSERT_EQ(source.release(xfer), Status::kSuccess);
-    std::vector<std::uint8_t> want(dst.size(), 0);
-    for (std::size_t i = 0; i < local.size(); ++i) {
-      std::copy_n(src.begin() + static_cast<std::ptrdiff_t>(local[i] * kLen), kLen,
-                  want.begin() + static_cast<std::ptrdiff_t>(remote_blocks[i] * kLen));
-    }
-    ASSERT_TRUE(dst == want) << "attempt " << attempt;
+    ASSERT_EQ(source.post_write(lanes.peer, 1, local, remote_blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
+    ASSERT_TRUE(lanes.dst == want) << "attempt " << attempt;
   }
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), CmaLane::kCallerSliceBytes);
-  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
 }
 
 // A caller that comes back to progress() after a pause copies nothing on
@@ -145,28 +154,15 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
 TEST(CmaLane, ACallerAfterAPauseLeavesTheCopyToTheCopiers) {
   constexpr std::uint64_t kLen = std::uint64_t{1} << 20;
   constexpr std::uint64_t kCount = 64;  // 64 MiB: milliseconds for one copier
-  std::vector<std::uint8_t> src(kCount * kLen, 5);
-  std::vector<std::uint8_t> dst(kCount * kLen, 0);
-  CmaLane target("target", Region{dst.data(), kCount, kLen}, 1);
-  CmaLane source("source", Region{src.data(), kCount, kLen}, 1);
-  RemoteRegion remote;
-  remote.agent_name = "target";
-  remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
-  remote.num_blocks = kCount;
-  remote.block_len = kLen;
-  remote.pid = static_cast<std::uint32_t>(::getpid());
-  PeerHandle peer{};
-  std::string why;
-  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
-                           &peer, &why),
-            Status::kSuccess)
-      << why;
+  LanePair lanes(kCount, kLen);
+  ASSERT_TRUE(lanes.connect());
+  CmaLane& source = lanes.source;
   std::vector<std::int64_t> blocks(kCount);
   std::iota(blocks.begin(), blocks.end(), 0);
   int counted = 0;
   for (int attempt = 0; attempt < 20 && counted < 3; ++attempt) {
     XferHandle xfer{};
-    ASSERT_EQ(source.post_write(peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     const std::uint64_t before = counters_of(source)["cma_caller_slices"];
     std::this_thread::sleep_for(CmaLane::kLendGap * 50);
     source.progress();  // after a pause
@@ -174,56 +170,30 @@ TEST(CmaLane, ACallerAfterAPauseLeavesTheCopyToTheCopiers) {
     const std::uint64_t copied = counters_of(source)["cma_caller_slices"] - before;
     EXPECT_LE(copied, 1u) << "a call after a pause copied a slice";
     if (copied == 1) ++counted;
-    Status state = Status::kInProgress;
-    while (state == Status::kInProgress) {
-      source.progress();
-      ASSERT_EQ(source.check(xfer, &state), Status::kSuccess);
-    }
-    ASSERT_EQ(state, Status::kSuccess);
-    ASSERT_EQ(source.release(xfer), Status::kSuccess);
+    ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
   }
   EXPECT_GT(counted, 0) << "the copier always finished before the second call";
-  EXPECT_EQ(dst, src);
-  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(lanes.dst, lanes.src);
+  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
 }
 
 // A write with a notification, and one alone, through the lane's socket
 // (duplicated with pidfd_getfd: here from this very process). The message
 // comes after the bytes; a datagram nobody of ours wrote is dropped.
 TEST(CmaLane, NotificationsReachTheTargetAfterTheirBytes) {
-  std::vector<std::uint8_t> src(kBlocks * kBlockLen, 7);
-  std::vector<std::uint8_t> dst(kBlocks * kBlockLen, 0);
-  CmaLane target("target", Region{dst.data(), kBlocks, kBlockLen}, 1);
-  CmaLane source("source", Region{src.data(), kBlocks, kBlockLen}, 1);
-  ASSERT_GE(target.notify_fd(), 0);
-  RemoteRegion remote;
-  remote.agent_name = "target";
-  remote.base_addr = reinterpret_cast<std::uintptr_t>(dst.data());
-  remote.num_blocks = kBlocks;
-  remote.block_len = kBlockLen;
-  remote.pid = static_cast<std::uint32_t>(::getpid());
-  PeerHandle peer{};
-  std::string why;
-  ASSERT_EQ(source.connect(remote, target.cookie_addr(), target.cookie_epoch(), target.notify_fd(),
-                           &peer, &why),
-            Status::kSuccess)
-      << why;
-  const auto finish = [&](XferHandle xfer) {
-    Status state = Status::kInProgress;
-    while (state == Status::kInProgress) {
-      source.progress();
-      EXPECT_EQ(source.check(xfer, &state), Status::kSuccess);
-    }
-    EXPECT_EQ(source.release(xfer), Status::kSuccess);
-    return state;
-  };
+  LanePair lanes(kBlocks, kBlockLen);
+  ASSERT_GE(lanes.target.notify_fd(), 0);
+  ASSERT_TRUE(lanes.connect());
+  CmaLane& source = lanes.source;
+  CmaLane& target = lanes.target;
+  const PeerHandle peer = lanes.peer;
   const std::vector<std::uint8_t> note{'h', 'i'};
   const std::vector<std::int64_t> blocks{3, 4};
   XferHandle xfer{};
   ASSERT_EQ(source.post_write(peer, 1, blocks, blocks, &xfer, note), Status::kSuccess);
-  ASSERT_EQ(finish(xfer), Status::kSuccess);
+  ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
   ASSERT_EQ(source.post_notify(peer, 2, std::vector<std::uint8_t>{'!'}, &xfer), Status::kSuccess);
-  ASSERT_EQ(finish(xfer), Status::kSuccess);
+  ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
   // Not ours: dropped.
   const std::uint8_t junk[3] = {1, 2, 3};
   ASSERT_EQ(::send(target.notify_fd(), junk, sizeof(junk), MSG_DONTWAIT), 3);
@@ -234,8 +204,8 @@ TEST(CmaLane, NotificationsReachTheTargetAfterTheirBytes) {
   EXPECT_EQ(got[0].agent, "source");
   EXPECT_EQ(got[0].bytes, note);
   EXPECT_EQ(got[1].bytes, std::vector<std::uint8_t>{'!'});
-  EXPECT_EQ(dst[3 * kBlockLen], 7);
-  EXPECT_EQ(dst[5 * kBlockLen], 0);
+  EXPECT_EQ(lanes.dst[3 * kBlockLen], lanes.src[3 * kBlockLen]);
+  EXPECT_EQ(lanes.dst[5 * kBlockLen], 0);
   std::map<std::string, std::uint64_t> counters;
   target.add_counters(counters);
   EXPECT_EQ(counters.at("cma_notifications_received"), 2u);
