@@ -54,9 +54,9 @@ double others_cores(const CpuSample& before, const CpuSample& after);
 // machine that loses its CPU often, the tail of every short call is its
 // gaps, not its work.
 struct CpuGaps {
-  double seconds = 0;      // how long the thread read the clock
+  double seconds = 0;       // how long the thread read the clock
   double threshold_us = 0;  // the shortest gap counted
-  std::uint64_t gaps = 0;  // gaps of threshold_us or more
+  std::uint64_t gaps = 0;   // gaps of threshold_us or more
   double per_s = 0;
   double lost_share = 0;  // of the time, spent in those gaps
   Timing gap;             // their lengths, µs

@@ -110,12 +110,13 @@ void print_table(const BenchReport& report, std::FILE* out) {
     }
   }
   if (const CpuGaps& g = report.cpu_gaps; g.seconds > 0) {
-    fmt::print(out,
-               "machine: a thread that only read the clock for {:.1f} s lost its CPU {:.0f} times a "
-               "second for {:.0f} µs or more (p50 {:.0f}, p99 {:.0f}, max {:.0f} µs; {:.1f}% of its "
-               "time): a call of 10 µs meets such a gap {:.1f}% of the time\n",
-               g.seconds, g.per_s, g.threshold_us, g.gap.p50_us, g.gap.p99_us, g.gap.max_us,
-               100 * g.lost_share, 100 * g.per_s * 10e-6);
+    fmt::print(
+        out,
+        "machine: a thread that only read the clock for {:.1f} s lost its CPU {:.0f} times a "
+        "second for {:.0f} µs or more (p50 {:.0f}, p99 {:.0f}, max {:.0f} µs; {:.1f}% of its "
+        "time): a call of 10 µs meets such a gap {:.1f}% of the time\n",
+        g.seconds, g.per_s, g.threshold_us, g.gap.p50_us, g.gap.p99_us, g.gap.max_us,
+        100 * g.lost_share, 100 * g.per_s * 10e-6);
   }
   if (report.raw_tcp_gbps) {
     const auto big = std::find_if(report.cases.begin(), report.cases.end(),

@@ -166,7 +166,8 @@ void UcxLane::keep_for_build(std::span<const std::int64_t> local,
   const std::size_t sample = std::min(n, kPairsSample);
   std::size_t starts = 1;
   for (std::size_t i = 1; i < sample; ++i) {
-    starts += static_cast<std::size_t>(local[i] != local[i - 1] + 1 || remote[i] != remote[i - 1] + 1);
+    starts +=
+        static_cast<std::size_t>(local[i] != local[i - 1] + 1 || remote[i] != remote[i - 1] + 1);
   }
   if (2 * starts < sample) {
     take_runs(local, remote, xfer);
@@ -223,8 +224,7 @@ void UcxLane::put_fixed_parts(const UcxPeer& p, Xfer* xfer) {
     for (std::size_t i = 0; i < n; ++i) {
       const Xfer::AmChunk& chunk = xfer->am_chunks[i];
       put_gather_fixed(headers + chunk.header_offset, static_cast<std::uint16_t>(chunk.runs),
-                       p.token, seq, xfer->slot, static_cast<std::uint32_t>(i), p.lineage,
-                       p.epoch);
+                       p.token, seq, xfer->slot, static_cast<std::uint32_t>(i), p.lineage, p.epoch);
     }
     return;
   }
