@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -220,7 +221,37 @@ struct FanParams {
   std::uint64_t seed = 1;
   std::string fingerprint;
   PollWait wait;
+  // What the initiators the bench spawns for incast run with: --engine,
+  // --num-threads and --no-progress-thread reach them as they reach a
+  // fan-out's initiator.
+  std::map<std::string, std::string> engine;
+  int num_threads = 4;
+  bool progress_thread = true;
 };
+
+// engine_config as one SETUP word: "KEY=VALUE" lines, hex.
+std::string engine_word(const std::map<std::string, std::string>& engine) {
+  std::string lines;
+  for (const auto& [key, value] : engine) lines += key + "=" + value + "\n";
+  return to_hex(std::vector<std::uint8_t>(lines.begin(), lines.end()));
+}
+
+std::map<std::string, std::string> parse_engine_word(const std::string& hex) {
+  const std::vector<std::uint8_t> bytes = from_hex(hex);
+  const std::string text(bytes.begin(), bytes.end());
+  std::map<std::string, std::string> engine;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) throw ChannelError("bad SETUP engine");
+    const std::string item = text.substr(at, end - at);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) throw ChannelError("bad SETUP engine");
+    engine[item.substr(0, eq)] = item.substr(eq + 1);
+    at = end + 1;
+  }
+  return engine;
+}
 
 double share_of_slowest(const std::vector<double>& each) {
   if (each.empty()) return 0;
@@ -357,10 +388,11 @@ FanRow run_incast(const FanParams& p, int n, TargetProcess& target) {
       inits[static_cast<std::size_t>(i)].channel->write_line(
           fmt::format("SETUP tls={} metadata={} base={} num_blocks={} block_len={} first={} "
                       "count={} batch={} depth={} writes={} seed={} local_region={} index={} "
-                      "poll_wait={} poll_sleep_us={}",
+                      "poll_wait={} poll_sleep_us={} num_threads={} progress_thread={} engine={}",
                       p.tls, to_hex(g.metadata), g.base, g.num_blocks, g.block_len,
                       static_cast<std::uint64_t>(i) * count, count, p.batch, p.depth, writes,
-                      seed_of(i), local_region, i, p.wait.mode, p.wait.sleep_us),
+                      seed_of(i), local_region, i, p.wait.mode, p.wait.sleep_us, p.num_threads,
+                      p.progress_thread ? 1 : 0, engine_word(p.engine)),
           kWriteTimeout);
     }
     for (auto& init : inits) {
@@ -556,6 +588,9 @@ int run_fan(const BenchArgs& args) {
   p.fingerprint = config_fingerprint(bench_config_fields(args.tls));
   p.wait.mode = args.poll_wait;
   p.wait.sleep_us = args.poll_sleep_us;
+  p.engine = args.engine;
+  p.num_threads = args.num_threads;
+  p.progress_thread = args.progress_thread;
   if (p.block_len == 0 || p.block_len > p.region)
     throw std::invalid_argument("bad --block-len for --region");
   for (const int n : args.targets)
@@ -612,10 +647,17 @@ int run_initiator() {
       throw ChannelError("bad SETUP geometry");
     }
     const std::uint64_t local_blocks = local_region / block_len;
+    Options options = writer_options(tls, nullptr);
+    for (const auto& [key, value] : parse_engine_word(m.text("engine")))
+      options.engine_config[key] = value;
+    const std::uint64_t num_threads = m.number("num_threads");
+    if (num_threads < 1 || num_threads > 1024) throw ChannelError("bad SETUP num_threads");
+    options.num_threads = static_cast<int>(num_threads);
+    options.progress_thread = m.number("progress_thread") != 0;
     Pool pool(local_region);
     fill(pool, block_len, local_blocks, seed);
     Transport transport(fmt::format("bench-incast-{}", ::getpid()),
-                        Region{pool.data(), local_blocks, block_len}, writer_options(tls, nullptr));
+                        Region{pool.data(), local_blocks, block_len}, options);
     transport.add_remote_peer("target", from_hex(m.text("metadata")), m.number("base"),
                               m.number("num_blocks"), block_len);
     const Spread spread(m.number("first"), m.number("count"), local_blocks, m.number("batch"),

@@ -236,7 +236,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> engine_knobs;
   bench_cmd
       ->add_option("--engine", engine_knobs,
-                   "initiator engine_config KEY=VALUE, e.g. KVXFER_SCATTER_MAX_RUN=0 (scatter "
+                   "initiator engine_config (each, with --initiators) KEY=VALUE, e.g. "
+                   "KVXFER_SCATTER_MAX_RUN=0 (scatter "
                    "writes off) or KVXFER_SCATTER_CHUNK=1M; repeatable")
       ->allow_extra_args(false);
   std::vector<std::string> target_engine_knobs;
@@ -245,9 +246,12 @@ int main(int argc, char** argv) {
                    "engine_config KEY=VALUE of every target the bench spawns (with --role "
                    "target: of this target), e.g. KVXFER_PROGRESS_NICE=-10; repeatable")
       ->allow_extra_args(false);
-  bench_cmd->add_flag("--no-progress-thread", no_progress_thread,
-                      "initiator: no UCX progress thread (it polls anyway)");
-  bench_cmd->add_option("--num-threads", bench.num_threads, "Options::num_threads of the initiator")
+  bench_cmd->add_flag(
+      "--no-progress-thread", no_progress_thread,
+      "initiator (each, with --initiators): no UCX progress thread (it polls anyway)");
+  bench_cmd
+      ->add_option("--num-threads", bench.num_threads,
+                   "Options::num_threads of the initiator (each, with --initiators)")
       ->check(CLI::PositiveNumber);
   std::string poll_wait = "spin";
   bench_cmd

@@ -60,3 +60,21 @@ string(JSON initiator_nice GET "${doc}" engine_config KVXFER_PROGRESS_NICE)
 if(NOT target_nice STREQUAL "1" OR NOT initiator_nice STREQUAL "2")
   message(FATAL_ERROR "fan_smoke: JSON engine configs ${initiator_nice} / ${target_nice}")
 endif()
+
+# --engine, --num-threads and --no-progress-thread reach every incast
+# initiator's Transport: a value it must refuse fails the run, named by the
+# initiator; the others run and verify.
+set(bad_args bench --tls ${TLS} --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
+  --engine KVXFER_PROGRESS_NICE=99)
+execute_process(COMMAND "${KVXFER}" ${bad_args}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
+if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "kvxfer initiator: [^\n]*KVXFER_PROGRESS_NICE=99")
+  message(FATAL_ERROR "fan_smoke: --engine KVXFER_PROGRESS_NICE=99 with --initiators gave rc=${rc}:\n${out}${err}")
+endif()
+set(knob_args bench --tls ${TLS} --initiators 1,2 --region 32M --total 16M --batch 16 --depth 2 --quiet
+  --engine KVXFER_PROGRESS_NICE=2 --num-threads 1 --no-progress-thread --json "${json}")
+execute_process(COMMAND "${KVXFER}" ${knob_args}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "fan_smoke: ${knob_args} exited with ${rc}:\n${out}${err}")
+endif()
