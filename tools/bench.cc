@@ -630,6 +630,9 @@ class Bench {
   std::uint64_t seed_base() const { return args_.seed; }
 
  public:
+  // Bytes of the source pool on transparent huge pages (Pool::huge_bytes).
+  [[nodiscard]] std::uint64_t source_huge_bytes() { return source().huge_bytes(); }
+
   // The raw TCP baseline, from this side's pool: GB/s of one plain stream.
   double raw_tcp_gbps(const std::string& host, std::uint64_t bytes) {
     const double seconds = target_.raw_stream(host, source().data(), source().size(), bytes);
@@ -769,6 +772,7 @@ int run_bench(const BenchArgs& args) {
       break;
     }
   }
+  report.pool_huge_bytes = bench.source_huge_bytes();
   const bool target_lost =
       !report.cases.empty() && report.cases.back().error.rfind("lost the target", 0) == 0;
   if (args.raw_tcp && kvxfer::internal::tls_is_tcp_only(report.ucx_tls) && !target_lost) {

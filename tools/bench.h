@@ -132,6 +132,9 @@ struct BenchReport {
   unsigned cpus = 0;
   CpuGaps cpu_gaps;  // measured before the cases
   std::vector<CaseResult> cases;
+  // Of the initiator's source pool, after the cases: bytes on transparent
+  // huge pages (`--pool huge` asks for them).
+  std::uint64_t pool_huge_bytes = 0;
   // One plain TCP stream between the same two processes, pool to pool.
   std::optional<double> raw_tcp_gbps;
   std::uint64_t raw_tcp_bytes = 0;

@@ -523,7 +523,7 @@ void write_rows_json(const std::vector<FanRow>& rows, const FanParams& p, const 
                     {"batch", p.batch},
                     {"depth", p.depth},
                     {"poll_wait", p.wait.name()},
-                    {"pool", shared_pools_requested() ? "shared" : "private"},
+                    {"pool", pool_kind()},
                     {"engine_config", args.engine},
                     {"target_engine_config", args.target_engine},
                     {"total_bytes", p.total},

@@ -262,9 +262,10 @@ int main(int argc, char** argv) {
   std::string pool_kind = "private";
   bench_cmd
       ->add_option("--pool", pool_kind,
-                   "pools of every side: private (anonymous memory) or shared "
-                   "(kvxfer::SharedPool, which same-host peers map and copy into with memcpy)")
-      ->check(CLI::IsMember({"private", "shared"}))
+                   "pools of every side: private (anonymous memory), shared "
+                   "(kvxfer::SharedPool, which same-host peers map and copy into with memcpy) "
+                   "or huge (anonymous memory on transparent huge pages)")
+      ->check(CLI::IsMember({"private", "shared", "huge"}))
       ->capture_default_str();
   bench_cmd
       ->add_option(

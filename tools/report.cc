@@ -118,6 +118,10 @@ void print_table(const BenchReport& report, std::FILE* out) {
         g.seconds, g.per_s, g.threshold_us, g.gap.p50_us, g.gap.p99_us, g.gap.max_us,
         100 * g.lost_share, 100 * g.per_s * 10e-6);
   }
+  if (pool_kind() == "huge") {
+    fmt::print(out, "pool: huge, {} of the initiator's {} MiB on transparent huge pages\n",
+               report.pool_huge_bytes >> 20, report.args.region >> 20);
+  }
   if (report.raw_tcp_gbps) {
     const auto big = std::find_if(report.cases.begin(), report.cases.end(),
                                   [](const CaseResult& c) { return c.spec.name == "big"; });
@@ -242,7 +246,8 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"target_engine_config", a.target_engine},
         {"poll_wait", a.poll_wait},
         {"poll_sleep_us", a.poll_sleep_us},
-        {"pool", shared_pools_requested() ? "shared" : "private"},
+        {"pool", pool_kind()},
+        {"pool_huge_bytes", report.pool_huge_bytes},
         {"seed", a.seed},
         {"verify_blocks", a.verify_blocks},
         {"reg_reps", a.reg_reps}}},
