@@ -1,4 +1,4 @@
-# `kvxfer bench --pool huge`, small, writes and reads over shared memory:
+# `kvxfer bench --pool huge`, small, writes over shared memory:
 # every case verified, the JSON saying the pools were huge, and, where the
 # kernel offers transparent huge pages (THP "always" or "madvise"), the
 # initiator's pool on them (config.pool_huge_bytes > 0), so that what was
@@ -14,7 +14,7 @@ if(EXISTS /sys/kernel/mm/transparent_hugepage/enabled)
     set(thp_offered TRUE)
   endif()
 endif()
-foreach(pool_op huge:write huge:read private:write)
+foreach(pool_op huge:write private:write)
   string(REPLACE ":" ";" parts "${pool_op}")
   list(GET parts 0 pool)
   list(GET parts 1 op)
