@@ -8,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -83,7 +84,9 @@ class Pool {
   [[nodiscard]] std::uint64_t huge_bytes() const {
     if (shared_) return 0;
     std::ifstream smaps("/proc/self/smaps");
-    const auto want = reinterpret_cast<std::uintptr_t>(map_);
+    // The pool's own entry: madvise splits the mapping, and the advised
+    // part starts at data_, not map_, unless the kernel aligned the mapping.
+    const auto want = reinterpret_cast<std::uintptr_t>(data_);
     bool ours = false;
     std::string line;
     while (std::getline(smaps, line)) {
@@ -95,7 +98,9 @@ class Pool {
         continue;
       }
       std::uint64_t kib = 0;
-      if (ours && std::sscanf(line.c_str(), "AnonHugePages: %lu kB", &kib) == 1) return kib << 10;
+      if (ours && std::sscanf(line.c_str(), "AnonHugePages: %lu kB", &kib) == 1) {
+        return std::min<std::uint64_t>(kib << 10, bytes_);  // a merged entry may hold more
+      }
     }
     return 0;
   }
