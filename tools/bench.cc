@@ -196,6 +196,18 @@ class Bench {
           c.transfers_done, c.bytes_done, c.transfers_failed, done, done * bytes_each, failed);
       return;
     }
+    // Same-host copies move each byte once: a chunk copied twice (or lost)
+    // would show as the lane's bytes differing from the transfers'.
+    const auto counters = transport.stats().engine_counters;
+    const auto copied = counters.find("cma_bytes");
+    const auto cma_ops = counters.find(reading() ? "cma_reads" : "cma_writes");
+    if (failed == 0 && copied != counters.end() && cma_ops != counters.end() &&
+        cma_ops->second == done && copied->second != done * bytes_each) {
+      result.error =
+          fmt::format("the same-host lane copied {} bytes for {} transfers of {} bytes each",
+                      copied->second, done, bytes_each);
+      return;
+    }
     if (!args_.telemetry) return;
     const Telemetry t = transport.telemetry();
     std::uint64_t done_records = 0;

@@ -454,6 +454,7 @@ void CmaLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["cma_notifications_sent"] = notifications_sent_.load(std::memory_order_relaxed);
   counters["cma_notifications_received"] = notifications_received_.load(std::memory_order_relaxed);
   counters["cma_notifications_refused"] = notifications_refused_.load(std::memory_order_relaxed);
+  counters["cma_bytes"] = bytes_copied_.load(std::memory_order_relaxed);
   counters["cma_caller_slices"] = caller_slices_.load(std::memory_order_relaxed);
   counters["cma_caller_slice_max_bytes"] = caller_slice_max_bytes_.load(std::memory_order_relaxed);
 }
@@ -620,7 +621,8 @@ Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::spa
     for (std::size_t i = 0; i < local.size() && result == Status::kSuccess; i += kMaxIov) {
       const std::size_t k = std::min(kMaxIov, local.size() - i);
       if (peer.mapping.mapped()) {
-        mapped_copy(peer, read, local.subspan(i, k), remote.subspan(i, k));
+        bytes_copied_.fetch_add(mapped_copy(peer, read, local.subspan(i, k), remote.subspan(i, k)),
+                                std::memory_order_relaxed);
       } else {
         result = cma_copy(peer, read, local.subspan(i, k), remote.subspan(i, k));
       }
@@ -659,8 +661,9 @@ inline void copy_bytes(void* dst, const void* src, std::size_t len) { std::memcp
 
 }  // namespace
 
-void CmaLane::mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
-                          std::span<const iovec> remote) {
+std::uint64_t CmaLane::mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
+                                   std::span<const iovec> remote) {
+  std::uint64_t bytes = 0;
   for (std::size_t i = 0; i < local.size(); ++i) {
     std::uint8_t* theirs = peer.mapping.at(reinterpret_cast<std::uintptr_t>(remote[i].iov_base));
     auto* ours = static_cast<std::uint8_t*>(local[i].iov_base);
@@ -669,7 +672,9 @@ void CmaLane::mapped_copy(const Peer& peer, bool read, std::span<const iovec> lo
     } else {
       copy_bytes(theirs, ours, local[i].iov_len);
     }
+    bytes += local[i].iov_len;
   }
+  return bytes;
 }
 
 Status CmaLane::cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote) {
@@ -698,6 +703,7 @@ Status CmaLane::cma_copy(Peer& peer, bool read, std::span<iovec> local, std::spa
       return Status::kBackend;
     }
     if (n == 0) return Status::kBackend;
+    bytes_copied_.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
     auto left = static_cast<std::size_t>(n);
     while (i < local.size() && left >= local[i].iov_len) {
       left -= local[i].iov_len;

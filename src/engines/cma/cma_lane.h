@@ -213,9 +213,9 @@ class CmaLane {
   Status run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
   // process_vm_readv (read) or process_vm_writev of matching iovec lists.
   Status cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
-  // The same through the peer's mapped pool.
-  static void mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
-                          std::span<const iovec> remote);
+  // The same through the peer's mapped pool; returns the bytes copied.
+  static std::uint64_t mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
+                                   std::span<const iovec> remote);
   // Maps the peer's pool when it declares one we can map (cma_mapping.h);
   // on any failure the peer is written with process_vm_writev as before.
   void map_pool(Peer& peer, const Declaration& declared);
@@ -270,6 +270,10 @@ class CmaLane {
   std::atomic<std::uint64_t> notifications_sent_{0};
   std::atomic<std::uint64_t> notifications_received_{0};
   std::atomic<std::uint64_t> notifications_refused_{0};
+  // Bytes the copies moved (what process_vm_writev/readv returned, or the
+  // memcpys through a mapping): equal to the bytes of the transfers that
+  // completed, so a chunk copied twice or lost shows here in any build.
+  std::atomic<std::uint64_t> bytes_copied_{0};
 
   // Our notification socket (AF_UNIX, SOCK_SEQPACKET pair): peers send on
   // their duplicates of notify_tx_, take_notifications() reads notify_rx_.
