@@ -229,7 +229,10 @@ TEST(CmaLane, ACallerAfterAPauseLeavesTheCopyToTheCopiers) {
     XferHandle xfer{};
     ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     const std::uint64_t before = counters_of(source)["cma_caller_slices"];
-    std::this_thread::sleep_for(CmaLane::kLendGap * 50);
+    // A pause of a few gaps: long enough that the next call is "after a
+    // pause", short enough that the copier is still on the 64 MiB (50 gaps,
+    // 20 ms under ASan, let it finish first in every attempt once).
+    std::this_thread::sleep_for(CmaLane::kLendGap * 4);
     source.progress();  // after a pause
     source.progress();  // at once
     const std::uint64_t copied = counters_of(source)["cma_caller_slices"] - before;
