@@ -644,10 +644,12 @@ namespace {
 
 // The copy through a mapped pool. The bytes are the peer's pool and ours:
 // two transfers of one block in flight at once race there by the contract
-// (they have no order), as they did inside process_vm_writev/readv, where
-// ThreadSanitizer never saw them. So under ThreadSanitizer the copy is not
-// instrumented either (a volatile loop, which no interceptor sees); the
-// lane's own state stays checked.
+// (they have no order). Through process_vm_writev/readv ThreadSanitizer
+// never sees the peer's side, and sees our side only as a read's
+// destination (where such a race is reported: tests keep reads in flight
+// apart). So under ThreadSanitizer the mapped copy is not instrumented (a
+// volatile loop, which no interceptor sees); the lane's own state stays
+// checked, and cma_bytes counts every byte copied.
 #if defined(__SANITIZE_THREAD__)
 __attribute__((no_sanitize("thread"), noinline)) void copy_bytes(void* dst, const void* src,
                                                                   std::size_t len) {
