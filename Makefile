@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kvxfer: every target installs what it needs (scripts/install-deps.sh),
 # configures and builds on its own.
 BUILD ?= build

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds the kvxfer wheel: CMake makes the _kvxfer extension and libkvxfer.
 
 The version is project(kvxfer VERSION ...) in CMakeLists.txt, the one source

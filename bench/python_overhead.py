@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Cost of driving kvxfer from Python: write_blocks + poll pairs.
 
 Times the same loop two ways on the LOOPBACK engine (a WRITE is a memcpy into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // _kvxfer_bench: the C++ side of bench/python_overhead.py, kept out of the
 // kvxfer package. Built beside it when KVXFER_BUILD_BENCH is on, never
 // installed; import kvxfer first (it registers the Transport type used here).

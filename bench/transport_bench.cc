@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-call overhead of the transport, on the loopback engine (two transports
 // in one process, a WRITE is a memcpy), so the figures are the core's and
 // the engine interface's own cost, not a wire's. It uses the public API only

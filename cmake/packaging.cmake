@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Debian packages, one per install component, built by `make package`
 # (CPack's DEB generator from a tree configured with -DCMAKE_INSTALL_PREFIX=/usr,
 # so that GNUInstallDirs picks /usr/lib/<triplet> and python/CMakeLists.txt

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian 12 packages kvxfer needs to build, test and benchmark.
 # Idempotent: packages already present are skipped, and apt is not touched
 # at all when nothing is missing. It touches apt and nothing else (no pip, no

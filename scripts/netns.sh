@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Three "hosts" for the multi-host tests, as network namespaces:
 #
 #   kvx-h1 (10.203.0.1) --\

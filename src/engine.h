@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one narrow interface the core drives. An engine moves bytes and reports
 // what happened as Status codes; it never decides what a status means for a
 // peer (that policy lives in src/core/).

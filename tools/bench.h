@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kvxfer bench`: the reference workloads (docs/workloads.md)
 // against a target process, beside the memcpy limit and ucx_perftest,
 // measured in one run.

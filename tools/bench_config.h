@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the two ends of a bench or demo run must agree on, in one place: the
 // UCX transports, the engine configuration, and the config fields whose
 // fingerprint both Transports carry (a mismatch is refused in the handshake,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Line-oriented messages between the bench initiator and a target, over a
 // pair of pipes (a target spawned on this machine) or one TCP socket (a
 // target on another host). Every read has a deadline and every line a length

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kvxfer bench --targets N,..` (fan-out: one initiator writing round-robin
 // to N target processes, scoped polls) and `--initiators N,..` (incast: N
 // initiator processes writing disjoint ranges of one target), issue 11.

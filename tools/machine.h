@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a figure was measured on: the machine, and the UCX it ran with.
 #pragma once
 

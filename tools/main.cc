@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kvxfer command: bench, demo, info, and the target side of
 // multi-process runs. A user of the library: it touches the public API
 // (include/kvxfer/) and, header-only, src/common/ucx_tls.h; nothing else in src/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kvxfer bench --op notify`: how long a notification takes from its post
 // to the target's get_notifications(), after a one-block write and alone,
 // one in flight at a time, with every delivered message checked there.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What `kvxfer bench --op notify` sends in each notification: its number,
 // the blocks its write moved (or -1 for a notification without data), and
 // when it was posted on CLOCK_MONOTONIC, which both ends read on one

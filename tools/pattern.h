@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Deterministic block contents, so a target can check a written block
 // without being sent its bytes: block `i` of a pool filled with `seed` holds
 // words derived from (seed, i, word index).

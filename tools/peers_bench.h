@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kvxfer peers`: what a registered peer costs (issue 11, target 7).
 //
 // Registers many peers on one initiator Transport and measures, at each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ucx_perftest baseline: `ucx_perftest -t ucp_put_bw -s <block_len>` as
 // a server + client pair on the loopback interface, under the same UCX_TLS
 // as the bench (other UCX_* knobs come with the environment), with a bounded

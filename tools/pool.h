@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A page-aligned pool, every page touched before use: anonymous memory; a
 // kvxfer::SharedPool (which same-host peers map and copy into with memcpy)
 // when the environment has KVXFER_BENCH_POOL=shared; or anonymous memory on

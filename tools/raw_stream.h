@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The raw TCP baseline of `kvxfer bench --tls tcp`: one plain TCP stream
 // between the same two processes (initiator -> target), pool to pool, to
 // quote kvxfer's TCP figures against what a socket alone moves here. Only to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bench's outputs: the table, the JSON record and the plot.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kvxfer startup`: where the time of a Transport's construction goes
 // (issue 11, target 6). Times the UCX steps the engine makes, one by one,
 // on their own (config read, ucp_init, worker create, mem_map of the pool,

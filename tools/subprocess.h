@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Child processes for the tool: a target spawned over pipes, ucx_perftest
 // pairs and ucx_info. Safe to start from a process that already runs UCX
 // threads: everything the child needs is built before fork().

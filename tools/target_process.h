@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target end of a demo or bench run, and the initiator's handle to it.
 //
 // A target is `kvxfer target` spawned on this machine and driven over pipes,

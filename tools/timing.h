@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Call and delivery durations, summarized: percentiles of a list, or of a
 // fixed-bucket histogram when there are too many to keep one by one.
 #pragma once

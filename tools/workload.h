@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference workloads of docs/workloads.md: which blocks each
 // write moves, and, after a run, which remote blocks hold a known block.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer's log: how much the library says and where it goes. The library
 // logs through one logger; by default records go to stderr at level warn, or
 // at the level KVXFER_LOG_LEVEL names (trace, debug, info, warn, error,

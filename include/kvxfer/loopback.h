@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loopback engine's fault plan: a scriptable way to make the in-process
 // engine misbehave, so tier code (ours and our users') can be tested against
 // every failure the real engines can produce.

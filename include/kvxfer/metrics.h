@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer::Metrics: a snapshot of a transport's running totals, gauges and
 // latency histograms (Transport::metrics()), and its Prometheus text form.
 // Plain values: taking one copies, reading it touches nothing live.

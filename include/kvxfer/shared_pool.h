@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer::SharedPool: pool memory that peers on the same host can map.
 //
 // A same-host peer normally copies into (and out of) our pool with

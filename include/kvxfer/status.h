@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer::Status: the one error-code set of the data path.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-transfer telemetry (opt-in with Options::telemetry): a record of every
 // transfer that finished, read with Transport::telemetry().
 #pragma once

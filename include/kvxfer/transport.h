@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer::Transport: one-sided WRITEs of fixed-size KV blocks into peers'
 // registered pools, and READs of them back.
 #pragma once

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvxfer: one-sided WRITEs of KV-cache blocks between LLM-serving processes.
 
 kvxfer.NixlTransport is the drop-in for vLLM's NixlTransport;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`python3 -m kvxfer info`: prints kvxfer.info(), one `key: value` a line."""
 
 import sys

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvxfer.Transport: the reference NixlTransport's interface over the C++ core.
 
 The hot calls (write_blocks, poll, cancel) of Transport are the C++ methods

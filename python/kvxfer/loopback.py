@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The loopback engine, for testing tier code without a network.
 
 A Transport made with ``backends=["LOOPBACK"]`` reaches the other LOOPBACK

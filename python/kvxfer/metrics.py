@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvxfer.metrics: a transport's metrics on a prometheus_client registry.
 
     import prometheus_client

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Conversions of the Python arguments of the kvxfer module: the pool view,
 // metadata bytes and index lists. Each error names the argument it is about.
 #pragma once

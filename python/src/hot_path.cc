@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // write_blocks, read_blocks and poll, called once per transfer from the serving loop. They
 // are plain METH_FASTCALL methods: no argument tuple, no overload resolution,
 // no type-caster lookups. Exceptions go through pybind11's registered

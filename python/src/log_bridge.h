@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Routes the library's log (kvxfer/log.h) to Python's
 // logging.getLogger("kvxfer").
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // _kvxfer: the C++ half of the Python package `kvxfer` (the public names are
 // put together in python/kvxfer/). Uses only the public API, include/kvxfer/:
 // never src/, never spdlog.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PyTransport: what a kvxfer.Transport object holds on the C++ side.
 #pragma once
 

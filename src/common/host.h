@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What identifies this host to a peer: the Linux boot id, read once per
 // process. Two agents with the same boot id (and pid namespace) share a
 // kernel, which is what the same-host lane needs.

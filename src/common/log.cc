@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's logger and the public kvxfer/log.h on top of it. Belongs to
 // no layer: every layer writes to it, users set its level and sink. Uses
 // spdlog and nothing else of kvxfer's.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's logger: spdlog logger "kvxfer", created on first use. Every
 // layer may write to it and none owns it. Users set its level and sink through
 // the public kvxfer/log.h; nothing outside src/ includes this header.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one check of a pool's geometry, for our own pool and for the regions
 // peers describe in their metadata: num_blocks x block_len bytes from base
 // must be non-empty and fit in the 64-bit address space.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which memory of this process is a kvxfer::SharedPool (include/kvxfer/
 // shared_pool.h): the registry SharedPool keeps, for the same-host lane to
 // tell peers how to map our pool.

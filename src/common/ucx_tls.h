@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UCX_TLS, parsed in one place: the UCX engine asks which transports its
 // context may use (and so which lanes and defaults apply), and the bench asks
 // whether a run is TCP-only. Header-only so the tools can use it too.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The clock of the transport's hot path (post times, call durations,
 // latencies): the CPU's time-stamp counter where Linux itself keeps time
 // with it (clocksource "tsc": invariant and in step across cores), else

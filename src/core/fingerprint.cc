@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // config_fingerprint: byte-identical to the reference's
 //   hashlib.sha256(json.dumps(fields, sort_keys=True,
 //                  separators=(",", ":")).encode()).hexdigest()[:16]

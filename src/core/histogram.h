@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A latency histogram the hot path updates without a lock of its own or an
 // allocation: a fixed array of relaxed atomic counters over the public
 // LatencyHistogram's log-scale buckets. Readers take a snapshot that may be

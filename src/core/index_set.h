@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The caller's block indices, checked before anything is posted: each index
 // in range, and no remote block named twice in one write. Pure functions of
 // the indices; touches nothing else.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metrics as text: the names of ops and fault causes, and the Prometheus
 // text exposition format of Transport::metrics() snapshots. Reads only the
 // public snapshot; the live counters are kept in transfers.cc and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "core/peer_policy.h"
 
 #include <fmt/format.h>

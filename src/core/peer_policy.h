@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one judge of peers: what a failed post or transfer, a failed state
 // check, a success or a stalled transfer means for a peer's registration.
 // Engines report statuses; only this room decides what they cost the peer.

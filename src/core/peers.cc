@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Peers: validating what the control plane hands us, registering (sync and
 // on the registration worker), generations so a superseded registration is
 // released instead of published, removal and teardown. Connects and

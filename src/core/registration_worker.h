@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One thread that runs peer registrations in submission order, so they stay
 // serialized against each other and off the callers' threads.
 #pragma once

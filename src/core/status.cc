@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status names. What a status means for a peer (is_peer_scope,
 // is_terminal_check_error) is policy: see core/peer_policy.cc.
 #include "kvxfer/status.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The telemetry ring (Options::telemetry): a fixed number of per-transfer
 // records, allocated once; a full ring drops its oldest record and counts
 // it. Guarded by the transport's mutex. Filling a record allocates nothing:

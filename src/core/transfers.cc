@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Transfers: the in-flight table, write and read (the caller's indices
 // copied once, the copy checked, then posted), poll (classify, then let PeerPolicy judge
 // the peers) and cancel. write and poll are the hot path: nothing here

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The transport: the public Transport facade, which only forwards, and the
 // state's lifecycle (construction and its checks, metadata, close, stats).
 // Peers live in peers.cc, transfers in transfers.cc, judgements of peers in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The transport's private state, shared by the core's rooms: transport.cc
 // (lifecycle), peers.cc (registrations) and transfers.cc (the in-flight
 // table). Knows nothing of UCX; drives an Engine under one mutex.

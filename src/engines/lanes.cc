@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine behind backend "UCX": it owns the same-host lane (cma/) and the
 // UCX lane (ucx/), publishes the one blob peers see, and decides, in
 // lane_for() below, which lane each peer gets. Everything else it hands to the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the two lanes behind backend "UCX" share (lanes.cc holds the engine
 // that owns them and decides which lane a peer gets): the tag at the start of
 // every transfer handle, by which that engine dispatches without a lookup, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one little-endian reader and writer under every byte format a peer
 // sends (wire/*.h). Loads and stores go through memcpy and std::endian, so
 // the bytes are the same on any host and no access is ever unaligned.

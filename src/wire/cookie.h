@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The same-host cookie's declaration: what a UCX engine writes at the start
 // of its cookie page (engines/cma/cma_cookie.h) when it starts, and what a
 // same-host peer reads back with process_vm_readv at connect to learn which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fence: the first message an initiator's UCX lane sends on every new
 // endpoint to a target, before any scatter write (wire/scatter.h).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gather reads: the UCX lane's READ, the mirror of scatter writes
 // (wire/scatter.h) for hosts where UCX has no RMA (and so no get).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loopback engine's part of an agent's metadata: which pool in this
 // process the agent registered, and the cookie that proves it is still that
 // pool. Sent inside the checked metadata framing (wire/metadata.h), and

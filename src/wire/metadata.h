@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The agent metadata: what an agent publishes (the user carries it to its
 // peers out of band) so that they can register it. It wraps the engine's own
 // blob (wire/ucx_blob.h, wire/loopback_blob.h). Read with wire/bytes.h's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Notifications on the UCX lane: the message an initiator sends a target
 // once every byte of a transfer is in place (or on its own, for
 // send_notification), acked like a scatter write (wire/scatter.h's ack:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs of a peer's region, as scatter writes (wire/scatter.h) and gather
 // reads (wire/gather.h) carry them after their fixed header: run count x
 // (u64 offset into the target's region | u64 length), little-endian. One

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scatter writes: the UCX lane's way to move many small runs of blocks in a
 // few messages instead of one put each.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX engine's part of an agent's metadata: how to reach the agent's
 // worker, its packed rkey, and what it accepts. The agent sends it inside
 // the checked metadata framing (wire/metadata.h); it is still parsed as

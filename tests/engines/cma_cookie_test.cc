@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The same-host cookie page (engines/cma/cma_cookie.h) read back from this
 // very process: what Cookie writes is the wire format (wire/cookie.h), and
 // read_declaration takes a page for a cookie only when its mapping is a

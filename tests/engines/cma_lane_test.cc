@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The same-host lane (engines/cma/cma_lane.h) writing into this very
 // process: a progress() call copies at most CmaLane::kCallerSliceBytes on
 // the caller's thread, however large the write, and the bytes land.

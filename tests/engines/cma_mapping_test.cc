@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mapping a same-host peer's SharedPool (engines/cma/cma_mapping.h), with
 // this very process as the peer: what the peer's cookie declares is mapped
 // only when the kernel agrees it is the sealed memfd behind the declared

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fresh_random: the UCX lane's sequences, lineages and epochs. Drawn from
 // getrandom in batches per thread; never 0, never repeated in practice, and
 // a forked child never replays the values its parent draws next.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the UCX lane asks of UCX (engines/ucx/ucx_config.h): the user's keys,
 // our defaults, and who wins. No UCX context: the function is pure.
 #include "engines/ucx/ucx_config.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for scatter acks (wire/scatter.h), which a target's handler
 // sends back to the initiator. Accepted: exactly one well-formed ack, which
 // re-encodes to the same bytes and decodes again to an equal ack. Refused:

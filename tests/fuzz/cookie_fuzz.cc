@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the same-host cookie's declaration (wire/cookie.h), the
 // bytes a peer reads from a target's cookie page at connect. Accepted:
 // exactly one well-formed declaration (nonzero epoch, a non-empty pool that

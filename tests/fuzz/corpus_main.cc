@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays a target's seed corpus without libFuzzer (GCC builds): every seed
 // in <corpus>/valid must be accepted and every seed in <corpus>/invalid
 // refused (fuzz_target.h). A crash, an abort, a seed in the wrong directory

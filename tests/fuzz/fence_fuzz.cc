@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the UCX lane's fence (wire/fence.h), the first message an
 // initiator sends on every endpoint. Accepted: exactly one well-formed fence
 // (nonzero lineage, gen and epoch), which re-encodes to the same bytes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The libFuzzer entry point of every target: the decision itself is
 // kvxfer::fuzz::accepts (fuzz_target.h), which the corpus replay also calls.
 #include <cstddef>

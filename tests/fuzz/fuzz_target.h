@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every fuzz target in this directory defines: one decision on one
 // input, in both builds (libFuzzer with clang, corpus replay with GCC).
 //

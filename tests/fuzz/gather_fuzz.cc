@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the UCX lane's gather-read request (wire/gather.h), as the
 // target's handler decodes it. Accepted: the whole input is one well-formed
 // request, which re-encodes to the same bytes. Refused: anything else; then

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for gather-read replies (wire/gather.h), which a target's
 // handler sends back to the initiator. Accepted: exactly one well-formed
 // reply header (a refusal announcing no bytes), which re-encodes to the same

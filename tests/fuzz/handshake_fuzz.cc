@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the bench handshake: a target's answer to OPEN, as the
 // initiator decodes it (READY line, hex metadata, then the metadata format
 // itself). Accepted: a READY line whose metadata decodes. Refused: anything

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes the seed corpora of the fuzz targets (fuzz_target.h):
 // corpus/<target>/valid/* from the real encoders, corpus/<target>/invalid/*
 // from valid seeds broken one way each (truncated, one byte too many, bad

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the metadata decoder (wire/metadata.h): accepted inputs
 // decode to metadata that re-encodes to the same bytes; refused ones throw
 // std::invalid_argument. Anything else (a crash, an over-read under ASan, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the UCX lane's notification header (wire/notify.h), which
 // a target decodes from every notification a peer sends. Accepted: exactly
 // one well-formed version-1 header with a name of 1..kMaxNotifyName bytes,

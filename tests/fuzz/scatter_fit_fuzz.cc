@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the scatter handler's decision on a message: input =
 // u64 region length | u64 payload length | write header (wire/scatter.h).
 // Accepted: the header decodes and its runs fit (scatter_runs_fit: every run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the UCX lane's scatter-write header (wire/scatter.h), as
 // the target's handler decodes it. Accepted: the whole input is one
 // well-formed write header, which re-encodes to the same bytes. Refused:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the scatter targets compare scatter_runs_fit with: the definition of
 // "fits", computed in 128 bits so nothing wraps.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the UCX engine's blob (wire/ucx_blob.h), which a peer
 // sends inside its metadata: accepted inputs decode to a blob that
 // re-encodes to the same bytes and decodes again to an equal blob; every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Installs the built project into a scratch prefix, then configures, builds
 # and runs tests/install/consumer against it with find_package(kvxfer).
 foreach(var BUILD_DIR WORK_DIR SOURCE_DIR)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The core under failures, across processes over TCP: a target without a
 // progress thread still receives while its owner polls, and removing a
 // frozen peer holds up no write or poll to a healthy one.

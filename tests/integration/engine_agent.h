@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One UCX engine in this process and the pool it registered, for the
 // engine-level integration tests (two such agents talk to each other).
 #pragma once

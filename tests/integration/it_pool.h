@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The byte pattern both sides of the multi-process UCX tests agree on, and the
 // mmap'd pool they register.
 #pragma once

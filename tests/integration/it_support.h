@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the multi-process UCX tests stand on: a target process
 // (kvxfer_it_target) driven over a pipe with one-line commands. The tests use
 // the public API; engine-level ones also src/engine.h, src/wire/ and UCX itself.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer_it_target: the far side of the multi-process UCX tests.
 //
 //   kvxfer_it_target --name N --blocks B --block-len L --tls T [--no-progress-thread]

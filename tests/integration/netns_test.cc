@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several hosts as network namespaces (scripts/netns.sh): this process runs
 // on kvx-h1, kvxfer_it_target processes on kvx-h2 and kvx-h3, UCX over TCP on
 // the veth kvx0 between them. The faults a real cluster sees (a cut link, a

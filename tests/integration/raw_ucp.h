@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A bare UCP worker over TCP for the hostile-peer tests: it speaks the UCX
 // lane's wire formats (wire/scatter.h, wire/fence.h) by hand, or UCP's own
 // RMA, as a broken or hostile peer could. Single-threaded: the test thread

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Nothing outside the target's pool, from our own side, on the same-host lane
 // (process_vm_writev): every target here maps a guard region right after its
 // pool, in the same mapping, and never registers it; a WRITE that escaped the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stale-write scenario (issue 10), shared by stale_write_test.cc (TCP on
 // loopback) and netns_test.cc (TCP over a veth link):
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Issue 10, as multi-process tests: writes posted on a registration that was
 // removed must never land after a write on the peer's new registration was
 // reported done. TCP on loopback (UCX_TLS=tcp on both sides, so the same-host

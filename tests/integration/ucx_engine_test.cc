@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX engine through src/engine.h, two engines in this process: what the
 // core relies on (handles, states, counts) without the core in between.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX lane against stale and hostile peers, over TCP in this process:
 // - fencing: once a newer registration of a target wrote, nothing an older
 //   registration sent is applied or delivered (wire/fence.h), writes and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gather reads (wire/gather.h) over TCP, engines in this process through
 // src/engine.h: reads of random and consecutive blocks, and of blocks larger
 // than a message, land byte for byte in our pool, handed off or inline; a

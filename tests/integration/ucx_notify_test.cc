@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Notifications between processes, over shared memory (the same-host lane:
 // process_vm_writev, then a datagram on the target's socket) and over TCP
 // (the UCX lane: an acked message): a kvxfer_it_target process takes them

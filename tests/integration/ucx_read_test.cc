@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Real READs between processes through the public Transport API: the
 // initiator pulls blocks of a kvxfer_it_target process (whose pool holds the
 // pattern of generation kTargetGen) into its own pool and checks every byte

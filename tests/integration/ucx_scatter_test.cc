@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scatter writes (wire/scatter.h) over TCP, two engines in this
 // process: writes of many short runs travel as a few acked active messages
 // and land byte for byte; the target's handler refuses whatever does not fit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Real WRITEs between processes through the public Transport API and the UCX
 // engine, over shared memory (UCX_TLS=sm,self) and over TCP (UCX_TLS=tcp),
 // and over shared memory into targets whose pool is a kvxfer::SharedPool

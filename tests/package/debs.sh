@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make package` end to end, without touching the machine's system dirs:
 # builds the four .debs, checks their Depends, unpacks them (dpkg-deb -x)
 # into one scratch root, and uses that root as each package's user would:

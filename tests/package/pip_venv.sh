@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `pip install .` as the README says, end to end: a fresh venv on Debian's
 # python3 (system site packages: Debian's setuptools, wheel and numpy),
 # offline, then the installed package used from another directory.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An installed kvxfer, used as a user would: run from a directory that holds
 no kvxfer, it must import from the install under test, report the version it
 was built as, load its C++ library from that install, and move bytes.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A same-host target whose pool is followed by a guard region it never
 registered (imported by spawned processes): any byte that changes there was
 written past its pool."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The initiator of test_notify_kill.py (imported by spawned processes).
 
 Writes one block per transfer into the target's pool, each remote block at

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One side of the two-process UCX test (imported by spawned processes)."""
 
 import time

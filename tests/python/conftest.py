@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the kvxfer pytest suite: LOOPBACK transports in this process.
 
 Run from a build tree with PYTHONPATH=<build>/python (ctest sets it).

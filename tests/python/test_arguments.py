@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Index lists, modes and options: what write_blocks and cancel accept, and the
 errors that name the argument at fault."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """add_remote_peer failures say why in the exception text, not only in the
 log: what cannot reach the peer, and what to set."""
 

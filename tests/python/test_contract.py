@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference NixlTransport's observable contract, scenario by scenario,
 on the LOOPBACK engine (two transports in one process are peers)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvxfer.NixlTransport answers like the reference NixlTransport wherever
 the native kvxfer.Transport deliberately differs (python/README.md lists each
 difference); one test per difference, with the native answer beside it."""

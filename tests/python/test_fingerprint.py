@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """config_fingerprint is byte-identical to the reference's:
 sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"))) [:16]."""
 

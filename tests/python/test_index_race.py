@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """write_blocks must post only the indices it validated, however the caller's
 numpy arrays change meanwhile: another thread flips one remote index between
 a valid block and one past the target's pool while write_blocks loops over

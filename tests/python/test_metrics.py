@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvxfer.metrics end to end: a transport's collector on a prometheus_client
 registry, served over HTTP on loopback, scraped and parsed, with figures
 checked against a known number of transfers."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package's surface: names, properties, PollResult, stats, view handling."""
 
 import gc

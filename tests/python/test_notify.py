@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Notifications: write_blocks/read_blocks(notify=...), send_notification and
 get_notifications, on the loopback engine."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An initiator SIGKILLed in the middle of a stream of writes with
 notifications, over UCX (shared memory and TCP): the target delivers only
 whole messages whose blocks already hold their bytes, none twice, and goes

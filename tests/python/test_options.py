@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every numeric option is checked before C++ sees it: a bad value raises
 ValueError naming the option, a value of the wrong type TypeError naming it,
 for kvxfer.Transport and the drop-in alike."""

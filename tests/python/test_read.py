@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """read_blocks: the peer's blocks into ours, with write_blocks' argument types."""
 
 import numpy as np

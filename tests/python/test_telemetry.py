@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Transport.telemetry(): opt-in per-transfer records, as named tuples."""
 
 import time

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GIL is released around calls that can wait, and the library's log
 records reach logging.getLogger("kvxfer") from any thread."""
 

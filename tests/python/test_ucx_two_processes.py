@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two real processes write numpy-backed pools into each other over UCX, then
 read each other's blocks back; and the same with kvxfer.shared_pool pools,
 which same-host peers map."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer_soak: random writes, cancels (both modes), polls, peer removals and
 // re-additions against three kvxfer_it_target processes, one of which is
 // killed (or restarted) at random, and one of the two TCP ones frozen

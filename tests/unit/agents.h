@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the unit tests stand on: agents (a LOOPBACK transport over a pool the
 // test owns) and a fixture with one initiator and two targets. The tests touch
 // the public API, the "kvxfer" logger, and src/wire/ only to forge metadata.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 2: async registration runs on one worker; a registration that
 // finishes under a stale generation is released, fails with SupersededError
 // and never becomes visible.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad input is a caller mistake: a clear std::invalid_argument before
 // anything is posted, nothing written, and nothing held against the peer.
 #include <gtest/gtest.h>

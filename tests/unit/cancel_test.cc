@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 8: cancel(kImmediate) forgets transfers at once; cancel(kWait)
 // releases only those that can no longer land and returns the rest.
 // Cancelling never stops a WRITE already posted.

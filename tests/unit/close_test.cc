@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 9: close() stops the registration worker, releases every
 // transfer and peer and deregisters the pool; it is idempotent, and the
 // transport refuses every later call with std::logic_error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 10: writes, polls and cancels from several threads at once,
 // concurrent with async registrations and removals, need no external lock.
 #include <gtest/gtest.h>

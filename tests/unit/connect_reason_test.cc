@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A registration the engine cannot make says why in the exception itself,
 // not only in the log: the caller learns what to change (which transport must
 // reach the peer, which backend to use) from what add_remote_peer throws.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Failures leave nothing behind: a release that fails keeps its handle
 // counted until close() gives it back; a post that fails part-way leaves no
 // WRITE reading the caller's blocks; a teardown that waits in the engine

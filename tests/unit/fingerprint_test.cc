@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // config_fingerprint: the first 16 hex chars of the SHA-256 of the fields as
 // Python's json.dumps(fields, sort_keys=True, separators=(",", ":")) writes
 // them, "" without fields. Expected values were computed with CPython 3.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A caller that changes its index lists while write_blocks reads them (a
 // second thread, a numpy array another thread writes to) must never make us
 // post an index we did not validate: write_blocks copies the lists once,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The caller's indices, checked before anything is posted: the range check
 // names the offending index and value; the duplicate check finds every
 // repeat, none that is not one, and stays O(n) per write over reused storage.

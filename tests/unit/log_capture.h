@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Captures what the library logs through spdlog logger "kvxfer", so a test
 // can assert that a warning was (or was not) logged. Attach only while no
 // other thread logs: spdlog does not guard a logger's sink list.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer/log.h: the level users set is the level the library logs at; a sink
 // set with set_log_sink receives every record at or above it, nullptr sends
 // records back to stderr; an unrecognised KVXFER_LOG_LEVEL is named in a

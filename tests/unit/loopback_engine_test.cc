@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loopback engine as a product feature: in-process peers, memcpy WRITEs,
 // and a fault plan that scripts what real engines do wrong.
 #include <gtest/gtest.h>

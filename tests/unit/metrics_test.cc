@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metrics: Transport::metrics() and its Prometheus text, read back through a
 // small parser of the exposition format and checked against a known number
 // of transfers, against stats(), and against faults the fault plan scripts.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Notifications: a write or read with `notify`, and send_notification, put
 // a message in the peer's get_notifications() once the transfer's bytes are
 // in place, never before, exactly once, and never for a transfer that failed

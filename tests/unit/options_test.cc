@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Options are checked when a Transport is made: every numeric option out of
 // its range is refused with std::invalid_argument naming the option, before
 // anything reads it (the policy and the engines take them as given).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 3: re-adding a peer tears the old registration down first;
 // removing one releases its handles, clears its strikes and fault, and drains
 // only its in-flight transfers.

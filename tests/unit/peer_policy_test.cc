@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one judge of peers, decision by decision: a failure is a strike, the
 // strike limit faults, peer-scope statuses fault at once, a success clears
 // strikes, a failed check faults, a stalled transfer faults, and the first

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 5: poll(peer) checks and drains only that peer's transfers, at a
 // cost of that peer's in-flight; poll() drains every peer; finished handles
 // are released.

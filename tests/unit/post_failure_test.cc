@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // record_post_failure: a post the caller could not make (the drop-in's
 // answer to bad indices) costs the peer what a failed post costs.
 #include <gtest/gtest.h>

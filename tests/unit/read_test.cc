@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // READ: read_blocks copies the peer's blocks into ours. The mirror of
 // write_blocks: the same ids, checks (the blocks written are ours, so a local
 // block may not be named twice), poll, cancel, strikes, faults, stall rule,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 1: the local pool is one memory registration; a peer's
 // registration is O(1) in its number of blocks.
 #include <gtest/gtest.h>

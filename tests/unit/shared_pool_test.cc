@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer::SharedPool (include/kvxfer/shared_pool.h): zeroed, page-aligned
 // memory in a sealed memfd, which the registry finds for a Transport whose
 // region lies inside it, and forgets once the pool is gone.

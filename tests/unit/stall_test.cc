@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stall detection: a transfer left in progress past stall_timeout faults its
 // peer ("STALLED") but stays in flight, since its WRITE may still land.
 #include <gtest/gtest.h>

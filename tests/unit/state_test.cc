@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 6: done -> done, in progress -> stays, any other state -> failed.
 // A state check that itself fails faults the peer once; only a remote
 // disconnect ends the transfer, because any other check error says nothing

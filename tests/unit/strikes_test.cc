@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 7: a transfer failure is one strike, a success in the same poll
 // batch clears the peer's strikes, the strike limit faults the peer;
 // peer-scope failures fault it at once; the first fault cause sticks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Telemetry: with Options::telemetry on, every finished transfer leaves one
 // record (done, failed or cancelled) in a bounded ring that drops its
 // oldest and counts them; off, telemetry() is always empty.

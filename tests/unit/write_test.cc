@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour 4: write_blocks copies each local block to its remote block; an
 // unknown peer or a failed post returns nothing, and a failed post counts
 // against the peer.

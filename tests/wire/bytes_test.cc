@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The little-endian reader and writer every wire format is built on: exact
 // byte layout, round trips, soft failure on every short read, and a fixed
 // buffer never written past its end.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The same-host cookie's declaration (wire/cookie.h): round trip, golden
 // bytes, the epoch as the first 8 bytes, and hostile bytes (truncated,
 // extended, wrong magic, version or reserved word, zero epoch, an empty or

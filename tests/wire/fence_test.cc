@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fence of the UCX lane (wire/fence.h): round trip, golden bytes, and
 // hostile bytes (truncated, extended, wrong magic, version or reserved word,
 // zero lineage, gen or epoch) refused.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gather-read wire format of the UCX lane: requests and replies round
 // trip with a fixed little-endian layout, hostile bytes (truncated,
 // extended, wrong magic or version, bad run counts, reserved fields set, a

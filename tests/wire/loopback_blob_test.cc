@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loopback engine's blob inside the agent metadata: its exact bytes, and
 // anything but exactly one blob refused.
 #include "wire/loopback_blob.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The metadata format: round trips, and every malformed input is refused
 // with a clear error without reading outside the buffer.
 #include "wire/metadata.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The notification header (wire/notify.h): round trip, golden layout, and
 // every malformed variant refused with the output left alone.
 #include "wire/notify.h"

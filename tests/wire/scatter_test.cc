@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scatter-write wire format of the UCX lane: headers and acks round trip,
 // and hostile bytes (truncated, extended, wrong magic or version, bad run
 // counts, runs outside the region or not matching the payload) are refused.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX engine's blob inside the agent metadata: its exact bytes, round
 // trips, and every malformed blob refused without reading outside it.
 #include "wire/ucx_blob.h"

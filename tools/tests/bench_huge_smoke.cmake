@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer bench --pool huge`, small, writes and reads over shared memory:
 # every case verified, the JSON saying the pools were huge, and, where the
 # kernel offers transparent huge pages (THP "always" or "madvise"), the

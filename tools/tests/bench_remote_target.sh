@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A target started alone (`kvxfer bench --role target --listen`) on the
 # loopback interface: an initiator with the same block length and config is
 # served and verified; one with another block length, and one with another

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer bench --pool shared`, small, writes and reads over shared memory:
 # every case verified, the JSON saying the pools were shared, and each case's
 # initiator having mapped the target's pool (its cma_mapped_peers counter in

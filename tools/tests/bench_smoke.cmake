@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer bench` end to end, small: every case against a spawned target over
 # shared memory, with the JSON record (and the plot when gnuplot is there)
 # checked for a verified result per case, and the initiators' metrics

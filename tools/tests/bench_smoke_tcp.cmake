@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer bench --tls tcp`, small: two cases against a spawned target over
 # TCP, with the raw TCP stream and all-cores memcpy baselines in the JSON.
 #   cmake -DKVXFER=path/to/kvxfer -DWORK_DIR=dir -P bench_smoke_tcp.cmake

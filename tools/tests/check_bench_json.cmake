@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Checks a `kvxfer bench --json` file: every case in CASES is present and
 # verified, throughput cases carry a GB/s figure and the one-thread and
 # all-cores memcpy baselines (memcpy_all_gbps > 0), and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer bench --targets 1,2 --initiators 1,2`, small, over TLS (sm or tcp):
 # every fan-out and incast run verified, the JSON has every run's figures.
 #   cmake -DKVXFER=path/to/kvxfer -DTLS=sm -DWORK_DIR=dir -P fan_smoke.cmake

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer info` names the libkvxfer the process really loaded: the line
 # "library: <path>" must resolve to the library this build made (the tool's
 # build RPATH points there), not merely be present.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer bench --op notify`, small: 300 notifications per mode against a
 # spawned target; every one delivered, in order, after its block, and the
 # latency figures in the JSON.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kvxfer peers` and `kvxfer startup` end to end, small: 1 and 8 loopback
 # peers, 1 and 2 target processes over TCP; checks the JSON fields exist
 # (never their values: this is no timed test).

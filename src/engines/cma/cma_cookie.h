@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a same-host peer proves it still is the agent that published its
 // metadata, and which pool it registered: a cookie page it keeps while its
 // engine is up, read back with process_vm_readv; and the pid namespace both

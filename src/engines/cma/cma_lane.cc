@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "engines/cma/cma_lane.h"
 
 #include <fcntl.h>

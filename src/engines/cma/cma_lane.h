@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The same-host lane: writes into a peer on this host (same boot id and pid
 // namespace) with process_vm_writev, and reads from it with
 // process_vm_readv, one iovec per run of consecutive blocks,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "engines/cma/cma_mapping.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A same-host peer's pool mapped into our address space, when the peer's
 // pool is a kvxfer::SharedPool: the same-host lane then copies with memcpy
 // instead of process_vm_writev/readv (which pins every page per call).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kvxfer::loopback::FaultPlan, the user's side: writes the FaultScript; and
 // the FaultScript's hooks, the engine's side: read it at every post, check,
 // release and connect.

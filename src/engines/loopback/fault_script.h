@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a test scripted through the public loopback::FaultPlan, and the hooks
 // the loopback engine reads it through at every post, check, release and
 // connect. Private to the loopback engine: users see only the FaultPlan.

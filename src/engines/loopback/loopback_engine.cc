@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loopback engine: peers are other LOOPBACK transports of this process, a
 // WRITE is a memcpy, and the user's FaultPlan (fault_script.h) scripts every
 // failure a real engine can produce. May use engine.h and common/; never core/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The few UCP calls whose spelling changed between UCX 1.13 (Debian 12) and
 // later releases. Everything else the engine uses exists unchanged in both.
 #pragma once

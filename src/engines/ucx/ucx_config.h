@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the UCX lane asks of UCX, computed from the user's engine_config and
 // the environment: the keys for ucp_config_modify (the user's, and our
 // defaults where neither the user nor the environment set them), the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Peers of the UCX lane: connect (endpoint + rkey), the endpoint's error
 // callback, and disconnect (forced close, then the rkey).
 #include <fmt/format.h>

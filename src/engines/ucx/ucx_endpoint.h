@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A peer reached through a UCP endpoint: what the lane knows of it and the
 // endpoint's state, set in one place each (connect, the error callback,
 // close) instead of being inferred from which fields happen to be set.

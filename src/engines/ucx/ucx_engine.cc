@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "engines/ucx/ucx_engine.h"
 
 #include <fmt/format.h>

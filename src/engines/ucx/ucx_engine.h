@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX lane: WRITEs into a peer's pool through a UCP endpoint in
 // UCP_ERR_HANDLING_MODE_PEER, whose error handler marks the peer failed.
 //

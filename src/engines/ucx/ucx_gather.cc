@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gather reads (wire/gather.h), the UCX lane's READ: the initiator's
 // requests and its handler that copies checked replies into our pool, and
 // the target's handler that checks every run and answers from its pool.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owners for the UCX objects the lane holds, so that every path, the error
 // paths included, releases each exactly once and in one place. Each is
 // move-only; reset() releases early (shutdown's order is explicit).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Notifications (wire/notify.h) on the UCX lane: the message a transfer
 // sends its peer once every byte is in place (or alone), the target's
 // handler that fences, bounds and queues it, and take_notifications(). The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes as puts: one ucp_put_nbx per run of consecutive blocks, then one
 // ucp_ep_flush_nbx whose completion means the bytes are in the peer's memory
 // (a put that completed locally is not yet visible remotely).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scatter writes (wire/scatter.h): the initiator's messages and their acks,
 // and the target's handler that checks every run, copies it into place and
 // acks; and fences (wire/fence.h), sent first on every endpoint, which the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX context and the one worker the lane drives, and who drives it: the
 // progress thread (sleeping on the worker's event fd) or a polling caller,
 // never both at once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program outside the project that finds kvxfer with find_package() after
 // `cmake --install`, writes one block over the loopback engine and checks it,
 // with the library's warnings sent through the public log sink.
