@@ -64,8 +64,9 @@ class FaultPlan {
   void set_connect_delay_ms(int delay_ms);
   // While paused, every peer teardown (remove_remote_peer, a re-registration,
   // close) waits in the engine's disconnect, as one to a frozen or cut-off
-  // peer can, until resume_disconnects(). Lets tests check that such a wait
-  // holds up no other peer.
+  // peer can, and close()'s engine shutdown waits as a real engine's drain
+  // can, until resume_disconnects(). Lets tests check that such a wait
+  // holds up no other peer and no other call.
   void pause_disconnects();
   void resume_disconnects();
   // How many transfer state checks the engine has made so far (lets a test

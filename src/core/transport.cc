@@ -177,19 +177,36 @@ void TransportState::close() {
   }
   // Every other call now throws: the disconnects need not hold the lock.
   for (const auto& [handle, id] : peers) disconnect_peer(handle, id);
-  std::lock_guard lock(mu_);
+  // Nor does the shutdown, which may drain for seconds: nothing else calls
+  // into the engine now (stats() and metrics() read what it held before).
+  {
+    std::lock_guard lock(mu_);
+    shutdown_live_ = engine_->live();
+    shutdown_counters_ = engine_->counters();
+    shutting_down_ = true;
+  }
   engine_->shutdown();
+  std::lock_guard lock(mu_);
+  shutting_down_ = false;
   closed_ = true;
   log().info("kvxfer {}: closed", agent_name_);
+}
+
+HandleCounts TransportState::engine_live() const {
+  return shutting_down_ ? shutdown_live_ : engine_->live();
+}
+
+std::map<std::string, std::uint64_t> TransportState::engine_counters() const {
+  return shutting_down_ ? shutdown_counters_ : engine_->counters();
 }
 
 Stats TransportState::stats() const {
   Stats s;
   std::lock_guard lock(mu_);
-  s.live = engine_->live();
+  s.live = engine_live();
   s.inflight = inflight_.size();
   s.registrations_pending = worker_.pending();
-  s.engine_counters = engine_->counters();
+  s.engine_counters = engine_counters();
   for (const auto& [id, peer] : peers_) {
     PeerStats p = peer->counters;
     for (const OpCounters& op : peer->ops) {
@@ -225,7 +242,7 @@ Metrics TransportState::metrics() const {
   m.inflight = inflight_.size();
   m.peers_registered = peers_.size();
   m.registrations_pending = worker_.pending();
-  m.engine_counters = engine_->counters();
+  m.engine_counters = engine_counters();
   m.peers.reserve(peers_.size());
   for (const auto& [id, peer] : peers_) {
     PeerMetrics& p = m.peers.emplace_back();

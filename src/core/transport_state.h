@@ -245,6 +245,14 @@ class TransportState {
   std::condition_variable engine_calls_done_;
   bool closing_ = false;
   bool closed_ = false;
+  // While close() runs the engine's shutdown (outside mu_: it may drain for
+  // seconds), stats() and metrics() report the engine's handles and
+  // counters as they were when it began, and never call into the engine.
+  bool shutting_down_ = false;
+  HandleCounts shutdown_live_;
+  std::map<std::string, std::uint64_t> shutdown_counters_;
+  HandleCounts engine_live() const;
+  std::map<std::string, std::uint64_t> engine_counters() const;
   int active_connects_ = 0;
   int active_disconnects_ = 0;
   TransferId next_id_ = 1;

@@ -218,5 +218,49 @@ TEST_F(FailureCleanupTest, CloseWaitsForARemovalStillDisconnecting) {
   EXPECT_EQ(a.transport.stats().live, HandleCounts{});
 }
 
+// close() runs the engine's shutdown (a real engine drains for up to
+// seconds) without the transport's lock: every call made meanwhile answers
+// at once, the ones that need an open transport by throwing.
+TEST_F(FailureCleanupTest, CloseDrainingInTheEngineHoldsUpNoOtherCall) {
+  a.transport.remove_remote_peer("b");
+  a.transport.remove_remote_peer("c");
+  DisconnectGate gate(plan());
+  std::atomic<bool> closed{false};
+  std::thread closer([&] {
+    a.transport.close();
+    closed = true;
+  });
+  // Closing: calls that need an open transport throw from now on. With no
+  // peer left, close() has nothing else to wait for on its way to the
+  // engine's (paused) shutdown.
+  bool throwing = false;
+  while (!throwing && !gate.forced_open()) {
+    try {
+      (void)a.transport.peers();
+      (void)a.transport.poll();
+      std::this_thread::sleep_for(1ms);
+    } catch (const std::logic_error&) {
+      throwing = true;
+    }
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_THROW((void)a.transport.poll(), std::logic_error);
+  EXPECT_THROW((void)a.transport.get_notifications(), std::logic_error);
+  const Stats stats = a.transport.stats();
+  const Metrics metrics = a.transport.metrics();
+  const bool still_closing = !a.transport.closed();
+  const bool served_while_paused = !gate.forced_open() && !closed.load();
+
+  gate.open();
+  closer.join();
+  EXPECT_TRUE(throwing);
+  EXPECT_TRUE(still_closing) << "close() ended before its shutdown was let go";
+  EXPECT_TRUE(served_while_paused) << "close() held the transport while the engine drained";
+  EXPECT_EQ(stats.live.peers, 0u);
+  EXPECT_EQ(metrics.peers_registered, 0u);
+  EXPECT_TRUE(a.transport.closed());
+  EXPECT_EQ(a.transport.stats().live, HandleCounts{});
+}
+
 }  // namespace
 }  // namespace kvxfer::unit

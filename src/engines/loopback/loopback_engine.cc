@@ -301,6 +301,8 @@ class LoopbackEngine final : public Engine {
   }
 
   void shutdown() override {
+    // A paused teardown stands in for a real engine's drain (up to seconds).
+    plan_.wait_while_disconnects_paused();
     std::lock_guard lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
