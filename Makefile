@@ -5,12 +5,16 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo bench microbench test test-unit test-integration test-python install package clean
+.PHONY: all deps configure build demo bench microbench test test-slow test-all test-unit test-integration test-python install package clean
 
 all: build
 
+# NO_DEPS=1 skips the package check (.ci/run checks once, then passes it).
+NO_DEPS ?=
 deps:
+ifeq ($(NO_DEPS),)
 	bash scripts/install-deps.sh
+endif
 
 configure: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
@@ -35,17 +39,37 @@ bench: build
 microbench: build
 	$(BUILD)/bench/kvxfer_transport_bench
 
+# Test tiers (labels; tests/CMakeLists.txt says which test has which):
+#   unit, integration, python  what `make test` runs, on every change;
+#   slow      long rounds: the full stale-write budgets, the soak, netns
+#             keepalive, the huge-pool bench smoke (`make test-slow`);
+#   package   the pip and Debian install routes, from one Release build
+#             (`make test-slow` too);
+#   timing    tests whose verdict rests on wall-clock bounds: not run under
+#             a sanitizer, which slows every instruction;
+#   wire      wire-format and corpus replays: one sanitizer (ASan) runs them.
+# Tests that need the machine's cores to themselves hold the `cores`
+# resource lock (or run serially); the others run CTEST_JOBS at a time.
+CTEST_JOBS ?= 2
+CTEST = ctest --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS)
+
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure --timeout 600
+	$(CTEST) --timeout 600 -LE 'slow|package'
+
+test-slow: build
+	$(CTEST) --timeout 1200 -L 'slow|package'
+
+test-all: build
+	$(CTEST) --timeout 1200
 
 test-unit: build
-	ctest --test-dir $(BUILD) --output-on-failure -L unit
+	$(CTEST) -L 'unit|wire' -LE slow
 
 test-integration: build
-	ctest --test-dir $(BUILD) --output-on-failure -L integration
+	$(CTEST) -L integration -LE slow
 
 test-python: build
-	ctest --test-dir $(BUILD) --output-on-failure -L python
+	$(CTEST) -L python
 
 install: build
 	cmake --install $(BUILD)
@@ -54,10 +78,13 @@ install: build
 # $(PKG_BUILD), from a tree of their own: prefix /usr puts the library in
 # /usr/lib/<triplet> and the module in /usr/lib/python3/dist-packages, which
 # the $(BUILD) tree (prefix /usr/local) does not. See cmake/packaging.cmake;
-# install with `apt install ./$(PKG_BUILD)/*.deb`.
+# install with `apt install ./$(PKG_BUILD)/*.deb`. The install paths are
+# worked out afresh (-U) in case the tree built a wheel before (the package
+# tests build both in one tree).
 PKG_BUILD ?= build-pkg
 package: deps
 	cmake -S . -B $(PKG_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -UCMAKE_INSTALL_LIBDIR -UKVXFER_PYTHON_INSTALL_DIR -DPython_EXECUTABLE=/usr/bin/python3 \
 	  -DKVXFER_BUILD_TESTS=OFF -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=ON -DKVXFER_BUILD_PYTHON=ON
 	cmake --build $(PKG_BUILD) -j$(JOBS)
 	cd $(PKG_BUILD) && cpack -G DEB
@@ -65,39 +92,43 @@ package: deps
 clean:
 	rm -rf $(BUILD) $(PKG_BUILD)
 
-# Sanitizer runs of the C++ suites (unit + integration). UCX's memory hooks
+# Sanitizer runs of the C++ suites (unit + integration), built without the
+# command, the benchmarks, the Python module or the soak, which they do not
+# test. Neither runs the slow tier (CI runs it once, in the release build)
+# or the timing tests; only ASan replays the wire tests and fuzz corpora
+# (their parsers have no threads for TSan to watch). UCX's memory hooks
 # fight ASan's allocator, so they are off in these runs.
 SAN_ENV = UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
-SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DKVXFER_BUILD_PYTHON=OFF -DKVXFER_BUILD_BENCH=OFF
+SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DKVXFER_BUILD_PYTHON=OFF -DKVXFER_BUILD_BENCH=OFF \
+  -DKVXFER_BUILD_TOOLS=OFF -DKVXFER_BUILD_SOAK=OFF
 
 .PHONY: test-asan test-tsan fuzz
 test-asan: deps
 	cmake -S . -B build-asan $(SAN_FLAGS) -DKVXFER_SANITIZE=address
 	cmake --build build-asan -j$(JOBS)
 	$(SAN_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir build-asan --output-on-failure -L 'unit|integration' --timeout 900
+	  ctest --test-dir build-asan --output-on-failure -j$(CTEST_JOBS) -L 'unit|integration|wire' \
+	  -LE 'slow|timing' --timeout 900
 
 test-tsan: deps
-	cmake -S . -B build-tsan $(SAN_FLAGS) -DKVXFER_SANITIZE=thread
+	cmake -S . -B build-tsan $(SAN_FLAGS) -DKVXFER_BUILD_WIRE_TESTS=OFF -DKVXFER_SANITIZE=thread
 	cmake --build build-tsan -j$(JOBS)
 	$(SAN_ENV) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
-	  ctest --test-dir build-tsan --output-on-failure -L 'unit|integration' --timeout 900
+	  ctest --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) -L 'unit|integration' \
+	  -LE 'slow|timing' --timeout 900
 
-# libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus.
+# libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus,
+# FUZZ_JOBS at a time (CI: 15 s each, two at a time; `make test` replays
+# every corpus input as a regression test).
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 FUZZERS = metadata handshake scatter scatter_fit ack gather gather_reply fence notify cookie ucx_blob loopback_blob
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DKVXFER_FUZZ=ON -DKVXFER_BUILD_PYTHON=OFF \
-	  -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	  -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=OFF -DKVXFER_BUILD_SOAK=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build build-fuzz -j$(JOBS) $(addprefix --target ,$(addsuffix _fuzz,$(FUZZERS)))
-	set -e; for f in $(FUZZERS); do \
-	  mkdir -p build-fuzz/corpus/$$f; \
-	  echo "fuzz: $$f for $(FUZZ_SECONDS) s"; \
-	  build-fuzz/tests/fuzz/$${f}_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
-	    build-fuzz/corpus/$$f tests/fuzz/corpus/$$f/valid tests/fuzz/corpus/$$f/invalid > build-fuzz/$$f.log 2>&1 \
-	    || { tail -n 80 build-fuzz/$$f.log; echo "fuzz: $$f FAILED"; exit 1; }; \
-	  grep -E '^(Done|stat::number_of_executed_units)' build-fuzz/$$f.log; \
-	done
+	printf '%s\n' $(FUZZERS) | xargs -P $(FUZZ_JOBS) -I{} bash scripts/fuzz-one.sh build-fuzz {} $(FUZZ_SECONDS)
 
 # The soak (not in CI; CTest runs a 40-second version as soak.short):
 # SOAK_MINUTES of random traffic against three target processes, one killed

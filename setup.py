@@ -37,7 +37,9 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         temp = pathlib.Path(self.build_temp).resolve()
-        cmake_dir = temp / "cmake"
+        # KVXFER_CMAKE_BUILD_DIR: build in this tree instead of a fresh one
+        # (the package tests reuse the Release tree the .debs were built in).
+        cmake_dir = pathlib.Path(os.environ.get("KVXFER_CMAKE_BUILD_DIR") or temp / "cmake")
         stage = temp / "stage"
         shutil.rmtree(stage, ignore_errors=True)
         subprocess.run(

@@ -14,11 +14,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,13 @@
 extern char** environ;
 
 namespace kvxfer::it {
+
+// The slow tier (CTest label `slow`, KVXFER_TEST_TIER=slow): tests that play
+// rounds play their full budgets there, and a few rounds otherwise.
+inline bool slow_tier() {
+  const char* tier = std::getenv("KVXFER_TEST_TIER");
+  return tier != nullptr && std::string_view(tier) == "slow";
+}
 
 struct TargetOptions {
   std::string name = "target";

@@ -5,9 +5,12 @@
 # into one scratch root, and uses that root as each package's user would:
 # a find_package(kvxfer) consumer (tests/install/consumer), `kvxfer info`,
 # and `import kvxfer`. Then lintian, which must report no errors.
-#   debs.sh SOURCE_DIR WORK_DIR VERSION
+#   debs.sh SOURCE_DIR WORK_DIR VERSION [BUILD_DIR]
+# BUILD_DIR: the Release tree to build in (default WORK_DIR/build); the pip
+# test builds the wheel in the same tree afterwards, reusing its objects.
 set -euo pipefail
 src=$1 work=$2 version=$3
+build=${4:-$work/build}
 deb_version="$version-1"
 soversion=${version%%.*}
 
@@ -15,9 +18,10 @@ rm -rf "$work/root" "$work/consumer" "$work/elsewhere"
 mkdir -p "$work/root" "$work/elsewhere"
 unset PYTHONPATH LD_LIBRARY_PATH MAKEFLAGS MFLAGS
 
-make -C "$src" --no-print-directory package PKG_BUILD="$work/build"
+rm -f "$build"/*.deb
+make -C "$src" --no-print-directory package PKG_BUILD="$build" NO_DEPS=1
 shopt -s nullglob
-debs=("$work"/build/*.deb)
+debs=("$build"/*.deb)
 [ ${#debs[@]} -eq 4 ] || { echo "expected 4 packages, got: ${debs[*]}"; exit 1; }
 
 # What each package must depend on (a substring of its Depends line).

@@ -3,9 +3,13 @@
 # `pip install .` as the README says, end to end: a fresh venv on Debian's
 # python3 (system site packages: Debian's setuptools, wheel and numpy),
 # offline, then the installed package used from another directory.
-#   pip_venv.sh SOURCE_DIR WORK_DIR VERSION
+#   pip_venv.sh SOURCE_DIR WORK_DIR VERSION [BUILD_DIR]
+# BUILD_DIR: a Release tree to build the wheel in (setup.py's
+# KVXFER_CMAKE_BUILD_DIR), e.g. the one the debs test built: its objects are
+# reused, so the route is tested without building the tree once more.
 set -euo pipefail
 src=$1 work=$2 version=$3
+if [ -n "${4:-}" ]; then export KVXFER_CMAKE_BUILD_DIR=$4; fi
 
 rm -rf "$work"
 mkdir -p "$work/elsewhere"
