@@ -67,13 +67,9 @@ class CmaLane {
   // poller that sleeps when a poll finds nothing) leaves the copy to the
   // copiers, which ran meanwhile, and its poll stays a few microseconds:
   // on this VM 2% of caller slices take 40-70 us inside process_vm_writev.
-  // Under a sanitizer every instruction is several times slower, and so is
-  // a poll loop: "back to back" spans more.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  static constexpr std::chrono::nanoseconds kLendGap = std::chrono::microseconds(400);
-#else
+  // The same under a sanitizer: a slower poll loop only lends less often,
+  // which no behaviour depends on.
   static constexpr std::chrono::nanoseconds kLendGap = std::chrono::microseconds(20);
-#endif
   // The copier threads' nice value: on a host with no spare core they yield
   // to the thread that calls write_blocks and poll, which would otherwise
   // wait out a scheduler tick behind them.
