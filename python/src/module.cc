@@ -349,6 +349,12 @@ PYBIND11_MODULE(_kvxfer, m) {
           "fault_plan", [](PyTransport& self) { return self.get().fault_plan(); },
           py::return_value_policy::reference_internal,
           "The loopback engine's FaultPlan, or None for other engines.")
+      // For C++ extensions outside the package (bench/python_overhead_loop.cc):
+      // the kvxfer::Transport behind this object, as a capsule named
+      // "kvxfer.Transport", so that they need the public C++ API only, not
+      // this module's headers. Valid while this object lives.
+      .def("_transport_capsule",
+           [](PyTransport& self) { return py::capsule(&self.get(), "kvxfer.Transport"); })
       .def("get_agent_metadata",
            [](PyTransport& self) {
              std::vector<std::uint8_t> bytes;
