@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/sanitizers.h"
+#include "engines/block_runs.h"
 #include "wire/notify.h"
 
 namespace kvxfer::internal::cma {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "engines/block_runs.h"
 #include "engines/lanes.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_endpoint.h"
