@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// src/telemetry/: what a transport measures of itself (the hot path's clock,
+// latency histograms, the telemetry ring, metrics as text). Uses the public
+// metrics and telemetry types only; the core keeps the live counters.
+//
 // Metrics as text: the names of ops and fault causes, and the Prometheus
 // text exposition format of Transport::metrics() snapshots. Reads only the
 // public snapshot; the live counters are kept in transfers.cc and

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/clock.h"
+#include "telemetry/clock.h"
 #include "kvxfer/telemetry.h"
 
 namespace kvxfer::internal {
