@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The same-host lane (engines/cma/cma_lane.h) writing into this very
-// process: a progress() call copies at most CmaLane::kCallerSliceBytes on
+// process: a progress() call copies at most kCallerSliceBytes (cma_config.h) on
 // the caller's thread, however large the write, and the bytes land.
 #include "engines/cma/cma_lane.h"
 
@@ -100,7 +100,7 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_GT(counters.at("cma_caller_slice_max_bytes"), 0u);
-  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), CmaLane::kCallerSliceBytes);
+  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kCallerSliceBytes);
   EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
 }
 
@@ -146,7 +146,7 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
   }
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
-  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), CmaLane::kCallerSliceBytes);
+  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kCallerSliceBytes);
   EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
 }
 

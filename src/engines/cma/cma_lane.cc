@@ -27,19 +27,23 @@ constexpr std::size_t kMaxIov = 1024;
 // The unit of copy work a copier claims at a time: at most this many bytes
 // (runs are split into iovecs of at most this length at post time) and
 // kMaxIov iovecs. Several copiers, and a caller in progress() (which claims
-// at most CmaLane::kCallerSliceBytes), can so share one large write.
+// at most kCallerSliceBytes), can so share one large write.
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 
 }  // namespace
 
-CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
+CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
+                 const CmaSettings& settings)
     : agent_name_(std::move(agent_name)),
       region_(region),
       pidns_(own_pid_namespace()),
       pool_file_(find_shared_pool(region.base, region.num_blocks * region.block_len)),
       cookie_(region,
               pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
-              pool_file_.fd >= 0 ? pool_file_.offset : 0) {
+              pool_file_.fd >= 0 ? pool_file_.offset : 0),
+      map_peer_pools_(settings.map != PoolMapping::kOff),
+      populate_peer_pools_(settings.map == PoolMapping::kPopulate),
+      caller_slice_bytes_(settings.caller_slice) {
   // More copiers than cores would only make them take turns.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_copiers_ = std::clamp(num_threads, 1, cores);
