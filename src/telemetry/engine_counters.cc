@@ -6,6 +6,7 @@
 // API (docs/metrics.md): add one here only with its doc line. A counter an
 // engine reports that is not here is unstable.
 #include <algorithm>
+#include <iterator>
 
 #include "kvxfer/metrics.h"
 

@@ -4,6 +4,7 @@
 // that every rule can be tested without a lane.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
