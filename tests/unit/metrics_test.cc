@@ -35,7 +35,7 @@ struct Sample {
 };
 
 struct Exposition {
-  std::map<std::string, std::string> types;  // family -> counter | gauge | histogram
+  std::map<std::string, std::string> types;  // family -> counter | gauge | histogram | untyped
   std::map<std::string, std::string> helps;
   std::vector<Sample> samples;
 
@@ -107,7 +107,7 @@ Exposition parse(const std::string& text) {
       std::string name;
       std::string type;
       words >> name >> type;
-      if (type != "counter" && type != "gauge" && type != "histogram") {
+      if (type != "counter" && type != "gauge" && type != "histogram" && type != "untyped") {
         throw std::runtime_error("bad type: " + line);
       }
       if (e.types.contains(name)) throw std::runtime_error("TYPE twice: " + line);
