@@ -65,7 +65,7 @@ def main():
 
     kvxfer = import_kvxfer(args.build_dir)
     import numpy as np
-    # After kvxfer: it registers the Transport type the C++ loop takes.
+    # The same Transport objects, driven from C++ (python_overhead_loop.cc).
     try:
         from _kvxfer_bench import time_write_poll
     except ImportError:

@@ -133,9 +133,6 @@ class Engine {
   // Deregisters the local pool and stops engine threads. Called once, after
   // every peer was disconnected and every transfer released.
   virtual void shutdown() = 0;
-
-  // The loopback engine's fault plan, else nullptr.
-  [[nodiscard]] virtual loopback::FaultPlan* fault_plan() noexcept { return nullptr; }
 };
 
 struct EngineConfig {
@@ -149,5 +146,9 @@ struct EngineConfig {
 // peer the same-host lane (engines/cma/) or the UCX lane (engines/ucx/).
 std::unique_ptr<Engine> make_ucx_engine(const EngineConfig& config);
 std::unique_ptr<Engine> make_loopback_engine(const EngineConfig& config);
+
+// The fault plan of `engine` when it is the loopback engine, else nullptr:
+// a feature of that one backend, not of the engine interface.
+[[nodiscard]] loopback::FaultPlan* loopback_fault_plan(Engine& engine) noexcept;
 
 }  // namespace kvxfer::internal

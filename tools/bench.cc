@@ -23,9 +23,9 @@
 #include <tuple>
 
 #include "bench_config.h"
-#include "common/ucx_tls.h"
 #include "kvxfer/metrics.h"
 #include "kvxfer/transport.h"
+#include "kvxfer/ucx_tls.h"
 #include "machine.h"
 #include "pattern.h"
 #include "pool.h"
@@ -742,7 +742,7 @@ int run_bench(const BenchArgs& args) {
   report.ucx_tls = ucx_tls_for(args.tls);
   report.fingerprint = config_fingerprint(bench_config_fields(args.tls));
   // TCP-only runs move a quarter of the reference total by default.
-  const bool quarter = kvxfer::internal::tls_is_tcp_only(report.ucx_tls) && !args.total;
+  const bool quarter = kvxfer::ucx_tls_is_tcp_only(report.ucx_tls) && !args.total;
   std::vector<CaseSpec> specs;
   for (const auto& name : args.cases) specs.push_back(resolve(args, name, quarter));
   if (specs.empty()) throw std::invalid_argument("--cases selects no case");
@@ -788,7 +788,7 @@ int run_bench(const BenchArgs& args) {
   report.pool_huge_bytes = bench.source_huge_bytes();
   const bool target_lost =
       !report.cases.empty() && report.cases.back().error.rfind("lost the target", 0) == 0;
-  if (args.raw_tcp && kvxfer::internal::tls_is_tcp_only(report.ucx_tls) && !target_lost) {
+  if (args.raw_tcp && kvxfer::ucx_tls_is_tcp_only(report.ucx_tls) && !target_lost) {
     if (!args.quiet) fmt::print(stderr, "  running the raw TCP stream baseline ...\n");
     try {
       const std::string host = args.peer.empty() ? "127.0.0.1" : HostPort::parse(args.peer).host;

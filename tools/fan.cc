@@ -17,8 +17,8 @@
 
 #include "bench_config.h"
 #include "channel.h"
-#include "common/ucx_tls.h"
 #include "kvxfer/transport.h"
+#include "kvxfer/ucx_tls.h"
 #include "pattern.h"
 #include "pool.h"
 #include "subprocess.h"
@@ -582,7 +582,7 @@ int run_fan(const BenchArgs& args) {
   p.block_len = args.block_len.value_or(64 << 10);
   p.batch = args.batch.value_or(64);
   p.depth = args.depth.value_or(8);
-  const bool tcp = kvxfer::internal::tls_is_tcp_only(ucx_tls_for(args.tls));
+  const bool tcp = kvxfer::ucx_tls_is_tcp_only(ucx_tls_for(args.tls));
   p.total = args.total.value_or(tcp ? (2ull << 30) : (4ull << 30));
   p.region = std::min(args.region, kMaxFanRegion);
   p.seed = args.seed != 0 ? args.seed : (std::random_device{}() | 1);

@@ -90,9 +90,30 @@ struct Metrics {
   std::vector<PeerMetrics> peers;  // sorted by peer_id
 };
 
+// How an engine counter (Stats::engine_counters, Metrics::engine_counters)
+// becomes a metric, declared for every name in one table
+// (src/telemetry/engine_counters.cc). A public counter is its own family,
+// kvxfer_engine_<name>_total (a gauge: kvxfer_engine_<name>), a name kept
+// as API. An unstable one (tuning, debugging) is one sample of the single
+// family kvxfer_engine_unstable{counter="<name>"}, and may change or go
+// away in any release.
+enum class EngineCounterKind : std::uint8_t { kCounter, kGauge };
+struct EngineCounterInfo {
+  std::string_view name;
+  EngineCounterKind kind = EngineCounterKind::kCounter;
+  bool is_public = false;
+};
+
+// Every declared engine counter, sorted by name.
+[[nodiscard]] std::span<const EngineCounterInfo> engine_counter_table() noexcept;
+// The declaration of `name`; a name the table does not declare is an
+// unstable counter (so a new debugging counter never becomes API by
+// accident).
+[[nodiscard]] EngineCounterInfo engine_counter_info(std::string_view name) noexcept;
+
 // The Prometheus text exposition format (version 0.0.4) of one or more
 // transports' metrics, each family once with # HELP and # TYPE; names
-// kvxfer_*, labels agent, peer, op, cause.
+// kvxfer_*, labels agent, peer, op, cause, counter.
 [[nodiscard]] std::string prometheus_text(std::span<const Metrics> transports);
 [[nodiscard]] std::string prometheus_text(const Metrics& transport);
 

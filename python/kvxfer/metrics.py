@@ -23,8 +23,11 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    UnknownMetricFamily,
 )
 from prometheus_client.registry import REGISTRY, CollectorRegistry
+
+from . import _kvxfer
 
 __all__ = ["TransportCollector", "register"]
 
@@ -128,9 +131,20 @@ def _families(m: dict) -> Iterator[Any]:
         g = GaugeMetricFamily(name, help_text, labels=["agent"])
         g.add_metric([agent], m[field])
         yield g
-    # Limits and high-water marks among them (names with "max") are gauges.
+    # Engine counters as the C++ table declares them (kvxfer::engine_counter_info):
+    # a public one is its own family, the unstable ones share one, untyped.
+    unstable = UnknownMetricFamily(
+        "kvxfer_engine_unstable",
+        "Engine counters for tuning and debugging, by name (label counter): unstable, any "
+        "may change meaning or go away in any release.",
+        labels=["agent", "counter"],
+    )
     for counter, value in sorted(m["engine_counters"].items()):
-        family = GaugeMetricFamily if "max" in counter else CounterMetricFamily
+        kind, is_public = _kvxfer._engine_counter_info(counter)
+        if not is_public:
+            unstable.add_metric([agent, counter], value)
+            continue
+        family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
         f = family(
             f"kvxfer_engine_{_name_part(counter)}",
             f"The engine's {counter}.",
@@ -138,6 +152,8 @@ def _families(m: dict) -> Iterator[Any]:
         )
         f.add_metric([agent], value)
         yield f
+    if unstable.samples:
+        yield unstable
 
     h = _histogram(
         "kvxfer_transfer_latency_seconds",

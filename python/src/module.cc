@@ -349,6 +349,12 @@ PYBIND11_MODULE(_kvxfer, m) {
           "fault_plan", [](PyTransport& self) { return self.get().fault_plan(); },
           py::return_value_policy::reference_internal,
           "The loopback engine's FaultPlan, or None for other engines.")
+      // For C++ extensions outside the package (bench/python_overhead_loop.cc):
+      // the kvxfer::Transport behind this object, as a capsule named
+      // "kvxfer.Transport", so that they need the public C++ API only, not
+      // this module's headers. Valid while this object lives.
+      .def("_transport_capsule",
+           [](PyTransport& self) { return py::capsule(&self.get(), "kvxfer.Transport"); })
       .def("get_agent_metadata",
            [](PyTransport& self) {
              std::vector<std::uint8_t> bytes;
@@ -488,6 +494,15 @@ PYBIND11_MODULE(_kvxfer, m) {
 
   m.def("_set_poll_result", &set_poll_result, py::arg("type"), py::arg("empty"),
         "Hands over the PollResult class and its shared empty value.");
+  m.def(
+      "_engine_counter_info",
+      [](const std::string& name) {
+        const EngineCounterInfo info = engine_counter_info(name);
+        return py::make_tuple(info.kind == EngineCounterKind::kGauge ? "gauge" : "counter",
+                              info.is_public);
+      },
+      py::arg("name"),
+      "(kind, is_public) of an engine counter, as kvxfer::engine_counter_info declares it.");
   m.def("_config_fingerprint_json", &config_fingerprint_json, py::arg("canonical_json"),
         "First 16 hex chars of sha256 of canonical JSON text (kvxfer.config_fingerprint).");
   m.attr("_MAX_STALL_TIMEOUT_S") = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;

@@ -361,7 +361,9 @@ bool Transport::closed() const noexcept { return state_->closed(); }
 Stats Transport::stats() const { return state_->stats(); }
 Metrics Transport::metrics() const { return state_->metrics(); }
 Telemetry Transport::telemetry() { return state_->take_telemetry(); }
-loopback::FaultPlan* Transport::fault_plan() noexcept { return state_->engine_->fault_plan(); }
+loopback::FaultPlan* Transport::fault_plan() noexcept {
+  return loopback_fault_plan(*state_->engine_);
+}
 
 std::string_view version() noexcept { return "kvxfer " KVXFER_VERSION; }
 

@@ -23,15 +23,15 @@
 #include <utility>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/histogram.h"
 #include "core/index_set.h"
 #include "core/peer_policy.h"
 #include "core/registration_worker.h"
-#include "core/telemetry_ring.h"
 #include "engine.h"
 #include "kvxfer/metrics.h"
 #include "kvxfer/transport.h"
+#include "telemetry/clock.h"
+#include "telemetry/histogram.h"
+#include "telemetry/telemetry_ring.h"
 
 namespace kvxfer::internal {
 

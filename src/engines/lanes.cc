@@ -47,17 +47,13 @@ class Lanes final : public Engine {
  public:
   explicit Lanes(const EngineConfig& config)
       : agent_name_(checked(config).agent_name),
-        cma_(agent_name_, config.region, config.options->num_threads),
+        cma_(agent_name_, config.region, config.options->num_threads,
+             cma::compute_cma_settings(config.options->engine_config)),
         ucx_(agent_name_, config.region, *config.options, cma_.cookie_epoch()),
         // Same-host writes need shared memory allowed on both sides; ours is
         // our UCX_TLS, the peer's is its blob's flag.
         accepts_cma_(tls_allows(ucx_.tls(), {"sm", "shm", "cma"})),
-        blob_(make_blob()) {
-    cma_.set_map_peer_pools(ucx_.cma_map() != ucx::PoolMapping::kOff,
-                            ucx_.cma_map() == ucx::PoolMapping::kPopulate);
-    static_assert(ucx::kCmaCallerSliceBytes == cma::CmaLane::kCallerSliceBytes);
-    cma_.set_caller_slice(ucx_.cma_caller_slice());
-  }
+        blob_(make_blob()) {}
   ~Lanes() override { shutdown(); }
   Lanes(const Lanes&) = delete;
   Lanes& operator=(const Lanes&) = delete;

@@ -218,17 +218,10 @@ TEST(UcxConfigTest, BadScatterValuesThrowNamingTheKey) {
   }
 }
 
-TEST(UcxConfigTest, CmaSliceIsASizeIn4KTo1MNotPassedToUcx) {
-  EXPECT_EQ(settings({}).cma_caller_slice, kCmaCallerSliceBytes);
-  const UcxSettings s = settings({{"KVXFER_CMA_SLICE", "64K"}});
-  EXPECT_EQ(s.cma_caller_slice, 65536u);
+TEST(UcxConfigTest, TheSameHostLanesKeysAreNotPassedToUcx) {
+  const UcxSettings s = settings({{"KVXFER_CMA_SLICE", "64K"}, {"KVXFER_CMA_MAP", "off"}});
   EXPECT_FALSE(key(s, "KVXFER_CMA_SLICE").has_value());
-  EXPECT_EQ(settings({{"KVXFER_CMA_SLICE", "4096"}}).cma_caller_slice, 4096u);
-  EXPECT_EQ(settings({{"KVXFER_CMA_SLICE", "1M"}}).cma_caller_slice, 1u << 20);
-  for (const std::string bad : {"4095", "1025K", "0", "x", ""}) {
-    const std::string msg = error_of([&] { (void)settings({{"KVXFER_CMA_SLICE", bad}}); });
-    EXPECT_NE(msg.find("KVXFER_CMA_SLICE"), std::string::npos) << "'" << bad << "': " << msg;
-  }
+  EXPECT_FALSE(key(s, "KVXFER_CMA_MAP").has_value());
 }
 
 TEST(UcxConfigTest, PostIsHandedOffUnlessKvxferPostSaysInline) {

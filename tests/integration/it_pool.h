@@ -42,7 +42,9 @@ inline void fill_block(std::uint8_t* block, std::uint64_t block_len, std::uint64
 // Reads of bytes a one-sided WRITE put there. The WRITE is ordered before the
 // read only through the initiator (a socket, another process, a pipe), which
 // ThreadSanitizer cannot see, so these reads are not instrumented (and stay
-// clear of the memcmp interceptor).
+// clear of the memcmp interceptor). The same as KVXFER_NO_TSAN
+// (common/sanitizers.h), spelled here because kvxfer_it_target is built on
+// the public API alone, without src/.
 #if defined(__SANITIZE_THREAD__)
 #define KVXFER_IT_NO_TSAN __attribute__((no_sanitize_thread, noinline))
 #else

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/sanitizers.h"
 #include "it_support.h"
 #include "kvxfer/transport.h"
 #include "wire/cookie.h"
@@ -33,11 +34,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
+constexpr bool kThreadSanitizer = internal::kUnderThreadSanitizer;
 
 constexpr std::uint64_t kGen = 1;
 

@@ -176,3 +176,26 @@ def test_snapshot_matches_the_cxx_text(pair):
     assert types["kvxfer_poll_duration_seconds"] == "histogram"
     assert value(values, "kvxfer_transfers_done_total", agent=a.agent_name, op="write") == 1
     assert a.metrics()["ops"]["write"]["transfers_done"] == 1
+
+
+def test_engine_counters_are_exposed_as_the_table_declares(pair):
+    a, _ = pair
+    m = a.metrics()
+    # A loopback transport has no engine counters: these stand for a UCX one's.
+    m["engine_counters"] = {"cma_writes": 5, "progress_wakes": 7, "a_new_debug_counter": 1}
+
+    class Snapshot:
+        def collect(self):
+            yield from kvxfer.metrics._families(m)
+
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(Snapshot())
+    values, types = samples(prometheus_client.generate_latest(registry).decode())
+    agent = a.agent_name
+    assert types["kvxfer_engine_cma_writes"] == "counter"
+    assert value(values, "kvxfer_engine_cma_writes_total", agent=agent) == 5
+    # A tuning counter, and one the table does not know, are no family of their own.
+    assert not any("progress_wakes" in name or "new_debug" in name for name in types)
+    assert types["kvxfer_engine_unstable"] == "unknown"  # TYPE untyped in the text
+    assert value(values, "kvxfer_engine_unstable", agent=agent, counter="progress_wakes") == 7
+    assert value(values, "kvxfer_engine_unstable", agent=agent, counter="a_new_debug_counter") == 1

@@ -21,21 +21,12 @@
 #include <vector>
 
 #include "agents.h"
+#include "common/sanitizers.h"
 
 namespace kvxfer::unit {
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
+constexpr bool kThreadSanitizer = internal::kUnderThreadSanitizer;
 
 using namespace std::chrono_literals;
 

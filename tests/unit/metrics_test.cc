@@ -35,7 +35,7 @@ struct Sample {
 };
 
 struct Exposition {
-  std::map<std::string, std::string> types;  // family -> counter | gauge | histogram
+  std::map<std::string, std::string> types;  // family -> counter | gauge | histogram | untyped
   std::map<std::string, std::string> helps;
   std::vector<Sample> samples;
 
@@ -107,7 +107,7 @@ Exposition parse(const std::string& text) {
       std::string name;
       std::string type;
       words >> name >> type;
-      if (type != "counter" && type != "gauge" && type != "histogram") {
+      if (type != "counter" && type != "gauge" && type != "histogram" && type != "untyped") {
         throw std::runtime_error("bad type: " + line);
       }
       if (e.types.contains(name)) throw std::runtime_error("TYPE twice: " + line);
@@ -446,17 +446,79 @@ TEST_F(MetricsTest, EveryFamilyOfSeveralTransportsIsTypedOnce) {
 namespace kvxfer::unit {
 namespace {
 
-TEST(PrometheusTextTest, EngineCountersAreCountersAndTheirLimitsGauges) {
+TEST(PrometheusTextTest, APublicEngineCounterKeepsItsOwnFamily) {
   Metrics m;
   m.agent = "x";
-  m.engine_counters = {{"cma_writes", 5}, {"slice_max_bytes", 65536}, {"odd-name.1", 1}};
+  m.engine_counters = {{"cma_writes", 5}, {"scatter_rejected", 2}};
   const Exposition e = parse(prometheus_text(m));
   expect_well_formed(e);
   EXPECT_EQ(e.types.at("kvxfer_engine_cma_writes_total"), "counter");
   EXPECT_EQ(e.value("kvxfer_engine_cma_writes_total", {{"agent", "x"}}), 5);
-  EXPECT_EQ(e.types.at("kvxfer_engine_slice_max_bytes"), "gauge");
-  EXPECT_EQ(e.value("kvxfer_engine_slice_max_bytes", {{"agent", "x"}}), 65536);
-  EXPECT_EQ(e.value("kvxfer_engine_odd_name_1_total", {{"agent", "x"}}), 1);
+  EXPECT_EQ(e.types.at("kvxfer_engine_scatter_rejected_total"), "counter");
+  EXPECT_EQ(e.value("kvxfer_engine_scatter_rejected_total", {{"agent", "x"}}), 2);
+  EXPECT_FALSE(e.types.contains("kvxfer_engine_unstable"));
+}
+
+TEST(PrometheusTextTest, ATuningCounterIsNotItsOwnFamily) {
+  Metrics m;
+  m.agent = "x";
+  m.engine_counters = {{"progress_wakes", 7}, {"cma_caller_slice_max_bytes", 65536}};
+  const Exposition e = parse(prometheus_text(m));
+  expect_well_formed(e);
+  for (const auto& [family, type] : e.types) {
+    EXPECT_EQ(family.find("progress_wakes"), std::string::npos) << family;
+    EXPECT_EQ(family.find("caller_slice"), std::string::npos) << family;
+  }
+  EXPECT_EQ(e.types.at("kvxfer_engine_unstable"), "untyped");
+  EXPECT_NE(e.helps.at("kvxfer_engine_unstable").find("unstable"), std::string::npos);
+  EXPECT_EQ(e.value("kvxfer_engine_unstable", {{"agent", "x"}, {"counter", "progress_wakes"}}), 7);
+  EXPECT_EQ(e.value("kvxfer_engine_unstable",
+                    {{"agent", "x"}, {"counter", "cma_caller_slice_max_bytes"}}),
+            65536);
+}
+
+TEST(PrometheusTextTest, ACounterTheTableDoesNotDeclareIsUnstable) {
+  EXPECT_FALSE(engine_counter_info("a_new_debug_counter").is_public);
+  Metrics m;
+  m.agent = "x";
+  m.engine_counters = {{"a_new_debug_counter", 1}, {"odd-name.1", 2}};
+  const Exposition e = parse(prometheus_text(m));
+  expect_well_formed(e);
+  EXPECT_FALSE(e.types.contains("kvxfer_engine_a_new_debug_counter_total"));
+  EXPECT_EQ(e.value("kvxfer_engine_unstable", {{"agent", "x"}, {"counter", "a_new_debug_counter"}}),
+            1);
+  EXPECT_EQ(e.value("kvxfer_engine_unstable", {{"agent", "x"}, {"counter", "odd-name.1"}}), 2);
+}
+
+// Every name the table declares, exposed as declared: a public gauge is
+// TYPE gauge without _total, a public counter TYPE counter with it, an
+// unstable one a sample of kvxfer_engine_unstable only.
+TEST(PrometheusTextTest, EveryDeclaredEngineCounterIsExposedAsDeclared) {
+  Metrics m;
+  m.agent = "x";
+  ASSERT_FALSE(engine_counter_table().empty());
+  for (const EngineCounterInfo& info : engine_counter_table()) {
+    m.engine_counters[std::string(info.name)] = 3;
+  }
+  const Exposition e = parse(prometheus_text(m));
+  expect_well_formed(e);
+  for (const EngineCounterInfo& info : engine_counter_table()) {
+    const std::string name(info.name);
+    EXPECT_EQ(engine_counter_info(name).is_public, info.is_public) << name;
+    EXPECT_EQ(engine_counter_info(name).kind, info.kind) << name;
+    const std::string gauge = "kvxfer_engine_" + name;
+    const std::string counter = gauge + "_total";
+    if (!info.is_public) {
+      EXPECT_FALSE(e.types.contains(gauge) || e.types.contains(counter)) << name;
+      EXPECT_EQ(e.value("kvxfer_engine_unstable", {{"agent", "x"}, {"counter", name}}), 3);
+    } else if (info.kind == EngineCounterKind::kGauge) {
+      EXPECT_EQ(e.types.at(gauge), "gauge") << name;
+      EXPECT_EQ(e.value(gauge, {{"agent", "x"}}), 3);
+    } else {
+      EXPECT_EQ(e.types.at(counter), "counter") << name;
+      EXPECT_EQ(e.value(counter, {{"agent", "x"}}), 3);
+    }
+  }
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engines/lanes.h"
+#include "common/random.h"
 #include "wire/bytes.h"
 
 namespace kvxfer::internal::cma {

@@ -15,6 +15,8 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/sanitizers.h"
+#include "engines/block_runs.h"
 #include "wire/notify.h"
 
 namespace kvxfer::internal::cma {
@@ -25,19 +27,23 @@ constexpr std::size_t kMaxIov = 1024;
 // The unit of copy work a copier claims at a time: at most this many bytes
 // (runs are split into iovecs of at most this length at post time) and
 // kMaxIov iovecs. Several copiers, and a caller in progress() (which claims
-// at most CmaLane::kCallerSliceBytes), can so share one large write.
+// at most kCallerSliceBytes), can so share one large write.
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 
 }  // namespace
 
-CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads)
+CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
+                 const CmaSettings& settings)
     : agent_name_(std::move(agent_name)),
       region_(region),
       pidns_(own_pid_namespace()),
       pool_file_(find_shared_pool(region.base, region.num_blocks * region.block_len)),
       cookie_(region,
               pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
-              pool_file_.fd >= 0 ? pool_file_.offset : 0) {
+              pool_file_.fd >= 0 ? pool_file_.offset : 0),
+      map_peer_pools_(settings.map != PoolMapping::kOff),
+      populate_peer_pools_(settings.map == PoolMapping::kPopulate),
+      caller_slice_bytes_(settings.caller_slice) {
   // More copiers than cores would only make them take turns.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_copiers_ = std::clamp(num_threads, 1, cores);
@@ -641,29 +647,13 @@ Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::spa
   return result;
 }
 
-namespace {
-
 // The copy through a mapped pool. The bytes are the peer's pool and ours:
 // two transfers of one block in flight at once race there by the contract
 // (they have no order). Through process_vm_writev/readv ThreadSanitizer
 // never sees the peer's side, and sees our side only as a read's
 // destination (where such a race is reported: tests keep reads in flight
-// apart). So under ThreadSanitizer the mapped copy is not instrumented (a
-// volatile loop, which no interceptor sees); the lane's own state stays
-// checked, and cma_bytes counts every byte copied.
-#if defined(__SANITIZE_THREAD__)
-__attribute__((no_sanitize("thread"), noinline)) void copy_bytes(void* dst, const void* src,
-                                                                  std::size_t len) {
-  auto* d = static_cast<volatile std::uint8_t*>(dst);
-  const auto* s = static_cast<const volatile std::uint8_t*>(src);
-  for (std::size_t i = 0; i < len; ++i) d[i] = s[i];
-}
-#else
-inline void copy_bytes(void* dst, const void* src, std::size_t len) { std::memcpy(dst, src, len); }
-#endif
-
-}  // namespace
-
+// apart). So the mapped copy is uninstrumented_copy (common/sanitizers.h):
+// the lane's own state stays checked, and cma_bytes counts every byte copied.
 std::uint64_t CmaLane::mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
                                    std::span<const iovec> remote) {
   std::uint64_t bytes = 0;
@@ -671,9 +661,9 @@ std::uint64_t CmaLane::mapped_copy(const Peer& peer, bool read, std::span<const 
     std::uint8_t* theirs = peer.mapping.at(reinterpret_cast<std::uintptr_t>(remote[i].iov_base));
     auto* ours = static_cast<std::uint8_t*>(local[i].iov_base);
     if (read) {
-      copy_bytes(ours, theirs, local[i].iov_len);
+      uninstrumented_copy(ours, theirs, local[i].iov_len);
     } else {
-      copy_bytes(theirs, ours, local[i].iov_len);
+      uninstrumented_copy(theirs, ours, local[i].iov_len);
     }
     bytes += local[i].iov_len;
   }

@@ -41,6 +41,7 @@
 
 #include "engine.h"
 #include "common/shared_pools.h"
+#include "engines/cma/cma_config.h"
 #include "engines/cma/cma_cookie.h"
 #include "engines/cma/cma_mapping.h"
 #include "engines/lanes.h"
@@ -49,16 +50,8 @@ namespace kvxfer::internal::cma {
 
 class CmaLane {
  public:
-  // The most bytes one progress() call copies on the caller's thread, so
-  // that poll() (which calls progress()) stays a call in microseconds. A
-  // caller claims from the back of the transfer at the head of the queue
-  // (the copiers claim from its front, so the two seldom write the same
-  // page tables), and may take the tail of one iovec. This is the default
-  // through process_vm_writev/readv: on this VM 5-12% of 16 KiB calls took
-  // 50-200 us when claimed next to a copier's chunk, 2-3% from the far end.
-  // engine_config KVXFER_CMA_SLICE sets it (4K..1M): a caller that spins on
-  // poll() copies more per call with a larger one (docs/performance.md).
-  static constexpr std::size_t kCallerSliceBytes = std::size_t{16} << 10;
+  // The caller slice into an unmapped pool: kCallerSliceBytes
+  // (cma_config.h) unless engine_config KVXFER_CMA_SLICE sets it.
   // The caller slice into a mapped pool (a memcpy):
   static constexpr std::size_t kCallerMappedSliceBytes = std::size_t{64} << 10;
   // A caller lends its thread to a slice only when it polls back to back:
@@ -67,20 +60,17 @@ class CmaLane {
   // poller that sleeps when a poll finds nothing) leaves the copy to the
   // copiers, which ran meanwhile, and its poll stays a few microseconds:
   // on this VM 2% of caller slices take 40-70 us inside process_vm_writev.
-  // Under a sanitizer every instruction is several times slower, and so is
-  // a poll loop: "back to back" spans more.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  static constexpr std::chrono::nanoseconds kLendGap = std::chrono::microseconds(400);
-#else
+  // The same under a sanitizer: a slower poll loop only lends less often,
+  // which no behaviour depends on.
   static constexpr std::chrono::nanoseconds kLendGap = std::chrono::microseconds(20);
-#endif
   // The copier threads' nice value: on a host with no spare core they yield
   // to the thread that calls write_blocks and poll, which would otherwise
   // wait out a scheduler tick behind them.
   static constexpr int kCopierNice = 10;
 
   // `num_threads` (Options::num_threads) bounds the copier threads.
-  CmaLane(std::string agent_name, const Region& region, int num_threads);
+  CmaLane(std::string agent_name, const Region& region, int num_threads,
+          const CmaSettings& settings = {});
   ~CmaLane();
   CmaLane(const CmaLane&) = delete;
   CmaLane& operator=(const CmaLane&) = delete;
@@ -93,15 +83,12 @@ class CmaLane {
   [[nodiscard]] int notify_fd() const { return notify_tx_; }
 
   // Whether connect() maps the pools of peers that offer them, and
-  // populates the mappings (engine_config KVXFER_CMA_MAP: on, populate,
-  // off; on by default). Set before any connect.
+  // populates the mappings (CmaSettings::map, for tests that compare the
+  // two ways on one lane). Set before any connect.
   void set_map_peer_pools(bool map, bool populate) {
     map_peer_pools_ = map;
     populate_peer_pools_ = populate;
   }
-  // The caller slice into unmapped pools (default kCallerSliceBytes); set
-  // before the first peer, like the above.
-  void set_caller_slice(std::size_t bytes) { caller_slice_bytes_ = bytes; }
 
   // Reads the peer's cookie and, when its epoch matches and the pool it
   // declares is exactly `remote`'s, adds the peer (and starts the copiers).
@@ -238,9 +225,9 @@ class CmaLane {
   // cookie declares it so that same-host peers can map the pool.
   SharedPoolFile pool_file_;
   Cookie cookie_;
-  bool map_peer_pools_ = true;
-  bool populate_peer_pools_ = false;
-  std::size_t caller_slice_bytes_ = kCallerSliceBytes;
+  bool map_peer_pools_;
+  bool populate_peer_pools_;
+  std::size_t caller_slice_bytes_;
   int num_copiers_ = 1;
 
   // Peers by handle. Connect runs on the core's registration worker while

@@ -329,7 +329,7 @@ class LoopbackEngine final : public Engine {
     log().debug("loopback {}: shut down", agent_name_);
   }
 
-  [[nodiscard]] loopback::FaultPlan* fault_plan() noexcept override { return &plan_.plan(); }
+  [[nodiscard]] loopback::FaultPlan& fault_plan() noexcept { return plan_.plan(); }
 
  private:
   enum class Op : std::uint8_t { kWrite, kRead, kNotify };
@@ -554,6 +554,11 @@ class LoopbackEngine final : public Engine {
 };
 
 }  // namespace
+
+loopback::FaultPlan* loopback_fault_plan(Engine& engine) noexcept {
+  auto* loopback = dynamic_cast<LoopbackEngine*>(&engine);
+  return loopback != nullptr ? &loopback->fault_plan() : nullptr;
+}
 
 std::unique_ptr<Engine> make_loopback_engine(const EngineConfig& config) {
   return std::make_unique<LoopbackEngine>(config);

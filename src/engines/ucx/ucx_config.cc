@@ -6,42 +6,13 @@
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
-#include <limits>
 #include <stdexcept>
 #include <string_view>
 
+#include "common/size_setting.h"
 #include "common/ucx_tls.h"
 
 namespace kvxfer::internal::ucx {
-namespace {
-
-// "262144", "256K", "1M": bytes. Throws on anything else.
-std::uint64_t parse_size(const std::string& key, const std::string& text) {
-  std::uint64_t value = 0;
-  std::size_t i = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-    if (value > (std::numeric_limits<std::uint64_t>::max() - 9) / 10) break;
-    value = value * 10 + static_cast<std::uint64_t>(text[i] - '0');
-  }
-  std::uint64_t unit = 1;
-  if (i < text.size() && i > 0) {
-    const char u = text[i];
-    unit = (u == 'k' || u == 'K')   ? 1024
-           : (u == 'm' || u == 'M') ? 1024 * 1024
-           : (u == 'g' || u == 'G') ? 1024 * 1024 * 1024
-                                    : 0;
-    ++i;
-  }
-  if (i == 0 || i != text.size() || unit == 0 ||
-      value > std::numeric_limits<std::uint64_t>::max() / unit) {
-    throw std::runtime_error(fmt::format(
-        "kvxfer UCX: engine_config {}={} is not a size (e.g. 65536, 64K, 1M, 1G)", key, text));
-  }
-  return value * unit;
-}
-
-}  // namespace
-
 UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engine_config,
                                  const EnvLookup& env, bool has_rdma_device) {
   UcxSettings out;
@@ -50,11 +21,11 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
   for (const auto& [raw_key, value] : engine_config) {
     // kvxfer's own knobs; everything else is UCX's.
     if (raw_key == "KVXFER_SCATTER_MAX_RUN") {
-      out.scatter_max_run = parse_size(raw_key, value);
+      out.scatter_max_run = parse_size_setting("UCX", raw_key, value);
       continue;
     }
     if (raw_key == "KVXFER_SCATTER_CHUNK") {
-      out.scatter_chunk_bytes = parse_size(raw_key, value);
+      out.scatter_chunk_bytes = parse_size_setting("UCX", raw_key, value);
       if (out.scatter_chunk_bytes < 4096 || out.scatter_chunk_bytes > (std::uint64_t{64} << 20)) {
         throw std::runtime_error(fmt::format(
             "kvxfer UCX: engine_config KVXFER_SCATTER_CHUNK={} is outside 4K..64M", value));
@@ -81,28 +52,8 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       }
       continue;
     }
-    if (raw_key == "KVXFER_CMA_MAP") {
-      if (value == "on") {
-        out.cma_map = PoolMapping::kOn;
-      } else if (value == "populate") {
-        out.cma_map = PoolMapping::kPopulate;
-      } else if (value == "off") {
-        out.cma_map = PoolMapping::kOff;
-      } else {
-        throw std::runtime_error(fmt::format(
-            "kvxfer UCX: engine_config KVXFER_CMA_MAP={} is not one of on, populate, off",
-            value));
-      }
-      continue;
-    }
-    if (raw_key == "KVXFER_CMA_SLICE") {
-      out.cma_caller_slice = parse_size(raw_key, value);
-      if (out.cma_caller_slice < 4096 || out.cma_caller_slice > (std::uint64_t{1} << 20)) {
-        throw std::runtime_error(
-            fmt::format("kvxfer UCX: engine_config KVXFER_CMA_SLICE={} is outside 4K..1M", value));
-      }
-      continue;
-    }
+    // The same-host lane's (engines/cma/cma_config.h): neither ours nor UCX's.
+    if (std::string_view(raw_key).starts_with("KVXFER_CMA_")) continue;
     if (raw_key == "KVXFER_PROGRESS_NICE") {
       int nice = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), nice);

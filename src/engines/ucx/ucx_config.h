@@ -2,7 +2,8 @@
 // What the UCX lane asks of UCX, computed from the user's engine_config and
 // the environment: the keys for ucp_config_modify (the user's, and our
 // defaults where neither the user nor the environment set them), the
-// effective UCX_TLS, and kvxfer's own KVXFER_SCATTER_* knobs. A pure function,
+// effective UCX_TLS, and kvxfer's own KVXFER_SCATTER_* knobs (KVXFER_CMA_*
+// are the same-host lane's: engines/cma/cma_config.h). A pure function,
 // so that every rule can be tested without a UCX context.
 #pragma once
 
@@ -32,12 +33,6 @@ inline constexpr std::int64_t kNapMicros = 200;
 inline constexpr std::int64_t kLingerMicros = 500;
 inline constexpr std::int64_t kLingerStepMicros = 50;
 
-// The same-host lane's default caller slice into an unmapped pool
-// (KVXFER_CMA_SLICE; CmaLane::kCallerSliceBytes, which lanes.cc checks).
-inline constexpr std::uint64_t kCmaCallerSliceBytes = 16 * 1024;
-
-enum class PoolMapping { kOff, kOn, kPopulate };
-
 struct UcxSettings {
   // Whether the context asks for UCP_FEATURE_RMA (puts). Only where an RDMA
   // device is in use, unless engine_config KVXFER_RMA=on|off says otherwise:
@@ -61,15 +56,6 @@ struct UcxSettings {
   // sent by write_blocks itself on the caller's thread (`inline`, as before
   // issue 11; also what happens without a progress thread).
   bool post_handoff = true;
-  // Whether the same-host lane maps the pools of peers that offer them (a
-  // kvxfer::SharedPool) and copies with memcpy (KVXFER_CMA_MAP=on, the
-  // default: pages fault in on their first copy; populate: every page is
-  // mapped at registration, which then takes O(pool bytes)), or always
-  // uses process_vm_writev/readv (off).
-  PoolMapping cma_map = PoolMapping::kOn;
-  // The most bytes a poll() copies on the caller's thread into a same-host
-  // peer's unmapped pool (KVXFER_CMA_SLICE, 4K..1M; cma_lane.h).
-  std::uint64_t cma_caller_slice = kCmaCallerSliceBytes;
   // The progress thread's nice value (KVXFER_PROGRESS_NICE, -20..19), set
   // by the thread itself when it starts; nullopt leaves it as inherited. A
   // target that many initiators write to over TCP does all its receiving on
@@ -97,9 +83,7 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 
 // Throws std::runtime_error, naming the key, for a KVXFER_SCATTER_* value
 // that is not a size or is out of range, a KVXFER_RMA value other than
-// auto, on or off, a KVXFER_POST value other than handoff or inline, or a
-// KVXFER_CMA_MAP value other than on, populate or off, a KVXFER_CMA_SLICE
-// size outside 4K..1M, or a
+// auto, on or off, a KVXFER_POST value other than handoff or inline, a
 // KVXFER_PROGRESS_NICE value that is not an integer in -20..19, or a
 // KVXFER_NAP_US value that is not an integer in 0..100000.
 [[nodiscard]] UcxSettings compute_ucx_settings(

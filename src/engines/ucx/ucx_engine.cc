@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/random.h"
 #include "engines/ucx/ucx_compat.h"
 
 namespace kvxfer::internal::ucx {

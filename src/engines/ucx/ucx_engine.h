@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "engines/block_runs.h"
 #include "engines/lanes.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_endpoint.h"
@@ -123,10 +124,6 @@ class UcxLane {
   [[nodiscard]] const char* detail(XferHandle xfer) const;
   // Whether this lane's context has the RMA feature (and so may put).
   [[nodiscard]] bool rma() const { return settings_.rma; }
-  // engine_config KVXFER_CMA_MAP (ucx_config.h), for the same-host lane.
-  [[nodiscard]] PoolMapping cma_map() const { return settings_.cma_map; }
-  // engine_config KVXFER_CMA_SLICE, likewise.
-  [[nodiscard]] std::uint64_t cma_caller_slice() const { return settings_.cma_caller_slice; }
 
   // Adds the pool registration, peers, rkeys, transfers and requests.
   void add_live(HandleCounts& counts) const;

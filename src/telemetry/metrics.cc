@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// src/telemetry/: what a transport measures of itself (the hot path's clock,
+// latency histograms, the telemetry ring, metrics as text). Uses the public
+// metrics and telemetry types only; the core keeps the live counters.
+//
 // Metrics as text: the names of ops and fault causes, and the Prometheus
 // text exposition format of Transport::metrics() snapshots. Reads only the
 // public snapshot; the live counters are kept in transfers.cc and
@@ -10,6 +14,7 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -209,23 +214,43 @@ std::string prometheus_text(std::span<const Metrics> ts) {
     w.sample("kvxfer_registrations_pending", {{"agent", m.agent}}, m.registrations_pending);
   }
 
-  // Engine counters: one family per name. A few are limits or high-water
-  // marks rather than counts (their names say "max"): those are gauges.
-  std::map<std::string, std::pair<std::string, bool>> engine_names;  // -> (metric, gauge)
+  // Engine counters, as their declaration (engine_counters.cc) says: a
+  // public one is its own family, the unstable ones share one. That family
+  // is untyped: it mixes counts and levels, and promises neither.
+  std::map<std::string, std::pair<std::string, bool>> public_names;  // -> (metric, gauge)
+  std::set<std::string> unstable_names;
   for (const Metrics& m : ts) {
     for (const auto& [counter, value] : m.engine_counters) {
-      const bool gauge = counter.find("max") != std::string::npos;
-      engine_names.try_emplace(
+      const EngineCounterInfo info = engine_counter_info(counter);
+      if (!info.is_public) {
+        unstable_names.insert(counter);
+        continue;
+      }
+      const bool gauge = info.kind == EngineCounterKind::kGauge;
+      public_names.try_emplace(
           counter, fmt::format("kvxfer_engine_{}{}", name_part(counter), gauge ? "" : "_total"),
           gauge);
     }
   }
-  for (const auto& [counter, family] : engine_names) {
+  for (const auto& [counter, family] : public_names) {
     const auto& [name, gauge] = family;
     w.family(name, gauge ? "gauge" : "counter", fmt::format("The engine's {}.", counter));
     for (const Metrics& m : ts) {
       if (auto it = m.engine_counters.find(counter); it != m.engine_counters.end()) {
         w.sample(name, {{"agent", m.agent}}, it->second);
+      }
+    }
+  }
+  if (!unstable_names.empty()) {
+    w.family("kvxfer_engine_unstable", "untyped",
+             "Engine counters for tuning and debugging, by name (label counter): unstable, any "
+             "may change meaning or go away in any release.");
+    for (const std::string& counter : unstable_names) {
+      for (const Metrics& m : ts) {
+        if (auto it = m.engine_counters.find(counter); it != m.engine_counters.end()) {
+          w.sample("kvxfer_engine_unstable", {{"agent", m.agent}, {"counter", counter}},
+                   it->second);
+        }
       }
     }
   }

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/clock.h"
 #include "kvxfer/telemetry.h"
+#include "telemetry/clock.h"
 
 namespace kvxfer::internal {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The calibration of the hot path's clock (clock.h): whether the TSC may be
 // used, and its rate against steady_clock, measured once at load.
-#include "core/clock.h"
+#include "telemetry/clock.h"
 
 #include <fstream>
 #include <string>

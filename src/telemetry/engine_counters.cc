@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one table of engine counter names: for each, whether it counts or
+// is a level (gauge), and whether it is public (an operator acts on it:
+// refusals and rejections, the lane mix, bytes, fences, notifications) or
+// unstable (how the lanes tune themselves; for debugging). Public names are
+// API (docs/metrics.md): add one here only with its doc line. A counter an
+// engine reports that is not here is unstable.
+#include <algorithm>
+#include <iterator>
+
+#include "kvxfer/metrics.h"
+
+namespace kvxfer {
+namespace {
+
+constexpr EngineCounterKind kCounter = EngineCounterKind::kCounter;
+constexpr EngineCounterKind kGauge = EngineCounterKind::kGauge;
+constexpr bool kPublic = true;
+constexpr bool kUnstable = false;
+
+// Sorted by name (engine_counter_info searches it).
+constexpr EngineCounterInfo kEngineCounters[] = {
+    // The same-host lane (engines/cma/).
+    {"cma_bytes", kCounter, kPublic},
+    {"cma_caller_slice_max_bytes", kGauge, kUnstable},  // largest caller slice
+    {"cma_caller_slices", kCounter, kUnstable},
+    {"cma_mapped_peers", kCounter, kPublic},  // peers whose pool was mapped
+    {"cma_notifications_received", kCounter, kPublic},
+    {"cma_notifications_refused", kCounter, kPublic},
+    {"cma_notifications_sent", kCounter, kPublic},
+    {"cma_reads", kCounter, kPublic},
+    {"cma_writes", kCounter, kPublic},
+    // The UCX lane (engines/ucx/).
+    {"fences_ignored", kCounter, kPublic},
+    {"fences_received", kCounter, kPublic},
+    {"gather_fenced", kCounter, kPublic},
+    {"gather_handed_off", kCounter, kUnstable},
+    {"gather_messages", kCounter, kUnstable},  // messages per read: chunking
+    {"gather_reads", kCounter, kPublic},
+    {"gather_received", kCounter, kUnstable},
+    {"gather_rejected", kCounter, kPublic},
+    {"gather_replies_ignored", kCounter, kUnstable},  // late replies, dropped
+    {"handed_off_as_pairs", kCounter, kUnstable},
+    {"notifications_received", kCounter, kPublic},
+    {"notifications_refused", kCounter, kPublic},
+    {"notifications_sent", kCounter, kPublic},
+    {"progress_linger_hits", kCounter, kUnstable},
+    {"progress_lingers", kCounter, kUnstable},
+    {"progress_wakes", kCounter, kUnstable},
+    {"put_writes", kCounter, kPublic},
+    {"scatter_acks_ignored", kCounter, kUnstable},  // late acks, dropped
+    {"scatter_fenced", kCounter, kPublic},
+    {"scatter_handed_off", kCounter, kUnstable},
+    {"scatter_messages", kCounter, kUnstable},  // messages per write: chunking
+    {"scatter_received", kCounter, kUnstable},
+    {"scatter_refused", kCounter, kPublic},
+    {"scatter_rejected", kCounter, kPublic},
+    {"scatter_writes", kCounter, kPublic},
+};
+
+constexpr bool sorted_by_name() {
+  for (std::size_t i = 1; i < std::size(kEngineCounters); ++i) {
+    if (!(kEngineCounters[i - 1].name < kEngineCounters[i].name)) return false;
+  }
+  return true;
+}
+static_assert(sorted_by_name(), "kEngineCounters must be sorted by name, each name once");
+
+}  // namespace
+
+std::span<const EngineCounterInfo> engine_counter_table() noexcept { return kEngineCounters; }
+
+EngineCounterInfo engine_counter_info(std::string_view name) noexcept {
+  const auto* it = std::lower_bound(
+      std::begin(kEngineCounters), std::end(kEngineCounters), name,
+      [](const EngineCounterInfo& info, std::string_view n) { return info.name < n; });
+  if (it != std::end(kEngineCounters) && it->name == name) return *it;
+  return EngineCounterInfo{name, kCounter, kUnstable};
+}
+
+}  // namespace kvxfer
