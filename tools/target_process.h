@@ -32,31 +32,12 @@
 #include <vector>
 
 #include "channel.h"
+#include "handshake.h"
 
 namespace kvxfer::tools {
 
 class Subprocess;
 
-struct TargetGeometry {
-  std::vector<std::uint8_t> metadata;
-  std::uintptr_t base = 0;
-  std::uint64_t num_blocks = 0;
-  std::uint64_t block_len = 0;
-  std::string fingerprint;
-};
-
-// The target said no (block length, region size or fingerprint); what() is
-// its reason.
-class TargetRefused : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Decodes a target's answer to OPEN (READY with its geometry and metadata, or
-// REFUSED with a reason) from `who`. Throws TargetRefused or ChannelError
-// (missing or malformed field); the metadata bytes are then checked by the
-// transport when the peer is added. Fuzzed by tests/fuzz/handshake_fuzz.cc.
-TargetGeometry parse_ready(const std::string& line, const std::string& who);
 
 // Largest VERIFY list a target accepts.
 inline constexpr std::uint64_t kMaxVerifyPairs = 1u << 22;
@@ -147,8 +128,5 @@ int run_target(const TargetConfig& config);
 // after another (`sessions` of them; 0: until killed). Prints
 // "listening on HOST:PORT" (the bound port when 0 was asked) on stdout.
 int run_target_listener(const HostPort& where, const TargetConfig& config, int sessions);
-
-std::string to_hex(const std::vector<std::uint8_t>& bytes);
-std::vector<std::uint8_t> from_hex(const std::string& hex);
 
 }  // namespace kvxfer::tools
