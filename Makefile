@@ -43,7 +43,7 @@ microbench: build
 #   unit, integration, python  what `make test` runs, on every change;
 #   slow      long rounds: the full stale-write budgets, the soak, netns
 #             keepalive, the huge-pool bench smoke (`make test-slow`);
-#   package   the pip and Debian install routes, from one Release build
+#   package   the pip and Debian install routes, from one package build
 #             (`make test-slow` too);
 #   timing    tests whose verdict rests on wall-clock bounds: not run under
 #             a sanitizer, which slows every instruction;
@@ -80,10 +80,12 @@ install: build
 # the $(BUILD) tree (prefix /usr/local) does not. See cmake/packaging.cmake;
 # install with `apt install ./$(PKG_BUILD)/*.deb`. The install paths are
 # worked out afresh (-U) in case the tree built a wheel before (the package
-# tests build both in one tree).
+# tests build both in one tree). RelWithDebInfo, as the build tree: the
+# packages carry the code the tests ran (stripped, cmake/packaging.cmake), and
+# with ccache the two trees share their objects.
 PKG_BUILD ?= build-pkg
 package: deps
-	cmake -S . -B $(PKG_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	cmake -S . -B $(PKG_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
 	  -UCMAKE_INSTALL_LIBDIR -UKVXFER_PYTHON_INSTALL_DIR -DPython_EXECUTABLE=/usr/bin/python3 \
 	  -DKVXFER_BUILD_TESTS=OFF -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=ON -DKVXFER_BUILD_PYTHON=ON
 	cmake --build $(PKG_BUILD) -j$(JOBS)
@@ -118,7 +120,7 @@ test-tsan: deps
 	  -LE 'slow|timing' --timeout 900
 
 # libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus,
-# FUZZ_JOBS at a time (CI: 15 s each, two at a time; `make test` replays
+# FUZZ_JOBS at a time (CI: 10 s each, two at a time; `make test` replays
 # every corpus input as a regression test).
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1

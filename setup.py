@@ -38,14 +38,16 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         temp = pathlib.Path(self.build_temp).resolve()
         # KVXFER_CMAKE_BUILD_DIR: build in this tree instead of a fresh one
-        # (the package tests reuse the Release tree the .debs were built in).
+        # (the package tests reuse the tree the .debs were built in). Built
+        # as the build tree and the .debs are (RelWithDebInfo), stripped on
+        # install.
         cmake_dir = pathlib.Path(os.environ.get("KVXFER_CMAKE_BUILD_DIR") or temp / "cmake")
         stage = temp / "stage"
         shutil.rmtree(stage, ignore_errors=True)
         subprocess.run(
             [
                 "cmake", "-S", str(ROOT), "-B", str(cmake_dir),
-                "-DCMAKE_BUILD_TYPE=Release",
+                "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
                 f"-DPython_EXECUTABLE={sys.executable}",
                 "-DKVXFER_BUILD_PYTHON=ON",
                 "-DKVXFER_BUILD_TESTS=OFF",
@@ -65,7 +67,8 @@ class CMakeBuild(build_ext):
         )
         for component in ("runtime", "python"):
             subprocess.run(
-                ["cmake", "--install", str(cmake_dir), "--component", component], check=True
+                ["cmake", "--install", str(cmake_dir), "--component", component, "--strip"],
+                check=True,
             )
 
         package = stage / "kvxfer"

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential g++ cmake make pkg-config git
+  build-essential g++ cmake make pkg-config git ccache
   libucx-dev ucx-utils
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev

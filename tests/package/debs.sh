@@ -6,7 +6,7 @@
 # a find_package(kvxfer) consumer (tests/install/consumer), `kvxfer info`,
 # and `import kvxfer`. Then lintian, which must report no errors.
 #   debs.sh SOURCE_DIR WORK_DIR VERSION [BUILD_DIR]
-# BUILD_DIR: the Release tree to build in (default WORK_DIR/build); the pip
+# BUILD_DIR: the package tree to build in (default WORK_DIR/build); the pip
 # test builds the wheel in the same tree afterwards, reusing its objects.
 set -euo pipefail
 src=$1 work=$2 version=$3

@@ -4,7 +4,7 @@
 # python3 (system site packages: Debian's setuptools, wheel and numpy),
 # offline, then the installed package used from another directory.
 #   pip_venv.sh SOURCE_DIR WORK_DIR VERSION [BUILD_DIR]
-# BUILD_DIR: a Release tree to build the wheel in (setup.py's
+# BUILD_DIR: a package tree to build the wheel in (setup.py's
 # KVXFER_CMAKE_BUILD_DIR), e.g. the one the debs test built: its objects are
 # reused, so the route is tested without building the tree once more.
 set -euo pipefail
