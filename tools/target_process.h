@@ -38,7 +38,6 @@ namespace kvxfer::tools {
 
 class Subprocess;
 
-
 // Largest VERIFY list a target accepts.
 inline constexpr std::uint64_t kMaxVerifyPairs = 1u << 22;
 
