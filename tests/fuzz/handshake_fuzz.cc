@@ -11,7 +11,7 @@
 
 #include "channel.h"
 #include "fuzz_target.h"
-#include "target_process.h"
+#include "handshake.h"
 #include "wire/metadata.h"
 
 namespace kvxfer::fuzz {
