@@ -6,18 +6,27 @@
 // wire/bytes.h's bounds-checked reader, a length limit per field, nothing
 // may follow.
 //
-// Layout (little-endian), version 2:
+// Layout (little-endian), version 3:
 //   u32 magic "KVXU" | u16 version | u16 flags
 //   u64 pid namespace device | u64 pid namespace inode
 //   u64 cookie address | u64 cookie epoch
 //   u32 length, worker address bytes | u32 length, packed rkey bytes
 //   | u32 notify fd (the same-host lane's notification socket, a descriptor
 //     number in the agent's process, or kNoNotifyFd)
-// Nothing may follow. Version 1 (no notify fd) is refused.
+//   | u64 tcp token | u16 tcp port | u16 address count (0..kMaxTcpAddresses)
+//   | per address: u8 family (4 or 6) | 16 bytes (an IPv4 address in the
+//     first 4, the rest zero)
+// The tcp part says where the agent's tcp lane listens (port 0: it has none)
+// and the token a connection must present first (engines/tcp/). Nothing may
+// follow. Versions 1 and 2 (no tcp part) are refused.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "wire/bytes.h"
@@ -25,11 +34,12 @@
 namespace kvxfer::internal::ucx {
 
 inline constexpr std::uint32_t kBlobMagic = 0x5558564b;  // "KVXU" as bytes
-inline constexpr std::uint16_t kBlobVersion = 2;
+inline constexpr std::uint16_t kBlobVersion = 3;
 inline constexpr std::uint32_t kNoNotifyFd = 0xffffffff;
 // Worker addresses and packed rkeys are a few hundred bytes; anything much
 // larger is not one.
 inline constexpr std::uint32_t kMaxBlobField = 64 * 1024;
+inline constexpr std::size_t kMaxTcpAddresses = 16;
 
 enum BlobFlags : std::uint16_t {
   // The agent takes same-host writes through process_vm_writev (its UCX_TLS
@@ -40,6 +50,17 @@ enum BlobFlags : std::uint16_t {
   // The agent's worker answers gather requests (wire/gather.h): it can be
   // read from.
   kBlobAcceptsGather = 1u << 2,
+  // The agent has an RDMA device UCX can use (the ucx lane serves peers
+  // that have one too).
+  kBlobHasRdma = 1u << 3,
+};
+
+// An address of the agent's tcp lane: IPv4 (family 4, the first 4 bytes)
+// or IPv6 (family 6), network byte order as the socket API keeps them.
+struct TcpAddress {
+  std::uint8_t family = 4;
+  std::array<std::uint8_t, 16> bytes{};
+  friend bool operator==(const TcpAddress&, const TcpAddress&) = default;
 };
 
 struct Blob {
@@ -53,11 +74,14 @@ struct Blob {
   std::span<const std::uint8_t> worker_address;  // views into the decoded bytes
   std::span<const std::uint8_t> rkey;
   std::uint32_t notify_fd = kNoNotifyFd;
+  std::uint64_t tcp_token = 0;
+  std::uint16_t tcp_port = 0;
+  std::vector<TcpAddress> tcp_addresses;
 };
 
 inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   std::vector<std::uint8_t> out;
-  out.reserve(52 + blob.worker_address.size() + blob.rkey.size());
+  out.reserve(64 + blob.worker_address.size() + blob.rkey.size() + 17 * blob.tcp_addresses.size());
   wire::ByteWriter w(out);
   w.u32(kBlobMagic);
   w.u16(kBlobVersion);
@@ -69,11 +93,21 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   w.prefixed(blob.worker_address);
   w.prefixed(blob.rkey);
   w.u32(blob.notify_fd);
+  w.u64(blob.tcp_token);
+  w.u16(blob.tcp_port);
+  w.u16(static_cast<std::uint16_t>(blob.tcp_addresses.size()));
+  for (const TcpAddress& a : blob.tcp_addresses) {
+    w.u8(a.family);
+    w.raw(a.bytes);
+  }
   return out;
 }
 
-// False when `bytes` is not a well-formed version-2 blob. On success the
-// spans in *out point into `bytes`; on failure *out is left alone.
+// False when `bytes` is not a well-formed version-3 blob: among others, an
+// address family other than 4 or 6, an IPv4 address with bytes past its
+// first 4, more than kMaxTcpAddresses addresses, or addresses with port 0.
+// On success the spans in *out point into `bytes`; on failure *out is left
+// alone.
 [[nodiscard]] inline bool decode_blob(std::span<const std::uint8_t> bytes, Blob* out) {
   wire::ByteReader in(bytes);
   const auto magic = in.u32();
@@ -86,8 +120,27 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   const auto worker_address = in.prefixed(kMaxBlobField);
   const auto rkey = in.prefixed(kMaxBlobField);
   const auto notify_fd = in.u32();
+  const auto tcp_token = in.u64();
+  const auto tcp_port = in.u16();
+  const auto address_count = in.u16();
+  if (!in.ok() || *magic != kBlobMagic || *version != kBlobVersion ||
+      *address_count > kMaxTcpAddresses || (*tcp_port == 0 && *address_count != 0)) {
+    return false;
+  }
+  std::vector<TcpAddress> addresses(*address_count);
+  for (TcpAddress& a : addresses) {
+    const auto family = in.u8();
+    const auto raw = in.take(16);
+    if (!in.ok() || (*family != 4 && *family != 6)) return false;
+    std::copy(raw->begin(), raw->end(), a.bytes.begin());
+    a.family = *family;
+    if (a.family == 4 &&
+        std::any_of(a.bytes.begin() + 4, a.bytes.end(), [](std::uint8_t b) { return b != 0; })) {
+      return false;
+    }
+  }
   // ok(): every read above succeeded.
-  if (!in.ok() || !in.at_end() || *magic != kBlobMagic || *version != kBlobVersion) return false;
+  if (!in.ok() || !in.at_end()) return false;
   out->flags = *flags;
   out->pidns_dev = *pidns_dev;
   out->pidns_ino = *pidns_ino;
@@ -96,6 +149,9 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   out->worker_address = *worker_address;
   out->rkey = *rkey;
   out->notify_fd = *notify_fd;
+  out->tcp_token = *tcp_token;
+  out->tcp_port = *tcp_port;
+  out->tcp_addresses = std::move(addresses);
   return true;
 }
 

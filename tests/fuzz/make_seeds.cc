@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,7 +24,9 @@
 #include "wire/loopback_blob.h"
 #include "wire/metadata.h"
 #include "wire/notify.h"
+#include "wire/runs.h"
 #include "wire/scatter.h"
+#include "wire/tcp_frame.h"
 #include "wire/ucx_blob.h"
 
 namespace {
@@ -77,7 +80,25 @@ Bytes flip(Bytes b, std::size_t at) {
 
 // ---------------------------------------------------------------- blobs
 
-Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flags) {
+TcpAddress ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
+  TcpAddress t;
+  t.family = 4;
+  t.bytes = {a, b, c, d};
+  return t;
+}
+
+// 2001:db8::<last> (the documentation prefix).
+TcpAddress ipv6(std::uint8_t last) {
+  TcpAddress t;
+  t.family = 6;
+  t.bytes = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
+  return t;
+}
+
+// A blob whose tcp lane listens on port 7000 at `addresses`; without
+// addresses, one with no tcp lane (port 0).
+Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flags,
+               std::vector<TcpAddress> addresses = {}) {
   static Bytes address;
   static Bytes rkey;
   address = pattern(address_len, 7);
@@ -90,27 +111,67 @@ Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flag
   b.cookie_epoch = 0x1234567890abcdef;
   b.worker_address = address;
   b.rkey = rkey;
+  b.tcp_token = 0x0fedcba987654321;
+  b.tcp_port = addresses.empty() ? 0 : 7000;
+  b.tcp_addresses = std::move(addresses);
   return encode_blob(b);
 }
 
 void ucx_blob_seeds() {
   const std::string t = "ucx_blob";
-  const Bytes valid = ucx_blob(72, 16, kBlobAcceptsCma | kBlobAcceptsScatter);
+  const std::vector<TcpAddress> both = {ipv4(10, 1, 2, 3), ipv6(1)};
+  const Bytes valid = ucx_blob(72, 16, kBlobAcceptsCma | kBlobAcceptsScatter, both);
+  const Bytes no_tcp = ucx_blob(72, 16, kBlobAcceptsCma | kBlobAcceptsScatter);
   write_seed(t, true, "valid", valid);
+  write_seed(t, true, "valid_no_tcp_lane", no_tcp);
   write_seed(t, true, "valid_empty_fields", ucx_blob(0, 0, 0));
-  write_seed(t, true, "valid_4k_address", ucx_blob(4096, 75, kBlobAcceptsScatter));
+  write_seed(t, true, "valid_4k_address", ucx_blob(4096, 75, kBlobAcceptsScatter, both));
   write_seed(t, true, "valid_max_field", ucx_blob(kMaxBlobField, 1, 0));
+  write_seed(t, true, "valid_rdma",
+             ucx_blob(72, 16, kBlobAcceptsScatter | kBlobAcceptsGather | kBlobHasRdma, both));
+  std::vector<TcpAddress> most;
+  for (std::uint8_t i = 0; i < kMaxTcpAddresses; ++i) {
+    most.push_back(i % 2 == 0 ? ipv4(192, 168, i, 1) : ipv6(i));
+  }
+  write_seed(t, true, "valid_max_tcp_addresses", ucx_blob(72, 16, 0, most));
   constexpr std::size_t kAddressLenAt = 4 + 2 + 2 + 4 * 8;
+  // With a 72-byte worker address and a 16-byte rkey (`valid`).
+  constexpr std::size_t kTcpTokenAt = kAddressLenAt + 4 + 72 + 4 + 16 + 4;
+  constexpr std::size_t kTcpPortAt = kTcpTokenAt + 8;
+  constexpr std::size_t kAddressCountAt = kTcpPortAt + 2;
+  constexpr std::size_t kFirstAddressAt = kAddressCountAt + 2;  // 10.1.2.3
   write_seed(t, false, "empty", {});
   write_seed(t, false, "truncated_header", Bytes(valid.begin(), valid.begin() + 20));
-  write_seed(t, false, "truncated_rkey", cut(valid, 1));
+  write_seed(t, false, "truncated_tcp_part", cut(no_tcp, 1));
+  write_seed(t, false, "truncated_address", cut(valid, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
   write_seed(t, false, "bad_version", set_u16(valid, 4, kBlobVersion + 1));
+  // Version 2 (no tcp part), as its encoder wrote it, and its number on a
+  // version-3 blob.
+  write_seed(t, false, "version_2", set_u16(cut(no_tcp, 12), 4, 2));
+  write_seed(t, false, "version_2_number", set_u16(valid, 4, 2));
   write_seed(t, false, "address_len_off_by_one", set_u32(valid, kAddressLenAt, 73));
   write_seed(t, false, "huge_address_len", set_u32(valid, kAddressLenAt, 0xffffffff));
   write_seed(t, false, "over_limit_address_len", set_u32(valid, kAddressLenAt, kMaxBlobField + 1));
   write_seed(t, false, "huge_rkey_len", set_u32(valid, kAddressLenAt + 4 + 72, 0xffffffff));
+  Bytes family = valid;
+  family[kFirstAddressAt] = 5;
+  write_seed(t, false, "family_5", family);
+  family[kFirstAddressAt] = 10;  // Linux's AF_INET6, not the wire's 6
+  write_seed(t, false, "family_af_inet6", family);
+  Bytes tail = valid;
+  tail[kFirstAddressAt + 1 + 4] = 1;
+  write_seed(t, false, "ipv4_nonzero_tail", tail);
+  tail = valid;
+  tail[kFirstAddressAt + 16] = 0xff;
+  write_seed(t, false, "ipv4_nonzero_last_byte", tail);
+  most.push_back(ipv4(192, 168, 99, 1));
+  write_seed(t, false, "too_many_addresses", ucx_blob(72, 16, 0, most));
+  write_seed(t, false, "address_count_says_more", set_u16(valid, kAddressCountAt, 3));
+  write_seed(t, false, "address_count_says_fewer", set_u16(valid, kAddressCountAt, 1));
+  write_seed(t, false, "huge_address_count", set_u16(valid, kAddressCountAt, 0xffff));
+  write_seed(t, false, "addresses_without_port", set_u16(valid, kTcpPortAt, 0));
   write_seed(t, false, "loopback_blob", wire::encode_loopback_blob({1, 2}));
 }
 
@@ -489,6 +550,166 @@ void cookie_seeds() {
   write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1}));
 }
 
+// ---------------------------------------------------------------- tcp frames
+
+namespace tcp = kvxfer::internal::tcp;
+
+// The pool tcp_frame_fuzz.cc checks runs against (its kPool).
+constexpr std::uint64_t kTcpPool = 1 << 20;
+
+tcp::Header frame_header(tcp::FrameType type, std::uint32_t count, std::uint64_t length,
+                         std::uint16_t flags = 0, std::uint32_t status = 0) {
+  tcp::Header h;
+  h.type = type;
+  h.flags = flags;
+  h.count = count;
+  h.status = status;
+  h.seq = 42;
+  h.length = length;
+  return h;
+}
+
+Bytes frame(const tcp::Header& h, const Bytes& body = {}) {
+  Bytes b(tcp::kHeaderLen);
+  tcp::encode_header(b.data(), h);
+  b.insert(b.end(), body.begin(), body.end());
+  return b;
+}
+
+Bytes hello_frame(const std::string& name, std::uint64_t lineage = 0x0102030405060708,
+                  std::uint64_t gen = 1, std::uint64_t epoch = 0xa1a2a3a4a5a6a7a8) {
+  Bytes body(tcp::kHelloFixedLen + name.size());
+  tcp::encode_hello_body(body.data(), tcp::Hello{0x1234567890abcdef, lineage, gen, epoch, name});
+  return frame(frame_header(tcp::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0),
+               body);
+}
+
+Bytes runs_body(const std::vector<Run>& runs) {
+  Bytes b(runs.size() * wire::kRunLen);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    wire::put_run_at(b.data() + i * wire::kRunLen, runs[i].offset, runs[i].length);
+  }
+  return b;
+}
+
+std::uint64_t total_of(const std::vector<Run>& runs) {
+  std::uint64_t total = 0;
+  for (const Run& r : runs) total += r.length;
+  return total;
+}
+
+// A write (or read request) of `runs`; its length is their total unless
+// `length` says otherwise.
+Bytes runs_frame(tcp::FrameType type, const std::vector<Run>& runs, std::uint16_t flags = 0,
+                 std::optional<std::uint64_t> length = std::nullopt) {
+  return frame(frame_header(type, static_cast<std::uint32_t>(runs.size()),
+                            length.value_or(total_of(runs)), flags),
+               runs_body(runs));
+}
+
+Bytes write_frame(const std::vector<Run>& runs, std::uint16_t flags = 0) {
+  return runs_frame(tcp::FrameType::kWrite, runs, flags);
+}
+
+Bytes notify_frame(const Bytes& message, std::uint16_t flags = 0) {
+  return frame(frame_header(tcp::FrameType::kNotify, 0, message.size(), flags), message);
+}
+
+void tcp_frame_seeds() {
+  const std::string t = "tcp_frame";
+  using tcp::FrameType;
+  const std::vector<Run> three = {{0, 16}, {4096, 32}, {kTcpPool - 16, 16}};
+  write_seed(t, true, "hello", hello_frame("agent-0"));
+  write_seed(t, true, "hello_longest_name", hello_frame(std::string(tcp::kMaxName, 'n')));
+  write_seed(t, true, "welcome", frame(frame_header(FrameType::kWelcome, 0, 0)));
+  write_seed(t, true, "write_1run", write_frame({{4096, 4096}}));
+  Bytes with_payload = write_frame(three);
+  const Bytes payload = pattern(total_of(three), 5);
+  with_payload.insert(with_payload.end(), payload.begin(), payload.end());
+  write_seed(t, true, "write_3runs_and_payload", with_payload);
+  write_seed(t, true, "write_more", write_frame(three, tcp::kMore));
+  Bytes then_notify = write_frame(three, tcp::kNotifyFollows);
+  const Bytes note = notify_frame(text("done:42"));
+  then_notify.insert(then_notify.end(), note.begin(), note.end());
+  write_seed(t, true, "write_notify_follows", then_notify);
+  write_seed(t, true, "write_whole_pool", write_frame({{0, kTcpPool}}));
+  write_seed(t, true, "write_max_runs", write_frame(runs_of(tcp::kMaxRuns, 16)));
+  write_seed(t, true, "notify", note);
+  write_seed(t, true, "notify_longest", notify_frame(pattern(tcp::kMaxMessage, 1)));
+  write_seed(t, true, "read_req", runs_frame(FrameType::kReadReq, {{0, 4096}, {8192, 4096}}));
+  write_seed(t, true, "read_req_more", runs_frame(FrameType::kReadReq, three, tcp::kMore));
+  write_seed(t, true, "ack", frame(frame_header(FrameType::kAck, 0, 0)));
+  write_seed(t, true, "ack_refused",
+             frame(frame_header(FrameType::kAck, 0, 0, 0, tcp::kStatusRefused)));
+  write_seed(t, true, "ack_queue_full",
+             frame(frame_header(FrameType::kAck, 0, 0, 0, tcp::kStatusQueueFull)));
+  write_seed(t, true, "read_data", frame(frame_header(FrameType::kReadData, 0, 8192)));
+  write_seed(t, true, "read_data_refused",
+             frame(frame_header(FrameType::kReadData, 0, 0, 0, tcp::kStatusRefused)));
+
+  const Bytes valid = write_frame(three);
+  constexpr std::size_t kTypeAt = 5;
+  constexpr std::size_t kFlagsAt = 6;
+  constexpr std::size_t kCountAt = 8;
+  constexpr std::size_t kStatusAt = 12;
+  constexpr std::size_t kLengthAt = 24;
+  write_seed(t, false, "empty", {});
+  write_seed(t, false, "truncated_header", Bytes(valid.begin(), valid.begin() + 31));
+  write_seed(t, false, "bad_magic", flip(valid, 0));
+  Bytes version = valid;
+  version[4] = tcp::kFrameVersion + 1;
+  write_seed(t, false, "bad_version", version);
+  Bytes type = valid;
+  type[kTypeAt] = 0;
+  write_seed(t, false, "type_0", type);
+  type[kTypeAt] = 8;
+  write_seed(t, false, "type_8", type);
+  const Bytes good_hello = hello_frame("agent-0");
+  write_seed(t, false, "hello_no_name", set_u32(good_hello, kCountAt, 0));
+  write_seed(t, false, "hello_name_too_long", hello_frame(std::string(tcp::kMaxName + 1, 'n')));
+  write_seed(t, false, "hello_with_length", set_u64(good_hello, kLengthAt, 1));
+  write_seed(t, false, "hello_with_flags", set_u16(good_hello, kFlagsAt, tcp::kMore));
+  write_seed(t, false, "hello_zero_lineage", hello_frame("agent-0", 0));
+  write_seed(t, false, "hello_zero_gen", hello_frame("agent-0", 1, 0));
+  write_seed(t, false, "hello_zero_epoch", hello_frame("agent-0", 1, 1, 0));
+  write_seed(t, false, "hello_truncated_name", cut(good_hello, 1));
+  write_seed(t, false, "welcome_with_count", frame(frame_header(FrameType::kWelcome, 1, 0)));
+  write_seed(t, false, "write_zero_runs", set_u32(valid, kCountAt, 0));
+  write_seed(t, false, "write_too_many_runs", write_frame(runs_of(tcp::kMaxRuns + 1, 16)));
+  write_seed(t, false, "write_zero_length", set_u64(valid, kLengthAt, 0));
+  write_seed(t, false, "write_more_and_notify_follows",
+             write_frame(three, tcp::kMore | tcp::kNotifyFollows));
+  write_seed(t, false, "write_unknown_flag", write_frame(three, 1u << 2));
+  write_seed(t, false, "write_with_status", set_u32(valid, kStatusAt, 1));
+  write_seed(t, false, "write_truncated_runs", cut(valid, 1));
+  write_seed(t, false, "write_count_says_more", set_u32(valid, kCountAt, 4));
+  write_seed(t, false, "write_run_past_pool", write_frame({{kTcpPool, 16}}));
+  write_seed(t, false, "write_run_over_pool_end", write_frame({{0, 16}, {kTcpPool - 8, 16}}));
+  write_seed(t, false, "write_zero_length_run", write_frame({{0, 16}, {4096, 0}}));
+  write_seed(t, false, "write_length_short",
+             runs_frame(FrameType::kWrite, three, 0, total_of(three) - 1));
+  write_seed(t, false, "write_length_long",
+             runs_frame(FrameType::kWrite, three, 0, total_of(three) + 1));
+  write_seed(t, false, "write_end_overflows", write_frame({{~0ull - 100, 4096}}));
+  // Two runs whose lengths wrap to the header's length in 64 bits.
+  write_seed(t, false, "write_sum_overflows",
+             runs_frame(FrameType::kWrite, {{0, 1ull << 63}, {0, (1ull << 63) + 16}}, 0, 16));
+  write_seed(t, false, "read_req_notify_follows",
+             runs_frame(FrameType::kReadReq, three, tcp::kNotifyFollows));
+  write_seed(t, false, "read_req_run_past_pool",
+             runs_frame(FrameType::kReadReq, {{kTcpPool - 16, 32}}));
+  write_seed(t, false, "notify_empty", frame(frame_header(FrameType::kNotify, 0, 0)));
+  write_seed(t, false, "notify_too_long", notify_frame(pattern(tcp::kMaxMessage + 1, 1)));
+  write_seed(t, false, "notify_truncated", cut(note, 1));
+  write_seed(t, false, "notify_with_flags", notify_frame(text("done:42"), tcp::kMore));
+  write_seed(t, false, "ack_with_length", frame(frame_header(FrameType::kAck, 0, 16)));
+  write_seed(t, false, "ack_with_count", frame(frame_header(FrameType::kAck, 1, 0)));
+  write_seed(t, false, "read_data_refusal_with_bytes",
+             frame(frame_header(FrameType::kReadData, 0, 8192, 0, tcp::kStatusRefused)));
+  write_seed(t, false, "a_ucx_blob", ucx_blob(72, 16, 0, {ipv4(10, 1, 2, 3)}));
+  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -509,6 +730,7 @@ int main(int argc, char** argv) {
   fence_seeds();
   notify_seeds();
   cookie_seeds();
+  tcp_frame_seeds();
   std::printf("seeds written under %s\n", g_root.c_str());
   return 0;
 }

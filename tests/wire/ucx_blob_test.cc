@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The UCX engine's blob inside the agent metadata: its exact bytes, round
-// trips, and every malformed blob refused without reading outside it.
+// trips (the tcp part's IPv4 and IPv6 addresses included), and every
+// malformed blob refused without reading outside it.
 #include "wire/ucx_blob.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -15,9 +17,24 @@ namespace {
 const std::vector<std::uint8_t> kAddress = {0xa1, 0xa2, 0xa3};
 const std::vector<std::uint8_t> kRkey = {0xb1, 0xb2};
 
+TcpAddress ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
+  TcpAddress t;
+  t.family = 4;
+  t.bytes = {a, b, c, d};
+  return t;
+}
+
+// 2001:db8::<last> (the documentation prefix).
+TcpAddress ipv6(std::uint8_t last) {
+  TcpAddress t;
+  t.family = 6;
+  t.bytes = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
+  return t;
+}
+
 Blob golden_value() {
   Blob b;
-  b.flags = 0x0203;
+  b.flags = kBlobAcceptsCma | kBlobAcceptsGather | kBlobHasRdma;
   b.pidns_dev = 0x0102030405060708ull;
   b.pidns_ino = 0x1112131415161718ull;
   b.cookie_addr = 0x2122232425262728ull;
@@ -25,12 +42,41 @@ Blob golden_value() {
   b.worker_address = kAddress;
   b.rkey = kRkey;
   b.notify_fd = 0x41424344;
+  b.tcp_token = 0x5152535455565758ull;
+  b.tcp_port = 7000;
+  b.tcp_addresses = {ipv4(10, 1, 2, 3), ipv6(0x01)};
   return b;
 }
 
-// Written out by hand: peers of earlier versions read and write these bytes.
+// Written out by hand: peers built from other sources read and write these
+// bytes, so a change of layout must fail here, not only round trip.
 const std::vector<std::uint8_t> kGoldenBytes = {
-    'K',  'V',  'X',  'U',  0x02, 0x00, 0x03, 0x02,  // magic, version 2, flags
+    'K',  'V',  'X',  'U',  0x03, 0x00, 0x0d, 0x00,  // magic, version 3, flags cma|gather|rdma
+    0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // pid namespace device
+    0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // pid namespace inode
+    0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // cookie address
+    0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31,  // cookie epoch
+    0x03, 0x00, 0x00, 0x00, 0xa1, 0xa2, 0xa3,        // worker address
+    0x02, 0x00, 0x00, 0x00, 0xb1, 0xb2,              // packed rkey
+    0x44, 0x43, 0x42, 0x41,                          // notify fd
+    0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51,  // tcp token
+    0x58, 0x1b,                                      // tcp port 7000
+    0x02, 0x00,                                      // address count
+    0x04,                                            // family 4
+    0x0a, 0x01, 0x02, 0x03, 0x00, 0x00, 0x00, 0x00,  // 10.1.2.3,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //   the rest zero
+    0x06,                                            // family 6
+    0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,  // 2001:db8::1
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,  //
+};
+constexpr std::size_t kTcpPortAt = 65;
+constexpr std::size_t kAddressCountAt = 67;
+constexpr std::size_t kFirstAddressAt = 69;
+constexpr std::size_t kAddressLen = 17;
+
+// A version-2 blob as the previous encoder wrote it: no tcp part.
+const std::vector<std::uint8_t> kVersion2Bytes = {
+    'K',  'V',  'X',  'U',  0x02, 0x00, 0x03, 0x00,  // magic, version 2, flags
     0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // pid namespace device
     0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // pid namespace inode
     0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // cookie address
@@ -42,12 +88,31 @@ const std::vector<std::uint8_t> kGoldenBytes = {
 
 std::vector<std::uint8_t> bytes_of(std::span<const std::uint8_t> s) { return {s.begin(), s.end()}; }
 
+// True when `bytes` is refused and the output, filled beforehand, is left
+// as it was.
+bool refused(std::span<const std::uint8_t> bytes) {
+  Blob out;
+  out.flags = 0x7777;
+  out.tcp_port = 0x6666;
+  out.tcp_addresses = {ipv6(0x99)};
+  if (decode_blob(bytes, &out)) return false;
+  return out.flags == 0x7777 && out.tcp_port == 0x6666 &&
+         out.tcp_addresses == std::vector<TcpAddress>{ipv6(0x99)};
+}
+
 TEST(UcxBlob, EncodesToTheGoldenBytes) { EXPECT_EQ(encode_blob(golden_value()), kGoldenBytes); }
+
+TEST(UcxBlob, FlagsKeepTheirBits) {
+  EXPECT_EQ(kBlobAcceptsCma, 0x01);
+  EXPECT_EQ(kBlobAcceptsScatter, 0x02);
+  EXPECT_EQ(kBlobAcceptsGather, 0x04);
+  EXPECT_EQ(kBlobHasRdma, 0x08);
+}
 
 TEST(UcxBlob, DecodesTheGoldenBytesIntoViewsOfThem) {
   Blob b;
   ASSERT_TRUE(decode_blob(kGoldenBytes, &b));
-  EXPECT_EQ(b.flags, 0x0203);
+  EXPECT_EQ(b.flags, kBlobAcceptsCma | kBlobAcceptsGather | kBlobHasRdma);
   EXPECT_EQ(b.pidns_dev, 0x0102030405060708ull);
   EXPECT_EQ(b.pidns_ino, 0x1112131415161718ull);
   EXPECT_EQ(b.cookie_addr, 0x2122232425262728ull);
@@ -56,43 +121,153 @@ TEST(UcxBlob, DecodesTheGoldenBytesIntoViewsOfThem) {
   EXPECT_EQ(bytes_of(b.rkey), kRkey);
   EXPECT_EQ(b.worker_address.data(), kGoldenBytes.data() + 44);
   EXPECT_EQ(b.rkey.data(), kGoldenBytes.data() + 51);
+  EXPECT_EQ(b.notify_fd, 0x41424344u);
+  EXPECT_EQ(b.tcp_token, 0x5152535455565758ull);
+  EXPECT_EQ(b.tcp_port, 7000);
+  EXPECT_EQ(b.tcp_addresses, (std::vector<TcpAddress>{ipv4(10, 1, 2, 3), ipv6(0x01)}));
 }
 
-TEST(UcxBlob, RoundTripsEmptyFields) {
+TEST(UcxBlob, RoundTripsEmptyFieldsWithoutATcpLane) {
   Blob in;
   in.flags = kBlobAcceptsCma | kBlobAcceptsScatter;
+  in.tcp_token = 0x1234;  // a token with no lane is carried, not judged
   const auto bytes = encode_blob(in);
-  EXPECT_EQ(bytes.size(), 52u);
+  EXPECT_EQ(bytes.size(), 64u);
   Blob out;
   ASSERT_TRUE(decode_blob(bytes, &out));
   EXPECT_EQ(out.flags, in.flags);
   EXPECT_TRUE(out.worker_address.empty());
   EXPECT_TRUE(out.rkey.empty());
+  EXPECT_EQ(out.notify_fd, kNoNotifyFd);
+  EXPECT_EQ(out.tcp_token, 0x1234u);
+  EXPECT_EQ(out.tcp_port, 0);
+  EXPECT_TRUE(out.tcp_addresses.empty());
+}
+
+TEST(UcxBlob, RoundTripsATcpPartOfIPv4AndIPv6Addresses) {
+  Blob in = golden_value();
+  in.tcp_token = std::numeric_limits<std::uint64_t>::max();
+  in.tcp_port = 0xffff;
+  in.tcp_addresses.clear();
+  for (std::uint8_t i = 0; i < kMaxTcpAddresses; ++i) {
+    in.tcp_addresses.push_back(i % 2 == 0 ? ipv4(192, 168, i, 255) : ipv6(i));
+  }
+  // An IPv6 address may use all 16 bytes, the ones an IPv4 address must
+  // leave zero included.
+  in.tcp_addresses.back().bytes.fill(0xff);
+  const auto bytes = encode_blob(in);
+  EXPECT_EQ(bytes.size(), kGoldenBytes.size() + (kMaxTcpAddresses - 2) * kAddressLen);
+  Blob out;
+  ASSERT_TRUE(decode_blob(bytes, &out));
+  EXPECT_EQ(out.tcp_token, in.tcp_token);
+  EXPECT_EQ(out.tcp_port, in.tcp_port);
+  EXPECT_EQ(out.tcp_addresses, in.tcp_addresses);
+  EXPECT_EQ(encode_blob(out), bytes);
+}
+
+TEST(UcxBlob, RoundTripsAPortWithoutAddresses) {
+  Blob in = golden_value();
+  in.tcp_addresses.clear();
+  Blob out;
+  ASSERT_TRUE(decode_blob(encode_blob(in), &out));
+  EXPECT_EQ(out.tcp_port, 7000);
+  EXPECT_TRUE(out.tcp_addresses.empty());
 }
 
 TEST(UcxBlob, RefusesEveryTruncationAndLeavesTheOutputAlone) {
   for (std::size_t len = 0; len < kGoldenBytes.size(); ++len) {
-    Blob out;
-    out.flags = 0x7777;
-    EXPECT_FALSE(decode_blob(std::span(kGoldenBytes.data(), len), &out)) << len;
-    EXPECT_EQ(out.flags, 0x7777) << len;
+    EXPECT_TRUE(refused(std::span(kGoldenBytes.data(), len))) << len;
   }
 }
 
 TEST(UcxBlob, RefusesTrailingBytes) {
   auto bytes = kGoldenBytes;
   bytes.push_back(0);
-  Blob out;
-  EXPECT_FALSE(decode_blob(bytes, &out));
+  EXPECT_TRUE(refused(bytes));
+  // A whole address more than the count says is trailing bytes too.
+  bytes = kGoldenBytes;
+  bytes[kAddressCountAt] = 1;
+  EXPECT_TRUE(refused(bytes));
 }
 
-TEST(UcxBlob, RefusesWrongMagicOrVersion) {
-  for (const std::size_t at : {0u, 3u, 4u, 5u}) {
+TEST(UcxBlob, RefusesWrongMagic) {
+  for (const std::size_t at : {0u, 1u, 2u, 3u}) {
     auto bytes = kGoldenBytes;
     bytes[at] ^= 0x01;
-    Blob out;
-    EXPECT_FALSE(decode_blob(bytes, &out)) << "accepted a flipped byte " << at;
+    EXPECT_TRUE(refused(bytes)) << "accepted a flipped byte " << at;
   }
+}
+
+TEST(UcxBlob, RefusesEveryOtherVersion) {
+  for (const std::uint16_t version : {0, 1, 2, 4, 0x0103, 0xffff}) {
+    auto bytes = kGoldenBytes;
+    wire::store_le(bytes.data() + 4, version);
+    EXPECT_TRUE(refused(bytes)) << "version " << version;
+  }
+}
+
+TEST(UcxBlob, RefusesAVersion2BlobAsItsEncoderWroteIt) {
+  // Its peer has no tcp part to offer: refused, not read as a blob with
+  // none.
+  EXPECT_TRUE(refused(kVersion2Bytes));
+  auto as_v3 = kVersion2Bytes;
+  as_v3[4] = 0x03;
+  EXPECT_TRUE(refused(as_v3));
+}
+
+TEST(UcxBlob, RefusesAnAddressFamilyOtherThan4Or6) {
+  // 2 and 10 are Linux's AF_INET and AF_INET6: the wire says 4 and 6.
+  for (const std::uint8_t family : {0, 2, 5, 10, 0xff}) {
+    for (const std::size_t address : {0u, 1u}) {
+      auto bytes = kGoldenBytes;
+      bytes[kFirstAddressAt + address * kAddressLen] = family;
+      EXPECT_TRUE(refused(bytes)) << "family " << int{family} << " address " << address;
+    }
+  }
+}
+
+TEST(UcxBlob, RefusesAnIPv4AddressWithANonzeroBytePastItsFour) {
+  for (std::size_t at = 4; at < 16; ++at) {
+    auto bytes = kGoldenBytes;
+    bytes[kFirstAddressAt + 1 + at] = 0x01;
+    EXPECT_TRUE(refused(bytes)) << "byte " << at;
+  }
+  // The same bytes as an IPv6 address are one.
+  auto bytes = kGoldenBytes;
+  bytes[kFirstAddressAt] = 6;
+  bytes[kFirstAddressAt + 1 + 15] = 0x01;
+  Blob out;
+  ASSERT_TRUE(decode_blob(bytes, &out));
+  EXPECT_EQ(out.tcp_addresses[0].family, 6);
+}
+
+TEST(UcxBlob, RefusesMoreThanKMaxTcpAddresses) {
+  Blob in = golden_value();
+  in.tcp_addresses.assign(kMaxTcpAddresses + 1, ipv4(10, 0, 0, 1));
+  EXPECT_TRUE(refused(encode_blob(in)));
+  in.tcp_addresses.pop_back();
+  Blob out;
+  EXPECT_TRUE(decode_blob(encode_blob(in), &out));
+}
+
+TEST(UcxBlob, RefusesACountOfMoreAddressesThanFollow) {
+  for (const std::uint16_t count : {3, 16, 17, 0xffff}) {
+    auto bytes = kGoldenBytes;
+    wire::store_le(bytes.data() + kAddressCountAt, count);
+    EXPECT_TRUE(refused(bytes)) << count;
+  }
+}
+
+TEST(UcxBlob, RefusesAddressesWithoutAPort) {
+  auto bytes = kGoldenBytes;
+  wire::store_le<std::uint16_t>(bytes.data() + kTcpPortAt, 0);
+  EXPECT_TRUE(refused(bytes));
+  // Port 0 and no addresses: the agent has no tcp lane.
+  Blob in = golden_value();
+  in.tcp_port = 0;
+  in.tcp_addresses.clear();
+  Blob out;
+  EXPECT_TRUE(decode_blob(encode_blob(in), &out));
 }
 
 TEST(UcxBlob, RefusesAFieldLongerThanTheLimit) {
@@ -100,10 +275,10 @@ TEST(UcxBlob, RefusesAFieldLongerThanTheLimit) {
   std::vector<std::uint8_t> address(kMaxBlobField + 1, 0x5a);
   Blob in = golden_value();
   in.worker_address = address;
-  Blob out;
-  EXPECT_FALSE(decode_blob(encode_blob(in), &out));
+  EXPECT_TRUE(refused(encode_blob(in)));
   address.pop_back();
   in.worker_address = address;
+  Blob out;
   EXPECT_TRUE(decode_blob(encode_blob(in), &out));
 }
 

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+// The frames of the tcp lane (engines/tcp/): what one kvxfer process sends
+// another over a TCP connection of its own. Every frame starts with the same
+// fixed header, decoded and bounded here before anything else of the frame
+// is read:
+//
+//   u32 magic "KVXT" | u8 version | u8 type | u16 flags
+//   | u32 count | u32 status | u64 seq | u64 length          (kHeaderLen)
+//
+// then, by type (initiator -> target unless said otherwise):
+//   kHello     first frame of every connection, nothing else is read before
+//              it: count = name length (1..kMaxName), length = 0;
+//              body u64 target token | u64 lineage | u64 gen | u64 epoch
+//              | name. The token is the target's (from its metadata); lineage,
+//              gen and epoch fence the connection (engines/tcp/tcp_lane.h).
+//   kWelcome   target -> initiator, the answer to an accepted hello.
+//   kWrite     count = runs (1..kMaxRuns), length = payload bytes (the sum of
+//              the runs' lengths); body: the runs (wire/runs.h), then the
+//              payload, received straight into the target's pool. flags
+//              kMore: more frames of this transfer follow (only the last is
+//              acked); kNotifyFollows: a kNotify frame with the same seq
+//              follows, and it is acked instead.
+//   kNotify    count = 0, length = message bytes (1..kMaxMessage);
+//              body: the message. Sent after its transfer's data, on the same
+//              connection, so it arrives after the bytes by construction.
+//   kReadReq   count = runs of the TARGET's pool to send back, length = their
+//              total; flags kMore as for writes.
+//   kAck       target -> initiator: seq, status (0: done), nothing follows.
+//   kReadData  target -> initiator: seq, status, length = payload bytes (the
+//              request's total when status is 0, else 0); the payload
+//              follows, received straight into the reader's pool.
+// A decoder never trusts a length it did not bound: runs are checked against
+// the receiver's own pool (wire::runs_in_region) before a payload byte is
+// read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "wire/bytes.h"
+#include "wire/runs.h"
+
+namespace kvxfer::internal::tcp {
+
+inline constexpr std::uint32_t kFrameMagic = 0x5458564b;  // "KVXT" as bytes
+inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::size_t kHeaderLen = 32;
+inline constexpr std::size_t kHelloFixedLen = 32;
+inline constexpr std::size_t kMaxName = 256;
+// Runs per frame: one readv/sendmsg's worth of iovecs (IOV_MAX is 1024).
+// A transfer with more runs is several frames.
+inline constexpr std::size_t kMaxRuns = 1000;
+// The longest notification message (kvxfer::kMaxNotificationBytes; the
+// lane checks that the two agree, so this header needs nothing outside
+// src/wire).
+inline constexpr std::size_t kMaxMessage = 4096;
+
+enum class FrameType : std::uint8_t {
+  kHello = 1,
+  kWelcome = 2,
+  kWrite = 3,
+  kNotify = 4,
+  kReadReq = 5,
+  kAck = 6,
+  kReadData = 7,
+};
+
+enum FrameFlags : std::uint16_t {
+  kMore = 1u << 0,
+  kNotifyFollows = 1u << 1,
+};
+
+// A kAck's or kReadData's status.
+enum WireStatus : std::uint32_t {
+  kStatusOk = 0,
+  // The frame's runs do not lie in the target's pool, or its payload does
+  // not match them: nothing of it was written, and the target closes the
+  // connection after this answer.
+  kStatusRefused = 1,
+  // The target's queue holds as many of this sender's notifications as it
+  // keeps (the message is dropped, the sender's transfer fails).
+  kStatusQueueFull = 2,
+};
+
+struct Header {
+  FrameType type = FrameType::kHello;
+  std::uint16_t flags = 0;
+  std::uint32_t count = 0;
+  std::uint32_t status = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t length = 0;
+};
+
+struct Hello {
+  std::uint64_t token = 0;
+  std::uint64_t lineage = 0;
+  std::uint64_t gen = 0;
+  std::uint64_t epoch = 0;
+  std::string_view name;  // a view into the decoded bytes
+};
+
+// Writes a header in place (kHeaderLen bytes at `out`).
+inline void encode_header(std::uint8_t* out, const Header& h) {
+  wire::ByteWriter w(std::span(out, kHeaderLen));
+  w.u32(kFrameMagic);
+  w.u8(kFrameVersion);
+  w.u8(static_cast<std::uint8_t>(h.type));
+  w.u16(h.flags);
+  w.u32(h.count);
+  w.u32(h.status);
+  w.u64(h.seq);
+  w.u64(h.length);
+}
+
+// The bytes that follow a header before any payload: the hello's fixed part
+// and name, a write's or read request's runs, a notification's message.
+[[nodiscard]] inline std::size_t body_len(const Header& h) {
+  switch (h.type) {
+    case FrameType::kHello:
+      return kHelloFixedLen + h.count;
+    case FrameType::kWrite:
+    case FrameType::kReadReq:
+      return h.count * wire::kRunLen;
+    case FrameType::kNotify:
+      return h.length;
+    default:
+      return 0;
+  }
+}
+
+// False unless `bytes` (kHeaderLen of them) is a header of a known type whose
+// counts and lengths are within this format's bounds: a hello's name
+// 1..kMaxName, a write's or read request's runs 1..kMaxRuns with a nonzero
+// length, a notification's message 1..kMaxMessage, nothing else carrying a
+// count; only writes and read requests carry flags, and only their own (a
+// write never both kMore and kNotifyFollows); a welcome is all zero. A
+// payload's length is checked against the runs later, by the lane, and
+// body_len() means something only for a header this accepted.
+[[nodiscard]] inline bool decode_header(std::span<const std::uint8_t> bytes, Header* out) {
+  if (bytes.size() != kHeaderLen) return false;
+  wire::ByteReader in(bytes);
+  const auto magic = in.u32();
+  const auto version = in.u8();
+  const auto type = in.u8();
+  const auto flags = in.u16();
+  const auto count = in.u32();
+  const auto status = in.u32();
+  const auto seq = in.u64();
+  const auto length = in.u64();
+  if (!in.ok() || *magic != kFrameMagic || *version != kFrameVersion) return false;
+  Header h;
+  h.type = static_cast<FrameType>(*type);
+  h.flags = *flags;
+  h.count = *count;
+  h.status = *status;
+  h.seq = *seq;
+  h.length = *length;
+  bool ok = false;
+  switch (h.type) {
+    case FrameType::kHello:
+      ok = h.count >= 1 && h.count <= kMaxName && h.length == 0 && h.flags == 0 && h.status == 0;
+      break;
+    case FrameType::kWelcome:
+      ok = h.count == 0 && h.length == 0 && h.flags == 0 && h.status == 0;
+      break;
+    case FrameType::kWrite:
+      ok = h.count >= 1 && h.count <= kMaxRuns && h.length > 0 && h.status == 0 &&
+           (h.flags & ~(kMore | kNotifyFollows)) == 0 &&
+           (h.flags & (kMore | kNotifyFollows)) != (kMore | kNotifyFollows);
+      break;
+    case FrameType::kReadReq:
+      ok = h.count >= 1 && h.count <= kMaxRuns && h.length > 0 && h.status == 0 &&
+           (h.flags & ~kMore) == 0;
+      break;
+    case FrameType::kNotify:
+      ok =
+          h.count == 0 && h.length >= 1 && h.length <= kMaxMessage && h.flags == 0 && h.status == 0;
+      break;
+    case FrameType::kAck:
+      ok = h.count == 0 && h.length == 0 && h.flags == 0;
+      break;
+    case FrameType::kReadData:
+      ok = h.count == 0 && h.flags == 0 && (h.status == 0 || h.length == 0);
+      break;
+  }
+  if (!ok) return false;
+  *out = h;
+  return true;
+}
+
+// Writes a hello's body (kHelloFixedLen + name bytes at `out`); the caller
+// keeps the name 1..kMaxName bytes.
+inline void encode_hello_body(std::uint8_t* out, const Hello& hello) {
+  wire::ByteWriter w(std::span(out, kHelloFixedLen + hello.name.size()));
+  w.u64(hello.token);
+  w.u64(hello.lineage);
+  w.u64(hello.gen);
+  w.u64(hello.epoch);
+  w.raw(wire::byte_view(hello.name));
+}
+
+// False unless `body` is a hello's body whose name is `name_len` bytes and
+// whose lineage, gen and epoch are nonzero. *out's name views `body`.
+[[nodiscard]] inline bool decode_hello_body(std::span<const std::uint8_t> body,
+                                            std::size_t name_len, Hello* out) {
+  if (body.size() != kHelloFixedLen + name_len) return false;
+  wire::ByteReader in(body);
+  const auto token = in.u64();
+  const auto lineage = in.u64();
+  const auto gen = in.u64();
+  const auto epoch = in.u64();
+  const auto name = in.take(name_len);
+  if (!in.ok() || *lineage == 0 || *gen == 0 || *epoch == 0) return false;
+  out->token = *token;
+  out->lineage = *lineage;
+  out->gen = *gen;
+  out->epoch = *epoch;
+  out->name = std::string_view(reinterpret_cast<const char*>(name->data()), name->size());
+  return true;
+}
+
+// True when a write's or read request's runs (body_len(h) bytes) all lie in a
+// region of `region_len` bytes and add up to exactly h.length.
+[[nodiscard]] inline bool runs_fit(const Header& h, std::span<const std::uint8_t> runs,
+                                   std::uint64_t region_len) {
+  if (h.type != FrameType::kWrite && h.type != FrameType::kReadReq) return false;
+  if (runs.size() != body_len(h) || runs.empty()) return false;
+  std::uint64_t total = 0;
+  return wire::runs_in_region(wire::RunList{runs}, region_len, h.length, &total) &&
+         total == h.length;
+}
+
+}  // namespace kvxfer::internal::tcp

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzz target for the tcp lane's frames (wire/tcp_frame.h), which a peer
+// sends over a connection of its own: input = a 32-byte header | the body it
+// announces (body_len) | anything (a write's payload, the next frame; not
+// read). Accepted: the header decodes, the body is all there, and it passes
+// its check: a hello's body decodes with the header's name length, a
+// write's or read request's runs fit a pool of kPool bytes (runs_fit); a
+// notification's message and the frames without a body have nothing more
+// to check. Refused: anything else, and then the output is left alone.
+// Checked on the way: a decoded header keeps its type's bounds and
+// re-encodes to the same bytes, and runs_fit agrees with a reference that
+// cannot overflow for three pool sizes (kPool, 2^64 - 1, and the header's
+// seq, a size the input chooses). A crash, an over-read or a mismatch is a
+// bug.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "fuzz_target.h"
+#include "wire/tcp_frame.h"
+
+namespace {
+
+using namespace kvxfer::internal::tcp;
+
+__extension__ typedef unsigned __int128 u128;  // __extension__: no -Wpedantic warning
+
+// The receiver's pool for the verdict (make_seeds.cc writes its seeds
+// against the same size).
+constexpr std::uint64_t kPool = 1 << 20;
+constexpr std::uint64_t kMaxU64 = ~0ull;
+// The most body a frame can announce: a hello's, a write's or a notification's.
+constexpr std::size_t kMaxBody =
+    std::max({kHelloFixedLen + kMaxName, std::size_t{kMaxRuns * kvxfer::wire::kRunLen},
+              kMaxMessage});
+
+bool same(const Header& a, const Header& b) {
+  return a.type == b.type && a.flags == b.flags && a.count == b.count && a.status == b.status &&
+         a.seq == b.seq && a.length == b.length;
+}
+
+// The bounds tcp_frame.h's comments give each type, written out apart from
+// decode_header.
+bool in_bounds(const Header& h) {
+  const bool no_flags = h.flags == 0;
+  switch (h.type) {
+    case FrameType::kHello:
+      return h.count >= 1 && h.count <= kMaxName && h.length == 0 && no_flags && h.status == 0;
+    case FrameType::kWelcome:
+      return h.count == 0 && h.length == 0 && no_flags && h.status == 0;
+    case FrameType::kWrite:
+      return h.count >= 1 && h.count <= kMaxRuns && h.length != 0 && h.status == 0 &&
+             (h.flags == 0 || h.flags == kMore || h.flags == kNotifyFollows);
+    case FrameType::kReadReq:
+      return h.count >= 1 && h.count <= kMaxRuns && h.length != 0 && h.status == 0 &&
+             (h.flags == 0 || h.flags == kMore);
+    case FrameType::kNotify:
+      return h.count == 0 && h.length >= 1 && h.length <= kMaxMessage && no_flags &&
+             h.status == 0;
+    case FrameType::kAck:
+      return h.count == 0 && h.length == 0 && no_flags;
+    case FrameType::kReadData:
+      return h.count == 0 && no_flags && (h.status == kStatusOk || h.length == 0);
+  }
+  return false;
+}
+
+// Whether `runs` (h.count of them) lie in a pool of `pool` bytes, none empty,
+// adding up to h.length: in 128 bits, where nothing wraps.
+bool reference_fit(const Header& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
+  if (runs.size() != std::size_t{h.count} * kvxfer::wire::kRunLen) return false;
+  const kvxfer::wire::RunList list{runs};
+  u128 total = 0;
+  for (std::size_t i = 0; i < list.run_count(); ++i) {
+    const kvxfer::wire::Run r = list.run(i);
+    if (r.length == 0 || static_cast<u128>(r.offset) + r.length > pool) return false;
+    total += r.length;
+  }
+  return total == h.length;
+}
+
+// runs_fit, checked against the reference; a disagreement aborts.
+bool checked_fit(const Header& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
+  const bool fits = runs_fit(h, runs, pool);
+  if (fits != reference_fit(h, runs, pool)) std::abort();
+  return fits;
+}
+
+bool hello_fits(const Header& h, std::span<const std::uint8_t> body) {
+  const Hello sentinel{1, 2, 3, 4, "sentinel"};
+  Hello hello = sentinel;
+  if (!decode_hello_body(body, h.count, &hello)) {
+    if (hello.token != sentinel.token || hello.lineage != sentinel.lineage ||
+        hello.gen != sentinel.gen || hello.epoch != sentinel.epoch || hello.name != sentinel.name) {
+      std::abort();
+    }
+    return false;
+  }
+  if (hello.lineage == 0 || hello.gen == 0 || hello.epoch == 0 || hello.name.size() != h.count) {
+    std::abort();
+  }
+  // The name is the body's last bytes, a view of them.
+  const auto* first = reinterpret_cast<const std::uint8_t*>(hello.name.data());
+  if (first != body.data() + kHelloFixedLen) std::abort();
+  std::vector<std::uint8_t> again(body.size());
+  encode_hello_body(again.data(), hello);
+  if (std::memcmp(again.data(), body.data(), body.size()) != 0) std::abort();
+  return true;
+}
+
+bool runs_fit_pool(const Header& h, std::span<const std::uint8_t> runs) {
+  // Sizes where a sum or an end would wrap in 64 bits, and one the input
+  // picks; only kPool decides.
+  (void)checked_fit(h, runs, kMaxU64);
+  (void)checked_fit(h, runs, h.seq);
+  // Runs one byte short are never the runs the header counts.
+  if (runs_fit(h, runs.first(runs.size() - 1), kMaxU64)) std::abort();
+  return checked_fit(h, runs, kPool);
+}
+
+}  // namespace
+
+namespace kvxfer::fuzz {
+
+bool accepts(std::span<const std::uint8_t> input) {
+  if (input.size() < kHeaderLen) return false;
+  const auto bytes = input.first(kHeaderLen);
+  Header sentinel;
+  sentinel.type = FrameType::kReadData;
+  sentinel.flags = 9;
+  sentinel.count = 9;
+  sentinel.status = 9;
+  sentinel.seq = 9;
+  sentinel.length = 9;
+  Header h = sentinel;
+  if (!decode_header(bytes, &h)) {
+    if (!same(h, sentinel)) std::abort();
+    return false;
+  }
+  if (!in_bounds(h)) std::abort();
+  std::uint8_t again[kHeaderLen];
+  encode_header(again, h);
+  if (std::memcmp(again, bytes.data(), kHeaderLen) != 0) std::abort();
+
+  // A decoded header never announces more body than a frame can have.
+  const std::size_t body = body_len(h);
+  if (body > kMaxBody) std::abort();
+  const auto rest = input.subspan(kHeaderLen);
+  if (rest.size() < body) return false;
+  const auto body_bytes = rest.first(body);
+  switch (h.type) {
+    case FrameType::kHello:
+      return hello_fits(h, body_bytes);
+    case FrameType::kWrite:
+    case FrameType::kReadReq:
+      return runs_fit_pool(h, body_bytes);
+    default:
+      return true;
+  }
+}
+
+}  // namespace kvxfer::fuzz

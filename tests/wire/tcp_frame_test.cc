@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tcp lane's frames (wire/tcp_frame.h): the header's exact bytes, round
+// trips of every frame type, each type's bounds on count, length, flags and
+// status, the hello's body, and runs_fit's check of a write's or read
+// request's runs against the receiver's pool.
+#include "wire/tcp_frame.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace kvxfer::internal::tcp {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+constexpr std::uint64_t kRegion = 1 << 20;
+
+Header header(FrameType type, std::uint32_t count, std::uint64_t length, std::uint16_t flags = 0,
+              std::uint32_t status = 0, std::uint64_t seq = 7) {
+  Header h;
+  h.type = type;
+  h.flags = flags;
+  h.count = count;
+  h.status = status;
+  h.seq = seq;
+  h.length = length;
+  return h;
+}
+
+Bytes bytes_of(const Header& h) {
+  Bytes out(kHeaderLen);
+  encode_header(out.data(), h);
+  return out;
+}
+
+bool same(const Header& a, const Header& b) {
+  return a.type == b.type && a.flags == b.flags && a.count == b.count && a.status == b.status &&
+         a.seq == b.seq && a.length == b.length;
+}
+
+// True when `bytes` is refused and the output, filled beforehand, is left
+// as it was.
+bool refused(const Bytes& bytes) {
+  const Header sentinel = header(FrameType::kReadData, 9, 9, 9, 9, 9);
+  Header out = sentinel;
+  return !decode_header(bytes, &out) && same(out, sentinel);
+}
+
+bool refused(const Header& h) { return refused(bytes_of(h)); }
+
+// True when `h` encodes to a header that decodes to `h` again.
+bool accepted(const Header& h) {
+  Header out;
+  return decode_header(bytes_of(h), &out) && same(out, h);
+}
+
+// -------------------------------------------------------------- the header
+
+TEST(TcpFrameHeader, LayoutIsLittleEndianWithMagicKVXT) {
+  const Bytes expected = {
+      'K',  'V',  'X',  'T',  1,    3,    0x01, 0x00,  // magic, version 1, kWrite, kMore
+      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // count (3 runs), status
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // seq
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // length
+  };
+  EXPECT_EQ(bytes_of(header(FrameType::kWrite, 3, 0x1112131415161718ull, kMore, 0,
+                            0x0102030405060708ull)),
+            expected);
+  EXPECT_EQ(kHeaderLen, expected.size());
+}
+
+TEST(TcpFrameHeader, TypesFlagsAndStatusesKeepTheirValues) {
+  EXPECT_EQ(static_cast<int>(FrameType::kHello), 1);
+  EXPECT_EQ(static_cast<int>(FrameType::kWelcome), 2);
+  EXPECT_EQ(static_cast<int>(FrameType::kWrite), 3);
+  EXPECT_EQ(static_cast<int>(FrameType::kNotify), 4);
+  EXPECT_EQ(static_cast<int>(FrameType::kReadReq), 5);
+  EXPECT_EQ(static_cast<int>(FrameType::kAck), 6);
+  EXPECT_EQ(static_cast<int>(FrameType::kReadData), 7);
+  EXPECT_EQ(kMore, 1);
+  EXPECT_EQ(kNotifyFollows, 2);
+  EXPECT_EQ(kStatusOk, 0u);
+  EXPECT_EQ(kStatusRefused, 1u);
+  EXPECT_EQ(kStatusQueueFull, 2u);
+}
+
+TEST(TcpFrameHeader, RoundTripsEveryFrameType) {
+  const std::vector<Header> frames = {
+      header(FrameType::kHello, 5, 0),
+      header(FrameType::kWelcome, 0, 0),
+      header(FrameType::kWrite, 3, 12288),
+      header(FrameType::kWrite, 1, 4096, kMore),
+      header(FrameType::kWrite, 1, 4096, kNotifyFollows),
+      header(FrameType::kNotify, 0, 11),
+      header(FrameType::kReadReq, 2, 8192),
+      header(FrameType::kReadReq, 2, 8192, kMore),
+      header(FrameType::kAck, 0, 0),
+      header(FrameType::kAck, 0, 0, 0, kStatusRefused),
+      header(FrameType::kReadData, 0, 8192),
+      header(FrameType::kReadData, 0, 0, 0, kStatusRefused),
+  };
+  for (const Header& h : frames) {
+    EXPECT_TRUE(accepted(h)) << "type " << static_cast<int>(h.type) << " flags " << h.flags;
+  }
+  // The sequence number is the sender's: any value.
+  EXPECT_TRUE(accepted(header(FrameType::kAck, 0, 0, 0, 0, 0)));
+  EXPECT_TRUE(accepted(header(FrameType::kAck, 0, 0, 0, 0, kMax)));
+}
+
+TEST(TcpFrameHeader, BodyLengthFollowsTheType) {
+  EXPECT_EQ(body_len(header(FrameType::kHello, 5, 0)), kHelloFixedLen + 5);
+  EXPECT_EQ(body_len(header(FrameType::kWelcome, 0, 0)), 0u);
+  EXPECT_EQ(body_len(header(FrameType::kWrite, 3, 12288)), 3 * wire::kRunLen);
+  EXPECT_EQ(body_len(header(FrameType::kReadReq, kMaxRuns, 1)), kMaxRuns * wire::kRunLen);
+  EXPECT_EQ(body_len(header(FrameType::kNotify, 0, 11)), 11u);
+  EXPECT_EQ(body_len(header(FrameType::kAck, 0, 0)), 0u);
+  // A read's payload is not body: it goes straight into the reader's pool.
+  EXPECT_EQ(body_len(header(FrameType::kReadData, 0, 8192)), 0u);
+}
+
+TEST(TcpFrameHeader, RefusesEveryOtherSize) {
+  const Bytes good = bytes_of(header(FrameType::kAck, 0, 0));
+  for (std::size_t len = 0; len < good.size(); ++len) {
+    EXPECT_TRUE(refused(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len))))
+        << len;
+  }
+  Bytes longer = good;
+  longer.push_back(0);
+  EXPECT_TRUE(refused(longer));
+}
+
+TEST(TcpFrameHeader, RefusesWrongMagicOrVersion) {
+  const Bytes good = bytes_of(header(FrameType::kAck, 0, 0));
+  for (std::size_t at = 0; at < 4; ++at) {
+    Bytes bytes = good;
+    bytes[at] ^= 0x01;
+    EXPECT_TRUE(refused(bytes)) << "byte " << at;
+  }
+  for (const std::uint8_t version : {0, 2, 0xff}) {
+    Bytes bytes = good;
+    bytes[4] = version;
+    EXPECT_TRUE(refused(bytes)) << "version " << int{version};
+  }
+}
+
+TEST(TcpFrameHeader, RefusesUnknownTypes) {
+  for (const int type : {0, 8, 0x80, 0xff}) {
+    Bytes bytes = bytes_of(header(FrameType::kAck, 0, 0));
+    bytes[5] = static_cast<std::uint8_t>(type);
+    EXPECT_TRUE(refused(bytes)) << "type " << type;
+  }
+}
+
+TEST(TcpFrameHeader, AHelloCarriesANameOf1ToKMaxNameBytesAndNothingElse) {
+  EXPECT_TRUE(accepted(header(FrameType::kHello, 1, 0)));
+  EXPECT_TRUE(accepted(header(FrameType::kHello, kMaxName, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kHello, 0, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kHello, kMaxName + 1, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kHello, 0xffffffff, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kHello, 5, 1)));
+  EXPECT_TRUE(refused(header(FrameType::kHello, 5, 0, kMore)));
+  EXPECT_TRUE(refused(header(FrameType::kHello, 5, 0, 0, 1)));
+}
+
+TEST(TcpFrameHeader, AWelcomeCarriesNothing) {
+  EXPECT_TRUE(refused(header(FrameType::kWelcome, 1, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 1)));
+  EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 0, kMore)));
+  EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 0, 0, 1)));
+}
+
+TEST(TcpFrameHeader, AWriteCarries1ToKMaxRunsAndANonzeroLength) {
+  EXPECT_TRUE(accepted(header(FrameType::kWrite, 1, 1)));
+  EXPECT_TRUE(accepted(header(FrameType::kWrite, kMaxRuns, kMax)));
+  EXPECT_TRUE(refused(header(FrameType::kWrite, 0, 4096)));
+  EXPECT_TRUE(refused(header(FrameType::kWrite, kMaxRuns + 1, 4096)));
+  EXPECT_TRUE(refused(header(FrameType::kWrite, 0xffffffff, 4096)));
+  EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 4096, 0, kStatusRefused)));
+}
+
+TEST(TcpFrameHeader, AWriteCarriesKMoreOrKNotifyFollowsButNotBoth) {
+  EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 4096, kMore | kNotifyFollows)));
+  // The other bits are no flag of any frame.
+  for (int bit = 2; bit < 16; ++bit) {
+    EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 4096, static_cast<std::uint16_t>(1u << bit))))
+        << "bit " << bit;
+  }
+}
+
+TEST(TcpFrameHeader, AReadRequestCarries1ToKMaxRunsAndOnlyKMore) {
+  EXPECT_TRUE(accepted(header(FrameType::kReadReq, 1, 1)));
+  EXPECT_TRUE(accepted(header(FrameType::kReadReq, kMaxRuns, kMax, kMore)));
+  EXPECT_TRUE(refused(header(FrameType::kReadReq, 0, 4096)));
+  EXPECT_TRUE(refused(header(FrameType::kReadReq, kMaxRuns + 1, 4096)));
+  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, 0, kStatusRefused)));
+  // A read delivers no notification.
+  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, kNotifyFollows)));
+  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, kMore | kNotifyFollows)));
+  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, 1u << 15)));
+}
+
+TEST(TcpFrameHeader, ANotificationCarries1ToKMaxNotificationBytes) {
+  EXPECT_TRUE(accepted(header(FrameType::kNotify, 0, 1)));
+  EXPECT_TRUE(accepted(header(FrameType::kNotify, 0, kMaxMessage)));
+  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, kMaxMessage + 1)));
+  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, kMax)));
+  EXPECT_TRUE(refused(header(FrameType::kNotify, 1, 11)));
+  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, 11, kMore)));
+  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, 11, 0, 1)));
+}
+
+TEST(TcpFrameHeader, AnAckCarriesAStatusAndNothingElse) {
+  EXPECT_TRUE(accepted(header(FrameType::kAck, 0, 0, 0, kStatusQueueFull)));
+  EXPECT_TRUE(refused(header(FrameType::kAck, 1, 0)));
+  EXPECT_TRUE(refused(header(FrameType::kAck, 0, 1)));
+  EXPECT_TRUE(refused(header(FrameType::kAck, 0, 0, kMore)));
+}
+
+TEST(TcpFrameHeader, ReadDataCarriesBytesOnlyWithStatusOk) {
+  EXPECT_TRUE(accepted(header(FrameType::kReadData, 0, kMax)));
+  EXPECT_TRUE(accepted(header(FrameType::kReadData, 0, 0, 0, kStatusRefused)));
+  EXPECT_TRUE(refused(header(FrameType::kReadData, 0, 1, 0, kStatusRefused)));
+  EXPECT_TRUE(refused(header(FrameType::kReadData, 1, 4096)));
+  EXPECT_TRUE(refused(header(FrameType::kReadData, 0, 4096, kMore)));
+}
+
+// -------------------------------------------------------------- the hello
+
+const Hello kHello{0x0102030405060708ull, 0x1112131415161718ull, 3, 0x2122232425262728ull, "ab"};
+
+Bytes hello_body(const Hello& hello) {
+  Bytes out(kHelloFixedLen + hello.name.size());
+  encode_hello_body(out.data(), hello);
+  return out;
+}
+
+// True when `body` is refused and the output, filled beforehand, is left
+// as it was.
+bool hello_refused(const Bytes& body, std::size_t name_len) {
+  Hello out{9, 9, 9, 9, "untouched"};
+  return !decode_hello_body(body, name_len, &out) && out.token == 9 && out.lineage == 9 &&
+         out.gen == 9 && out.epoch == 9 && out.name == "untouched";
+}
+
+TEST(TcpHello, BodyLayoutIsLittleEndianWithTheNameLast) {
+  const Bytes expected = {
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // target token
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // lineage
+      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // gen
+      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // epoch
+      'a',  'b',                                       // name
+  };
+  EXPECT_EQ(hello_body(kHello), expected);
+}
+
+TEST(TcpHello, RoundTripsIntoAViewOfTheBody) {
+  const std::string name(kMaxName, 'n');
+  for (const Hello& in : {kHello, Hello{0, 1, 1, 1, "a"}, Hello{kMax, kMax, kMax, kMax, name}}) {
+    const Bytes body = hello_body(in);
+    Hello out;
+    ASSERT_TRUE(decode_hello_body(body, in.name.size(), &out)) << in.name;
+    EXPECT_EQ(out.token, in.token);
+    EXPECT_EQ(out.lineage, in.lineage);
+    EXPECT_EQ(out.gen, in.gen);
+    EXPECT_EQ(out.epoch, in.epoch);
+    EXPECT_EQ(out.name, in.name);
+    EXPECT_EQ(reinterpret_cast<const std::uint8_t*>(out.name.data()), body.data() + kHelloFixedLen);
+  }
+}
+
+TEST(TcpHello, RefusesZeroLineageGenOrEpoch) {
+  EXPECT_TRUE(hello_refused(hello_body(Hello{1, 0, 1, 1, "ab"}), 2));
+  EXPECT_TRUE(hello_refused(hello_body(Hello{1, 1, 0, 1, "ab"}), 2));
+  EXPECT_TRUE(hello_refused(hello_body(Hello{1, 1, 1, 0, "ab"}), 2));
+}
+
+TEST(TcpHello, RefusesABodyOfAnotherSizeThanTheNameLengthSays) {
+  const Bytes good = hello_body(kHello);
+  for (std::size_t len = 0; len < good.size(); ++len) {
+    EXPECT_TRUE(hello_refused(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)),
+                              kHello.name.size()))
+        << len;
+  }
+  Bytes longer = good;
+  longer.push_back('c');
+  EXPECT_TRUE(hello_refused(longer, kHello.name.size()));
+  EXPECT_TRUE(hello_refused(good, kHello.name.size() - 1));
+  EXPECT_TRUE(hello_refused(good, kHello.name.size() + 1));
+}
+
+TEST(TcpHello, RefusesANameLengthThatWrapsTheSize) {
+  // kHelloFixedLen + name_len wraps to one byte short of the fixed part.
+  const Bytes good = hello_body(kHello);
+  const Bytes short_body(good.begin(), good.begin() + kHelloFixedLen - 1);
+  EXPECT_TRUE(hello_refused(short_body, std::numeric_limits<std::size_t>::max()));
+}
+
+// -------------------------------------------------------------- runs_fit
+
+Bytes runs_of(const std::vector<wire::Run>& runs) {
+  Bytes out(runs.size() * wire::kRunLen);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    wire::put_run_at(out.data() + i * wire::kRunLen, runs[i].offset, runs[i].length);
+  }
+  return out;
+}
+
+// Whether a write (or a frame of `type`) of `runs` whose header says `length`
+// bytes fits a pool of `region` bytes.
+bool fits(const std::vector<wire::Run>& runs, std::uint64_t length, std::uint64_t region = kRegion,
+          FrameType type = FrameType::kWrite) {
+  const Header h = header(type, static_cast<std::uint32_t>(runs.size()), length);
+  return runs_fit(h, runs_of(runs), region);
+}
+
+TEST(TcpRunsFit, AcceptsRunsInsideTheRegionThatAddUpToTheLength) {
+  EXPECT_TRUE(fits({{0, 4096}}, 4096));
+  EXPECT_TRUE(fits({{0, 4096}, {65536, 8192}, {kRegion - 4096, 4096}}, 16384));
+  EXPECT_TRUE(fits({{0, kRegion}}, kRegion));
+  EXPECT_TRUE(fits({{0, 4096}, {65536, 8192}}, 12288, kRegion, FrameType::kReadReq));
+}
+
+TEST(TcpRunsFit, RefusesRunsOutsideTheRegion) {
+  EXPECT_FALSE(fits({{kRegion, 1}}, 1));
+  EXPECT_FALSE(fits({{kRegion + 4096, 4096}}, 4096));
+  EXPECT_FALSE(fits({{0, kRegion + 1}}, kRegion + 1));
+  EXPECT_FALSE(fits({{0, 4096}}, 4096, 0));
+  EXPECT_FALSE(fits({{0, 4096}, {kMax - 4095, 4096}}, 8192, kRegion, FrameType::kReadReq));
+}
+
+TEST(TcpRunsFit, RefusesARunOverlappingTheRegionsEnd) {
+  EXPECT_FALSE(fits({{kRegion - 4095, 4096}}, 4096));
+  EXPECT_FALSE(fits({{0, 4096}, {kRegion - 1, 2}}, 4098));
+}
+
+TEST(TcpRunsFit, RefusesRunsThatDoNotAddUpToTheLength) {
+  const std::vector<wire::Run> runs = {{0, 4096}, {65536, 8192}};
+  EXPECT_TRUE(fits(runs, 12288));
+  EXPECT_FALSE(fits(runs, 12287));
+  EXPECT_FALSE(fits(runs, 12289));
+  EXPECT_FALSE(fits(runs, 4096));
+  EXPECT_FALSE(fits(runs, kMax));
+}
+
+TEST(TcpRunsFit, RefusesAZeroLengthRun) {
+  EXPECT_FALSE(fits({{0, 0}}, 1));
+  EXPECT_FALSE(fits({{0, 4096}, {8192, 0}}, 4096));
+}
+
+TEST(TcpRunsFit, RefusesRunsWhoseEndOrSumOverflows) {
+  // offset + length wraps to a small end.
+  EXPECT_FALSE(fits({{kMax - 100, 4096}}, 4096, kMax));
+  // Two runs whose lengths wrap to the header's length in 64 bits.
+  EXPECT_FALSE(fits({{0, 1ull << 63}, {0, (1ull << 63) + 4096}}, 4096, kMax));
+  // Two runs as long as the region add up to kMax - 1 in 64 bits.
+  EXPECT_FALSE(fits({{0, kMax}, {0, kMax}}, kMax - 1, kMax));
+  // Runs as large whose sum does not wrap fit a region that large.
+  EXPECT_TRUE(fits({{0, 1ull << 62}, {0, 1ull << 62}}, 1ull << 63, kMax));
+}
+
+TEST(TcpRunsFit, RefusesRunsBytesOfAnotherSizeThanTheCount) {
+  const Header h = header(FrameType::kWrite, 2, 8192);
+  const Bytes runs = runs_of({{0, 4096}, {8192, 4096}});
+  EXPECT_TRUE(runs_fit(h, runs, kRegion));
+  EXPECT_FALSE(runs_fit(h, Bytes(runs.begin(), runs.end() - 1), kRegion));
+  EXPECT_FALSE(runs_fit(h, Bytes(runs.begin(), runs.begin() + wire::kRunLen), kRegion));
+  Bytes longer = runs_of({{0, 4096}, {8192, 4096}, {16384, 4096}});
+  EXPECT_FALSE(runs_fit(h, longer, kRegion));
+  EXPECT_FALSE(runs_fit(h, {}, kRegion));
+}
+
+}  // namespace
+}  // namespace kvxfer::internal::tcp
