@@ -83,6 +83,10 @@ inline constexpr std::size_t kMaxNotificationBytes = 4096;
 // that, peers' notifications are refused and their transfers fail at the
 // sender (nothing is dropped silently).
 inline constexpr std::size_t kMaxQueuedNotifications = 16384;
+// Of those, the most one sender (the agent name its connection presented)
+// may hold on the tcp lane: past that its notifications are refused, and
+// every other sender's are still taken.
+inline constexpr std::size_t kMaxQueuedNotificationsPerSender = 4096;
 
 // The largest Options::telemetry_capacity.
 inline constexpr std::size_t kMaxTelemetryCapacity = std::size_t{1} << 24;

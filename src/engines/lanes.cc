@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// The engine behind backend "UCX": it owns the same-host lane (cma/) and the
-// UCX lane (ucx/), publishes the one blob peers see, and decides, in
-// lane_for() below, which lane each peer gets. Everything else it hands to the
-// lane that owns the peer or the transfer.
+// The engine behind backend "UCX": it owns the same-host lane (cma/), the
+// tcp lane (tcp/) and the UCX lane (ucx/), publishes the one blob peers see,
+// and decides, in lane_for() below, which lane each peer gets. Everything
+// else it hands to the lane that owns the peer or the transfer.
 #include "engines/lanes.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -21,6 +24,8 @@
 #include "common/ucx_tls.h"
 #include "engine.h"
 #include "engines/cma/cma_lane.h"
+#include "engines/tcp/tcp_lane.h"
+#include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_engine.h"
 #include "wire/ucx_blob.h"
 
@@ -30,6 +35,47 @@ namespace {
 const std::string& engine_name() {
   static const std::string name = "UCX";
   return name;
+}
+
+// The lanes a peer may get, in the order they are tried: engine_config
+// KVXFER_LANES, or the environment's KVXFER_LANES (which wins), a comma list
+// of cma, ucx and tcp. A lane qualifies for a peer as lane_for() says; the
+// first that qualifies serves it.
+constexpr const char* kLanesKey = "KVXFER_LANES";
+constexpr const char* kDefaultLanes = "cma,ucx,tcp";
+
+std::vector<Lane> parse_lanes(const std::string& text, const char* where) {
+  std::vector<Lane> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string name = text.substr(at, comma - at);
+    Lane lane = Lane::kNone;
+    if (name == "cma") lane = Lane::kCma;
+    if (name == "ucx") lane = Lane::kUcx;
+    if (name == "tcp") lane = Lane::kTcp;
+    if (lane == Lane::kNone || std::find(out.begin(), out.end(), lane) != out.end()) {
+      throw std::runtime_error(fmt::format(
+          "kvxfer UCX: {} KVXFER_LANES={} is not a list of distinct lanes among cma, ucx, tcp",
+          where, text));
+    }
+    out.push_back(lane);
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::vector<Lane> allowed_lanes(const std::map<std::string, std::string>& engine_config) {
+  if (const char* env = std::getenv(kLanesKey); env != nullptr) {
+    return parse_lanes(env, "environment");
+  }
+  const auto it = engine_config.find(kLanesKey);
+  return it != engine_config.end() ? parse_lanes(it->second, "engine_config")
+                                   : parse_lanes(kDefaultLanes, "default");
+}
+
+bool allows(const std::vector<Lane>& lanes, Lane lane) {
+  return std::find(lanes.begin(), lanes.end(), lane) != lanes.end();
 }
 
 // Throws unless the config can start an engine; returns it.
@@ -47,13 +93,39 @@ class Lanes final : public Engine {
  public:
   explicit Lanes(const EngineConfig& config)
       : agent_name_(checked(config).agent_name),
+        allowed_(allowed_lanes(config.options->engine_config)),
         cma_(agent_name_, config.region, config.options->num_threads,
              cma::compute_cma_settings(config.options->engine_config)),
-        ucx_(agent_name_, config.region, *config.options, cma_.cookie_epoch()),
-        // Same-host writes need shared memory allowed on both sides; ours is
-        // our UCX_TLS, the peer's is its blob's flag.
-        accepts_cma_(tls_allows(ucx_.tls(), {"sm", "shm", "cma"})),
-        blob_(make_blob()) {}
+        tcp_(allows(allowed_, Lane::kTcp)
+                 ? std::make_unique<tcp::TcpLane>(
+                       agent_name_, config.region,
+                       tcp::compute_tcp_settings(config.options->engine_config,
+                                                 tcp::tcp_environment()))
+                 : nullptr),
+        has_rdma_(ucx::host_has_rdma_device()),
+        // Checked (and the user's UCX settings validated) whether or not the
+        // UCX lane starts.
+        ucx_settings_(
+            ucx::compute_ucx_settings(config.options->engine_config, &ucx::process_env, has_rdma_)),
+        // UCX only where a peer can need it: an RDMA device here, or the tcp
+        // lane not allowed (UCX's tcp transport then serves remote peers).
+        // Otherwise no UCX context exists, so no UCX listener either: its
+        // tcp transport would execute any client's PUT anywhere in the
+        // process (docs/threat-model.md).
+        ucx_(allows(allowed_, Lane::kUcx) && (has_rdma_ || tcp_ == nullptr)
+                 ? std::make_unique<ucx::UcxLane>(agent_name_, config.region, *config.options,
+                                                  cma_.cookie_epoch())
+                 : nullptr),
+        // Same-host writes need the lane allowed and shared memory allowed
+        // on both sides; ours is our UCX_TLS, the peer's is its blob's flag.
+        accepts_cma_(allows(allowed_, Lane::kCma) &&
+                     tls_allows(ucx_settings_.tls, {"sm", "shm", "cma"})),
+        blob_(make_blob()) {
+    if (tcp_ == nullptr && ucx_ == nullptr && !accepts_cma_) {
+      throw std::runtime_error(fmt::format(
+          "kvxfer UCX: KVXFER_LANES={} leaves no lane this engine can run", lanes_text()));
+    }
+  }
   ~Lanes() override { shutdown(); }
   Lanes(const Lanes&) = delete;
   Lanes& operator=(const Lanes&) = delete;
@@ -81,7 +153,12 @@ class Lanes final : public Engine {
                       remote.agent_name, remote.base_addr, remote.num_blocks, remote.block_len));
     }
     PeerHandle handle = 0;
-    Lane lane = lane_for(remote, b);
+    Lane lane = lane_for(remote, b, /*after=*/Lane::kNone);
+    if (lane == Lane::kNone) {
+      return refuse(Status::kNotSupported,
+                    fmt::format("no lane of {} reaches peer {} (KVXFER_LANES here is {})",
+                                agent_name_, remote.agent_name, lanes_text()));
+    }
     if (lane == Lane::kCma) {
       std::string why;
       const int notify_fd = b.notify_fd == ucx::kNoNotifyFd || b.notify_fd > 0x7fffffff
@@ -100,11 +177,25 @@ class Lanes final : public Engine {
       // Metadata that does not describe the pool the target registered: no
       // lane may write there.
       if (st == Status::kMismatch) return refuse(st, std::move(why));
-      // Anything else (no ptrace permission, seccomp): UCX may still reach it.
-      if (st != Status::kSuccess) lane = Lane::kUcx;
+      // Anything else (no ptrace permission, seccomp): the next lane may
+      // still reach it.
+      if (st != Status::kSuccess) {
+        lane = lane_for(remote, b, /*after=*/Lane::kCma);
+        if (lane == Lane::kNone) {
+          return refuse(st, fmt::format("peer {} is on this host but the same-host lane cannot "
+                                        "reach it ({}), and KVXFER_LANES here is {}",
+                                        remote.agent_name, why, lanes_text()));
+        }
+      }
+    }
+    if (lane == Lane::kTcp) {
+      if (const Status st = tcp_->connect(b, remote, &handle, reason); st != Status::kSuccess) {
+        log().warn("kvxfer UCX {}: {}", agent_name_, reason != nullptr ? *reason : "");
+        return st;
+      }
     }
     if (lane == Lane::kUcx) {
-      if (const Status st = ucx_.connect(b, remote, &handle, reason); st != Status::kSuccess) {
+      if (const Status st = ucx_->connect(b, remote, &handle, reason); st != Status::kSuccess) {
         return st;
       }
     }
@@ -125,7 +216,14 @@ class Lanes final : public Engine {
       lane = it->second;
       peer_lanes_.erase(it);
     }
-    return lane == Lane::kCma ? cma_.disconnect(peer) : ucx_.disconnect(peer);
+    switch (lane) {
+      case Lane::kCma:
+        return cma_.disconnect(peer);
+      case Lane::kTcp:
+        return tcp_->disconnect(peer);
+      default:
+        return ucx_->disconnect(peer);
+    }
   }
 
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
@@ -154,50 +252,67 @@ class Lanes final : public Engine {
 
   void take_notifications(std::vector<Notification>* out) override {
     cma_.take_notifications(out);
-    ucx_.take_notifications(out);
+    if (tcp_) tcp_->take_notifications(out);
+    if (ucx_) ucx_->take_notifications(out);
   }
 
   void progress() override {
     // A polling caller first helps one queued same-host chunk, then drives
     // the UCX worker.
     cma_.progress();
-    ucx_.progress();
+    if (ucx_) ucx_->progress();
   }
 
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override {
     if (xfer == 0) return Status::kInvalidParam;
-    return lane_of(xfer) == Lane::kCma ? cma_.check(xfer, state) : ucx_.check(xfer, state);
+    switch (lane_of(xfer)) {
+      case Lane::kCma:
+        return cma_.check(xfer, state);
+      case Lane::kTcp:
+        return tcp_->check(xfer, state);
+      default:
+        return ucx_->check(xfer, state);
+    }
   }
 
   [[nodiscard]] const char* detail(XferHandle xfer) const override {
     // The same-host lane has nothing to add to its statuses.
     if (xfer == 0 || lane_of(xfer) == Lane::kCma) return nullptr;
-    return ucx_.detail(xfer);
+    return lane_of(xfer) == Lane::kTcp ? tcp_->detail(xfer) : ucx_->detail(xfer);
   }
 
   [[nodiscard]] Status release(XferHandle xfer) override {
     if (xfer == 0) return Status::kInvalidParam;
-    return lane_of(xfer) == Lane::kCma ? cma_.release(xfer) : ucx_.release(xfer);
+    switch (lane_of(xfer)) {
+      case Lane::kCma:
+        return cma_.release(xfer);
+      case Lane::kTcp:
+        return tcp_->release(xfer);
+      default:
+        return ucx_->release(xfer);
+    }
   }
 
   [[nodiscard]] HandleCounts live() const override {
     HandleCounts counts;
-    ucx_.add_live(counts);
+    if (ucx_) ucx_->add_live(counts);
     cma_.add_live(counts);
+    if (tcp_) tcp_->add_live(counts);
     return counts;
   }
 
   [[nodiscard]] std::map<std::string, std::uint64_t> counters() const override {
     std::map<std::string, std::uint64_t> counters;
     cma_.add_counters(counters);
-    ucx_.add_counters(counters);
+    if (tcp_) tcp_->add_counters(counters);
+    if (ucx_) ucx_->add_counters(counters);
     return counters;
   }
 
   void shutdown() override {
     if (shut_down_) return;
     shut_down_ = true;
-    ucx_.stop();
+    if (ucx_) ucx_->stop();
     std::vector<PeerHandle> leftover;
     {
       std::lock_guard lock(lanes_mu_);
@@ -211,23 +326,72 @@ class Lanes final : public Engine {
       [[maybe_unused]] const Status st = disconnect(handle);
     }
     cma_.stop_copiers();
-    ucx_.release_pool();
+    if (tcp_) tcp_->stop();
+    if (ucx_) ucx_->release_pool();
     cma_.retire_cookie();
-    ucx_.destroy_worker();
+    if (ucx_) ucx_->destroy_worker();
   }
 
  private:
-  // THE rule for which lane a peer gets: the same-host lane when the peer
-  // shares our kernel (boot id) and pid namespace, has a pid, and both sides
-  // allow shared memory; UCX for everyone else. (connect() still falls back
-  // to UCX when the same-host lane cannot read the peer's cookie.)
-  [[nodiscard]] Lane lane_for(const RemoteRegion& remote, const ucx::Blob& blob) const {
+  // THE rule for which lane a peer gets: the first lane of KVXFER_LANES
+  // (after `after`, when connect() falls back) that qualifies:
+  // - cma: the peer shares our kernel (boot id) and pid namespace, has a
+  //   pid, and both sides allow shared memory;
+  // - ucx: both sides have an RDMA device, or the tcp lane cannot serve the
+  //   peer (not allowed here, or the peer has none): UCX's tcp transport is
+  //   then what remains, and forcing it stays possible for tests;
+  // - tcp: the peer publishes a tcp lane.
+  // kNone when no lane qualifies.
+  [[nodiscard]] Lane lane_for(const RemoteRegion& remote, const ucx::Blob& blob, Lane after) const {
     const cma::PidNamespace pidns = cma_.pid_namespace();
     const bool same_host = !boot_id().empty() && remote.boot_id == boot_id() && remote.pid != 0 &&
                            pidns.ino != 0 && blob.pidns_dev == pidns.dev &&
                            blob.pidns_ino == pidns.ino;
     const bool peer_accepts_cma = (blob.flags & ucx::kBlobAcceptsCma) != 0;
-    return same_host && accepts_cma_ && peer_accepts_cma ? Lane::kCma : Lane::kUcx;
+    const bool tcp_serves = tcp_ != nullptr && blob.tcp_port != 0;
+    const bool both_rdma = has_rdma_ && (blob.flags & ucx::kBlobHasRdma) != 0;
+    auto it = allowed_.begin();
+    if (after != Lane::kNone) {
+      it = std::find(allowed_.begin(), allowed_.end(), after);
+      if (it != allowed_.end()) ++it;
+    }
+    for (; it != allowed_.end(); ++it) {
+      switch (*it) {
+        case Lane::kCma:
+          if (same_host && accepts_cma_ && peer_accepts_cma) return Lane::kCma;
+          break;
+        case Lane::kUcx:
+          if (ucx_ != nullptr && !blob.worker_address.empty() && (both_rdma || !tcp_serves)) {
+            return Lane::kUcx;
+          }
+          break;
+        case Lane::kTcp:
+          if (tcp_serves) return Lane::kTcp;
+          break;
+        case Lane::kNone:
+          break;
+      }
+    }
+    return Lane::kNone;
+  }
+
+  [[nodiscard]] std::string lanes_text() const {
+    std::vector<const char*> names;
+    for (const Lane lane : allowed_) names.push_back(lane_name(lane));
+    return fmt::format("{}", fmt::join(names, ","));
+  }
+
+  static const char* lane_name(Lane lane) {
+    switch (lane) {
+      case Lane::kCma:
+        return "cma";
+      case Lane::kUcx:
+        return "ucx";
+      case Lane::kTcp:
+        return "tcp";
+      default:
+        return "";
+    }
   }
 
   static Lane lane_of(XferHandle xfer) { return reinterpret_cast<const LaneXfer*>(xfer)->lane; }
@@ -240,7 +404,9 @@ class Lanes final : public Engine {
       case Lane::kCma:
         return post(cma_);
       case Lane::kUcx:
-        return post(ucx_);
+        return post(*ucx_);
+      case Lane::kTcp:
+        return post(*tcp_);
       case Lane::kNone:
         break;
     }
@@ -248,14 +414,7 @@ class Lanes final : public Engine {
   }
 
   [[nodiscard]] const char* lane(PeerHandle peer) const override {
-    switch (lane_of_peer(peer)) {
-      case Lane::kCma:
-        return "cma";
-      case Lane::kUcx:
-        return "ucx";
-      default:
-        return "";
-    }
+    return lane_name(lane_of_peer(peer));
   }
 
   // The lane that owns a connected peer, or kNone.
@@ -268,20 +427,32 @@ class Lanes final : public Engine {
   [[nodiscard]] std::vector<std::uint8_t> make_blob() const {
     ucx::Blob blob;
     blob.flags = static_cast<std::uint16_t>((accepts_cma_ ? ucx::kBlobAcceptsCma : 0) |
+                                            (has_rdma_ ? ucx::kBlobHasRdma : 0) |
                                             ucx::kBlobAcceptsScatter | ucx::kBlobAcceptsGather);
     blob.pidns_dev = cma_.pid_namespace().dev;
     blob.pidns_ino = cma_.pid_namespace().ino;
     blob.cookie_addr = cma_.cookie_addr();
     blob.cookie_epoch = cma_.cookie_epoch();
-    blob.worker_address = ucx_.worker_address();
-    blob.rkey = ucx_.packed_rkey();
+    if (ucx_) {
+      blob.worker_address = ucx_->worker_address();
+      blob.rkey = ucx_->packed_rkey();
+    }
     if (cma_.notify_fd() >= 0) blob.notify_fd = static_cast<std::uint32_t>(cma_.notify_fd());
+    if (tcp_) {
+      blob.tcp_token = tcp_->token();
+      blob.tcp_port = tcp_->port();
+      blob.tcp_addresses = tcp_->addresses();
+    }
     return ucx::encode_blob(blob);
   }
 
   std::string agent_name_;
+  std::vector<Lane> allowed_;
   cma::CmaLane cma_;
-  ucx::UcxLane ucx_;
+  std::unique_ptr<tcp::TcpLane> tcp_;  // when KVXFER_LANES allows it
+  bool has_rdma_ = false;
+  ucx::UcxSettings ucx_settings_;
+  std::unique_ptr<ucx::UcxLane> ucx_;  // when a peer can need it (see the constructor)
   bool accepts_cma_ = false;
   std::vector<std::uint8_t> blob_;
 

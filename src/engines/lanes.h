@@ -9,7 +9,7 @@
 
 namespace kvxfer::internal {
 
-enum class Lane : std::uint8_t { kCma, kUcx, kNone };
+enum class Lane : std::uint8_t { kCma, kUcx, kTcp, kNone };
 
 // The first part of every transfer a lane hands out: XferHandle is a pointer
 // to it, so one load tells which lane owns the handle.

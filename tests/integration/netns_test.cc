@@ -355,7 +355,7 @@ TEST_F(NetnsTest, BlocksReadFromTwoOtherHostsArriveByteForByte) {
     EXPECT_TRUE(a.read_and_check("h3", 8, static_cast<std::int64_t>(kHalf), kHalf))
         << "round " << round;
   }
-  EXPECT_GE(a.transport().stats().engine_counters.at("gather_reads"), 6u);
+  EXPECT_GE(a.transport().stats().engine_counters.at("tcp_reads"), 6u);
 }
 
 // Writes with notifications to two other hosts, many in flight: each target

@@ -50,6 +50,9 @@ struct Agent : EngineAgent {
                     gen) {}
   static std::map<std::string, std::string> with_tcp(std::map<std::string, std::string> config) {
     config["TLS"] = "tcp";
+    // The UCX lane itself, over UCX's tcp transport (the only one with puts
+    // here), not the tcp lane remote peers get by default.
+    config["KVXFER_LANES"] = "ucx";
     return config;
   }
 };
@@ -528,7 +531,7 @@ TEST(UcxDetailTest, TheFaultCauseNamesTheUcxStatus) {
   MappedPool pool(kBlocks, kBlockLen);
   Options options;
   options.backends = {"UCX"};
-  options.engine_config = {{"TLS", "tcp"}};
+  options.engine_config = {{"TLS", "tcp"}, {"KVXFER_LANES", "ucx"}};
   options.strike_limit = 1;
   Transport init("detail-init", Region{pool.base(), kBlocks, kBlockLen}, options);
   RawTarget b(0xb0b);

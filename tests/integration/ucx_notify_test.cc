@@ -121,7 +121,7 @@ TEST_P(UcxNotifyTest, EveryNotificationArrivesAfterItsBytesInOrder) {
     EXPECT_EQ(watched.substr(0, watched.find(" out_of_order")), "watched 2000 bad=0");
   }
   const auto counters = transport_->stats().engine_counters;
-  EXPECT_EQ(counters.at(GetParam() == "tcp" ? "notifications_sent" : "cma_notifications_sent"),
+  EXPECT_EQ(counters.at(GetParam() == "tcp" ? "tcp_notifications_sent" : "cma_notifications_sent"),
             kWrites);
 }
 
@@ -189,8 +189,9 @@ TEST_P(UcxNotifyTest, CancelledTransfersDeliverAtMostOnceAndDoneOnesExactlyOnce)
 }
 
 // A target whose owner does not take its notifications holds a bounded
-// number (over TCP kMaxQueuedNotifications; on the same host what its
-// socket buffer holds); the rest are refused and their transfers fail.
+// number (over TCP, on the tcp lane, kMaxQueuedNotificationsPerSender from
+// one sender; on the same host what its socket buffer holds); the rest are
+// refused and their transfers fail.
 TEST_P(UcxNotifyTest, AFloodIsBoundedAtTheTarget) {
   open(16, 4096);
   const std::string m = "m";
@@ -198,7 +199,8 @@ TEST_P(UcxNotifyTest, AFloodIsBoundedAtTheTarget) {
   std::size_t done = 0;
   std::size_t failed = 0;
   std::size_t posted = 0;
-  const std::size_t total = kMaxQueuedNotifications + 64;
+  const std::size_t total =
+      (GetParam() == "tcp" ? kMaxQueuedNotificationsPerSender : kMaxQueuedNotifications) + 64;
   const auto deadline = Clock::now() + 60s;
   while (done + failed < total && Clock::now() < deadline) {
     while (posted < total && posted - done - failed < 256) {
@@ -214,7 +216,7 @@ TEST_P(UcxNotifyTest, AFloodIsBoundedAtTheTarget) {
   done += rest.size();
   failed += rest_failed.size();
   if (GetParam() == "tcp") {
-    EXPECT_EQ(done, kMaxQueuedNotifications);
+    EXPECT_EQ(done, kMaxQueuedNotificationsPerSender);
   } else {
     EXPECT_GT(done, 100u);
     EXPECT_LE(done, kMaxQueuedNotifications);

@@ -125,7 +125,7 @@ class UcxReadTest : public ::testing::TestWithParam<std::string> {
     // The lane the read took: process_vm_readv on this host over shared
     // memory, UCX gather requests over TCP.
     const auto counters = transport_->stats().engine_counters;
-    EXPECT_EQ(counters.at(tls() == "tcp" ? "gather_reads" : "cma_reads"), 1u);
+    EXPECT_EQ(counters.at(tls() == "tcp" ? "tcp_reads" : "cma_reads"), 1u);
   }
 
   std::unique_ptr<MappedPool> pool_;

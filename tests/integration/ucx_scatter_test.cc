@@ -52,6 +52,9 @@ struct Agent : EngineAgent {
 
   static std::map<std::string, std::string> with_tcp(std::map<std::string, std::string> config) {
     config["TLS"] = "tcp";
+    // The UCX lane itself, over UCX's tcp transport (the only one with puts
+    // here), not the tcp lane remote peers get by default.
+    config["KVXFER_LANES"] = "ucx";
     return config;
   }
 };

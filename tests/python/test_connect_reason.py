@@ -65,9 +65,9 @@ def test_async_registration_fails_its_future_with_the_reason(make_agent):
 
 @pytest.mark.parametrize("cls", [kvxfer.Transport, kvxfer.NixlTransport], ids=lambda c: c.__name__)
 def test_ucx_peer_no_transport_reaches_names_what_must_reach_it(cls):
-    # Shared memory only, and a peer on "another host": no transport with
-    # peer-failure support reaches it.
-    config = {"TLS": "sm,self"}
+    # No tcp lane, UCX with shared memory only, and a peer on "another host":
+    # no transport with peer-failure support reaches it.
+    config = {"TLS": "sm,self", "KVXFER_LANES": "cma,ucx"}
     pools = [np.zeros((8, 64), np.uint8) for _ in range(2)]
     try:
         b = cls("reason-b", pools[0], backends=["UCX"], engine_config=config)

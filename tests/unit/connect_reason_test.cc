@@ -69,11 +69,12 @@ TEST(ConnectReasonTest, AsyncRegistrationFailsItsFutureWithTheReason) {
   }
 }
 
-// A UCX peer on "another host" (its metadata names another boot id) over
-// shared memory only: no transport with peer-failure support reaches it.
+// A UCX peer on "another host" (its metadata names another boot id) with no
+// tcp lane and UCX over shared memory only: no transport with peer-failure
+// support reaches it.
 TEST(ConnectReasonTest, UcxPeerThatNoTransportReachesSaysWhatMustReachIt) {
   Options options;
-  options.engine_config = {{"TLS", "sm,self"}};
+  options.engine_config = {{"TLS", "sm,self"}, {"KVXFER_LANES", "cma,ucx"}};
   options.progress_thread = false;
   Pool pool_b(kNumBlocks, kBlockLen);
   Pool pool_a(kNumBlocks, kBlockLen);

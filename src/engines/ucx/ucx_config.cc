@@ -52,8 +52,12 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
       }
       continue;
     }
-    // The same-host lane's (engines/cma/cma_config.h): neither ours nor UCX's.
-    if (std::string_view(raw_key).starts_with("KVXFER_CMA_")) continue;
+    // The other lanes' settings (engines/cma/cma_config.h,
+    // engines/tcp/tcp_config.h) and the lane list (lanes.cc): not UCX's.
+    if (std::string_view(raw_key).starts_with("KVXFER_CMA_") ||
+        std::string_view(raw_key).starts_with("KVXFER_TCP_") || raw_key == "KVXFER_LANES") {
+      continue;
+    }
     if (raw_key == "KVXFER_PROGRESS_NICE") {
       int nice = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), nice);

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tcp lane: remote peers on hosts without RDMA, over TCP connections of
+// our own. It may use the engine interface's types, the wire formats and the
+// logger; it knows nothing of UCX. Which peers come here is decided in
+// lanes.cc.
+//
+// Why not UCX's tcp transport: any client that reaches its port can PUT
+// anywhere in the process (UCX executes its internal PUT_REQ whatever its
+// settings say), one oversized message aborts it, and it copies each byte
+// twice on the receiving side. Here nothing is ever written to an address
+// taken from the wire: a write frame names runs of the target's pool, which
+// the target checks against its own region before one payload byte is read,
+// and the payload is then received with readv straight into those blocks.
+//
+// Threads: one I/O thread per lane owns every socket (epoll). Posts build
+// their frames on the caller's thread and queue them; the I/O thread sends
+// header and payload with sendmsg straight from the pool, receives, acks and
+// completes. A target receives with nobody polling.
+//
+// Connections and fencing: connect() opens one connection per registration
+// and sends a hello first: the target's token (from its metadata), then our
+// lineage for that target (random, for the life of this lane), the
+// registration's generation and a random epoch. The target closes a
+// connection whose first frame is not a hello with its token before reading
+// anything else, and keeps per lineage the newest generation it accepted:
+// an older one is refused, a newer one closes the older connections and
+// discards whatever they still hold. Since a connection's frames are applied
+// in order and an initiator reports a write done only once its ack came back
+// on the registration's own connection, no byte of a removed registration
+// can land after a newer registration's write was reported done. What the
+// target remembers is bounded by count (kMaxLineages; when full it refuses
+// new lineages, never forgets one early) and by time (an entry with no
+// connection left is forgotten after kLineageLinger, longer than any
+// connection may take to present its hello).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine.h"
+#include "engines/lanes.h"
+#include "engines/tcp/tcp_config.h"
+#include "wire/tcp_frame.h"
+#include "wire/ucx_blob.h"
+
+namespace kvxfer::internal::tcp {
+
+class TcpLane {
+ public:
+  // How long an accepted connection may take to present its hello.
+  static constexpr std::chrono::milliseconds kHelloTimeout{5000};
+  // How long connect() waits for a peer to answer (per address) and to
+  // welcome our hello.
+  static constexpr std::chrono::milliseconds kConnectTimeout{5000};
+  // The most initiator lineages a target remembers, and how long it keeps
+  // one whose connections are all closed.
+  static constexpr std::size_t kMaxLineages = 4096;
+  static constexpr std::chrono::seconds kLineageLinger{120};
+  // The most connections a target holds, and of those, the most that have
+  // not presented a hello yet: past either, new connections are closed.
+  static constexpr std::size_t kMaxConnections = 4096;
+  static constexpr std::size_t kMaxPendingHellos = 256;
+  // The most notifications a target queues from one sender (the agent name
+  // its connection presented); past that, that sender's are refused.
+  static constexpr std::size_t kMaxQueuedPerSender = kMaxQueuedNotificationsPerSender;
+
+  // Opens the listener (throws std::runtime_error saying why it cannot) and
+  // starts the I/O thread.
+  TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings);
+  ~TcpLane();
+  TcpLane(const TcpLane&) = delete;
+  TcpLane& operator=(const TcpLane&) = delete;
+
+  // What the metadata publishes: the token a connection presents first, the
+  // port and the addresses.
+  [[nodiscard]] std::uint64_t token() const { return token_; }
+  [[nodiscard]] std::uint16_t port() const { return port_; }
+  [[nodiscard]] const std::vector<ucx::TcpAddress>& addresses() const { return addresses_; }
+
+  // Connects to the peer's tcp lane (blob's tcp part) and presents a hello;
+  // kSuccess once the peer welcomed it. kRemoteDisconnect when no address
+  // answered or the peer closed the connection (wrong token, a newer
+  // registration of ours); *reason says which.
+  [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerHandle* out,
+                               std::string* reason);
+  // Closes the peer's connection at once; its transfers still in flight end
+  // kRemoteDisconnect.
+  [[nodiscard]] Status disconnect(PeerHandle peer);
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out,
+                                  std::span<const std::uint8_t> notify = {});
+  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
+                                 std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote, XferHandle* out,
+                                 std::span<const std::uint8_t> notify = {});
+  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
+                                   std::span<const std::uint8_t> message, XferHandle* out);
+  void take_notifications(std::vector<Notification>* out);
+  [[nodiscard]] Status check(XferHandle xfer, Status* state);
+  [[nodiscard]] const char* detail(XferHandle xfer) const;
+  [[nodiscard]] Status release(XferHandle xfer);
+
+  void add_live(HandleCounts& counts) const;
+  void add_counters(std::map<std::string, std::uint64_t>& counters) const;
+
+  // Closes every socket and joins the I/O thread. Idempotent.
+  void stop();
+
+ private:
+  struct Conn;
+  struct Peer;
+  struct Xfer;
+  struct Command;
+  class Io;
+
+  // Builds a transfer's frames and queues it on the peer's connection.
+  [[nodiscard]] Status post(PeerHandle peer, TransferId id, bool read,
+                            std::span<const std::int64_t> local,
+                            std::span<const std::int64_t> remote,
+                            std::span<const std::uint8_t> notify, XferHandle* out);
+  void submit(Command command);
+  void drop_ref(Xfer* xfer);
+
+  std::string agent_name_;
+  Region region_;
+  std::uint64_t pool_len_ = 0;
+  std::uint64_t token_ = 0;
+  std::uint16_t port_ = 0;
+  std::vector<ucx::TcpAddress> addresses_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  int epoll_fd_ = -1;
+
+  // Initiator: our lineage and registration count per target (its agent
+  // name and token).
+  struct Lineage {
+    std::uint64_t id = 0;
+    std::uint64_t gens = 0;
+  };
+  std::mutex lineage_mu_;
+  std::map<std::pair<std::string, std::uint64_t>, Lineage> lineages_;
+
+  // Commands for the I/O thread (new connections, transfers, closes).
+  // `wake_pending_`: the thread was woken and has not drained the queue yet,
+  // so a burst of posts wakes it once.
+  std::mutex commands_mu_;
+  std::vector<Command> commands_;
+  std::atomic<bool> wake_pending_{false};
+
+  // Connected peers (initiator side), by handle.
+  mutable std::mutex peers_mu_;
+  std::unordered_map<PeerHandle, std::shared_ptr<Peer>> peers_;
+
+  // Notifications taken from peers, oldest first, and how many each sender
+  // has queued.
+  std::mutex notes_mu_;
+  std::deque<Notification> notes_;
+  std::map<std::string, std::size_t> notes_per_sender_;
+
+  std::atomic<std::uint64_t> live_xfers_{0};
+  struct Counters;
+  std::unique_ptr<Counters> counters_;
+
+  std::unique_ptr<Io> io_;
+  std::thread thread_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace kvxfer::internal::tcp
