@@ -60,6 +60,7 @@ struct PeerMetrics {
   // Counters of this registration (a new registration starts at zero).
   std::array<OpCounters, kNumTransferOps> ops{};
   std::uint64_t post_failures = 0;
+  std::uint64_t posts_refused = 0;  // back-pressure or a faulted peer, no strike
   std::uint64_t strikes_total = 0;  // strikes given, ever (reset by nothing)
   // This registration's fault: at most one, by cause.
   std::array<std::uint64_t, kNumFaultCauses> faults{};
@@ -74,6 +75,7 @@ struct Metrics {
   // Since the transport was made, removed peers' included.
   std::array<OpCounters, kNumTransferOps> ops{};
   std::uint64_t post_failures = 0;
+  std::uint64_t posts_refused = 0;
   std::uint64_t strikes_total = 0;
   std::array<std::uint64_t, kNumFaultCauses> faults{};  // each fault once, when it happens
   // Gauges.

@@ -88,6 +88,13 @@ inline constexpr std::size_t kMaxQueuedNotifications = 16384;
 // every other sender's are still taken.
 inline constexpr std::size_t kMaxQueuedNotificationsPerSender = 4096;
 
+// The most transfers one peer may have in flight. Past it, write_blocks,
+// read_blocks and send_notification return nothing for that peer without a
+// strike (back-pressure, counted in PeerStats::posts_refused), so a frozen
+// or slow peer cannot make us hold an unbounded number of transfers; a
+// faulted peer takes no new transfers at all until it is removed.
+inline constexpr std::uint64_t kMaxInflightPerPeer = 65536;
+
 // The largest Options::telemetry_capacity.
 inline constexpr std::size_t kMaxTelemetryCapacity = std::size_t{1} << 24;
 
@@ -125,6 +132,9 @@ struct PeerStats {
   std::uint64_t reads_done = 0;
   std::uint64_t read_bytes_done = 0;
   std::uint64_t post_failures = 0;
+  // Posts refused without a strike: the peer had kMaxInflightPerPeer
+  // transfers in flight, or was faulted.
+  std::uint64_t posts_refused = 0;
   std::uint64_t inflight = 0;
   int strikes = 0;
   std::optional<std::string> fault;

@@ -101,6 +101,7 @@ py::dict stats_to_python(const Stats& s) {
     d["reads_done"] = p.reads_done;
     d["read_bytes_done"] = p.read_bytes_done;
     d["post_failures"] = p.post_failures;
+    d["posts_refused"] = p.posts_refused;
     d["inflight"] = p.inflight;
     d["strikes"] = p.strikes;
     d["fault"] = p.fault ? py::object(py::str(*p.fault)) : py::none();
@@ -158,6 +159,7 @@ py::dict metrics_to_python(const Metrics& m) {
   out["agent"] = m.agent;
   out["ops"] = ops_to_python(m.ops);
   out["post_failures"] = m.post_failures;
+  out["posts_refused"] = m.posts_refused;
   out["strikes_total"] = m.strikes_total;
   out["faults"] = faults_to_python(m.faults);
   out["inflight"] = m.inflight;
@@ -179,6 +181,7 @@ py::dict metrics_to_python(const Metrics& m) {
     py::dict d;
     d["ops"] = ops_to_python(p.ops);
     d["post_failures"] = p.post_failures;
+    d["posts_refused"] = p.posts_refused;
     d["strikes_total"] = p.strikes_total;
     d["faults"] = faults_to_python(p.faults);
     d["inflight"] = p.inflight;

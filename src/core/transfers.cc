@@ -192,6 +192,19 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
                                                std::span<const std::uint8_t> notify,
                                                Ticks started) {
   // Caller holds mu_.
+  // Back-pressure, not a failure: no strike, nothing posted.
+  if (peer->standing.fault || peer->inflight >= kMaxInflightPerPeer) {
+    ++peer->counters.posts_refused;
+    ++posts_refused_;
+    if (peer->counters.posts_refused == 1 || peer->counters.posts_refused % 65536 == 0) {
+      log().warn("kvxfer {}: refusing posts to peer={}: {} ({} refused so far)", agent_name_,
+                 peer->id,
+                 peer->standing.fault ? "it is faulted until it is removed"
+                                      : "it has kMaxInflightPerPeer transfers in flight",
+                 peer->counters.posts_refused);
+    }
+    return std::nullopt;
+  }
   const TransferId id = next_id_;
   XferHandle handle = 0;
   Status st = Status::kSuccess;

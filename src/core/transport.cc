@@ -237,6 +237,7 @@ Metrics TransportState::metrics() const {
   std::lock_guard lock(mu_);
   m.ops = ops_;
   m.post_failures = post_failures_;
+  m.posts_refused = posts_refused_;
   m.strikes_total = tally_.strikes_total;
   m.faults = tally_.faults;
   m.inflight = inflight_.size();
@@ -249,6 +250,7 @@ Metrics TransportState::metrics() const {
     p.peer_id = id;
     p.ops = peer->ops;
     p.post_failures = peer->counters.post_failures;
+    p.posts_refused = peer->counters.posts_refused;
     p.strikes_total = peer->standing.strikes_total;
     if (peer->standing.fault_cause) {
       ++p.faults[static_cast<std::size_t>(*peer->standing.fault_cause)];

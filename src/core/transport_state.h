@@ -263,6 +263,7 @@ class TransportState {
   // Metrics over the transport's life, removed peers' included.
   std::array<OpCounters, kNumTransferOps> ops_{};
   std::uint64_t post_failures_ = 0;
+  std::uint64_t posts_refused_ = 0;
   // Post to done, by op, and the durations of whole write_blocks and poll
   // calls (from the facade's entry to the end of the locked part): updated
   // under mu_, read without it.

@@ -111,7 +111,7 @@ class Lanes final : public Engine {
         // lane not allowed (UCX's tcp transport then serves remote peers).
         // Otherwise no UCX context exists, so no UCX listener either: its
         // tcp transport would execute any client's PUT anywhere in the
-        // process (docs/threat-model.md).
+        // process (docs/reliability.md).
         ucx_(allows(allowed_, Lane::kUcx) && (has_rdma_ || tcp_ == nullptr)
                  ? std::make_unique<ucx::UcxLane>(agent_name_, config.region, *config.options,
                                                   cma_.cookie_epoch())

@@ -190,6 +190,10 @@ std::string prometheus_text(std::span<const Metrics> ts) {
   w.family("kvxfer_post_failures_total", "counter", "Posts that failed (nothing was sent).");
   for (const Metrics& m : ts)
     w.sample("kvxfer_post_failures_total", {{"agent", m.agent}}, m.post_failures);
+  w.family("kvxfer_posts_refused_total", "counter",
+           "Posts refused without a strike: a peer at its in-flight limit, or faulted.");
+  for (const Metrics& m : ts)
+    w.sample("kvxfer_posts_refused_total", {{"agent", m.agent}}, m.posts_refused);
   w.family("kvxfer_strikes_total", "counter", "Strikes given to peers (consecutive failures).");
   for (const Metrics& m : ts)
     w.sample("kvxfer_strikes_total", {{"agent", m.agent}}, m.strikes_total);
@@ -293,6 +297,9 @@ std::string prometheus_text(std::span<const Metrics> ts) {
   };
   peer_family("kvxfer_peer_post_failures_total", "counter", "Failed posts to the peer.",
               [](const PeerMetrics& p) { return p.post_failures; });
+  peer_family("kvxfer_peer_posts_refused_total", "counter",
+              "Posts to the peer refused without a strike (in-flight limit, fault).",
+              [](const PeerMetrics& p) { return p.posts_refused; });
   peer_family("kvxfer_peer_strikes_total", "counter", "Strikes given to the peer.",
               [](const PeerMetrics& p) { return p.strikes_total; });
   w.family("kvxfer_peer_faults_total", "counter",

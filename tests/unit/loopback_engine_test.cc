@@ -82,6 +82,9 @@ TEST_F(LoopbackEngineTest, ReconnectUndoesDisconnect) {
   plan().disconnect("agent-b");
   ASSERT_FALSE(write("b", {0}, {0}).has_value());
   plan().reconnect("agent-b");
+  // The failed post faulted the registration; a new one reaches the agent.
+  a.transport.remove_remote_peer("b");
+  add_peer(a.transport, "b", b.transport);
   const TransferId id = posted("b", {3}, {4});
   EXPECT_TRUE(landed(b, 4, 3));
   EXPECT_EQ(poll("b").done, ids({id}));

@@ -362,7 +362,11 @@ TEST_F(MetricsTest, ARemoteDisconnectCountsOneFaultOnce) {
   EXPECT_EQ(e.value("kvxfer_peer_faults_total", with(ab, "cause", "REMOTE_DISCONNECT")), 1);
   EXPECT_EQ(e.value("kvxfer_peer_faulted", ab), 1);
   EXPECT_EQ(peer_stats(a.transport, "b").fault, std::optional<std::string>("REMOTE_DISCONNECT"));
-  EXPECT_EQ(e.value("kvxfer_post_failures_total", kA), 3);
+  // The first post failed; the peer was faulted then, so the other two were
+  // refused without being tried.
+  EXPECT_EQ(e.value("kvxfer_post_failures_total", kA), 1);
+  EXPECT_EQ(e.value("kvxfer_posts_refused_total", kA), 2);
+  EXPECT_EQ(e.value("kvxfer_peer_posts_refused_total", ab), 2);
 }
 
 TEST_F(MetricsTest, StrikeLimitAndStallFaultsAreCountedByCauseAndOutliveThePeer) {

@@ -45,13 +45,20 @@ TEST_F(StateTest, FailedStateIsReportedFailed) {
 }
 
 TEST_F(StateTest, EveryStateOtherThanDoneOrInProgressIsFailed) {
-  for (const Status state :
-       {Status::kNotPosted, Status::kInvalidParam, Status::kBackend, Status::kMismatch,
-        Status::kNotAllowed, Status::kRepostActive, Status::kUnknown, Status::kNotSupported,
-        Status::kCanceled, Status::kStalled}) {
-    const TransferId id = posted("b", {0}, {0});
-    plan().finish_with(id, state);
-    EXPECT_EQ(poll("b").failed, ids({id})) << status_name(state);
+  const std::vector<Status> states{Status::kNotPosted, Status::kInvalidParam, Status::kBackend,
+                                   Status::kMismatch,  Status::kNotAllowed,   Status::kRepostActive,
+                                   Status::kUnknown,   Status::kNotSupported, Status::kCanceled,
+                                   Status::kStalled};
+  // All posted first: the strikes fault the peer partway, and a faulted peer
+  // takes no new transfers.
+  std::vector<TransferId> posted_ids;
+  plan().hold_next(static_cast<int>(states.size()));
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    posted_ids.push_back(posted("b", {static_cast<std::int64_t>(i % 8)}, {0}));
+  }
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    plan().finish_with(posted_ids[i], states[i]);
+    EXPECT_EQ(poll("b").failed, ids({posted_ids[i]})) << status_name(states[i]);
   }
 }
 

@@ -143,11 +143,19 @@ TEST_F(StrikesTest, NotFoundFailedStateFaultsThePeerAtOnce) {
 }
 
 TEST_F(StrikesTest, FirstFaultCauseSticks) {
-  fail_one("b", Status::kRemoteDisconnect);
-  fail_one("b", Status::kNotFound);
-  fail_one("b");
-  fail_one("b");
-  fail_one("b");
+  // Posted before the first fault (a faulted peer takes no new transfers),
+  // failing one by one after it.
+  const std::vector<Status> states{Status::kRemoteDisconnect, Status::kNotFound, Status::kBackend,
+                                   Status::kBackend, Status::kBackend};
+  std::vector<TransferId> posted_ids;
+  plan().hold_next(static_cast<int>(states.size()));
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    posted_ids.push_back(posted("b", {static_cast<std::int64_t>(i)}, {0}));
+  }
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    plan().finish_with(posted_ids[i], states[i]);
+    ASSERT_EQ(poll("b").failed, ids({posted_ids[i]}));
+  }
   const auto fault = poll("b").peer_fault;
   ASSERT_TRUE(fault.has_value());
   EXPECT_NE(fault->find("REMOTE_DISCONNECT"), std::string::npos) << *fault;

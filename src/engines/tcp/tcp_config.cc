@@ -31,6 +31,13 @@ void apply(const std::string& key, const std::string& value, const char* where, 
       throw std::runtime_error(
           fmt::format("kvxfer UCX: {} KVXFER_TCP_ADDRESS={} is not an IPv4 address", where, value));
     }
+    // Peers connect to what is published: it must name this host.
+    if (!value.empty() && addr.s_addr == htonl(INADDR_ANY)) {
+      throw std::runtime_error(fmt::format(
+          "kvxfer UCX: {} KVXFER_TCP_ADDRESS={} is no address peers can reach; leave it unset "
+          "to listen on every interface",
+          where, value));
+    }
     out->address = value;
   } else if (key == kPortsKey) {
     const std::string_view text(value);

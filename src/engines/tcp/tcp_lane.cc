@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -68,8 +69,8 @@ const char* detail_of(std::uint32_t wire_status) {
   }
 }
 
-// Logs at most a few lines a second per kind of refusal; the counters
-// count every one.
+// Logs at most five refusal lines a second (all kinds together); the
+// counters count every one.
 class RateLimit {
  public:
   bool allow() {
@@ -276,7 +277,10 @@ TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings
   ev.data.ptr = &wake_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   io_ = std::make_unique<Io>(*this);
-  thread_ = std::thread([this] { io_->run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "kvxfer-tcp");
+    io_->run();
+  });
 }
 
 TcpLane::~TcpLane() { stop(); }

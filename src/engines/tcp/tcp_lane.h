@@ -98,7 +98,7 @@ class TcpLane {
   [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerHandle* out,
                                std::string* reason);
   // Closes the peer's connection at once; its transfers still in flight end
-  // kRemoteDisconnect.
+  // kCanceled (a closed connection the peer ended: kRemoteDisconnect).
   [[nodiscard]] Status disconnect(PeerHandle peer);
   [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
                                   std::span<const std::int64_t> local,

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tcp lane against hand-written hostile clients (docs/threat-model.md):
-// a real Transport listens, and a test client that knows only what its
-// metadata says (port, token) sends frames of its own making over a plain
-// socket. Every refusal is observable: the connection closes, a counter
-// moves, and no byte outside what the frame was allowed to write changes.
+// The tcp lane against hand-written hostile clients (the threat model in
+// docs/reliability.md): a real Transport listens, and a test client that
+// knows only what its metadata says (port, token) sends frames of its own
+// making over a plain socket. Every refusal is observable: the connection
+// closes, a counter moves, and no byte outside what the frame was allowed
+// to write changes. Then what a process opens and keeps: its listeners and
+// its descriptors across many registrations.
+#include "engines/tcp/tcp_lane.h"
+
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -15,12 +20,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "engines/tcp/tcp_lane.h"
 #include "it_pool.h"
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
@@ -385,6 +392,138 @@ TEST(TcpHostile, AReaderThatNeverReadsRepliesStallsOnlyItsOwnConnection) {
   EXPECT_LT(t.counter("tcp_bytes_sent"), 2000 * pool_len);
   shutdown(reader.fd(), SHUT_RDWR);
   sender.join();
+}
+
+TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
+  TcpTarget t;
+  // An honest initiator's registration (lineage 1, generation 2).
+  Client honest(t.port());
+  ASSERT_TRUE(greet(honest, t, 1, 2, 22, "honest"));
+  // Every other slot of the fence table, one short-lived connection each.
+  for (std::uint64_t lineage = 2; lineage <= internal::tcp::TcpLane::kMaxLineages; ++lineage) {
+    Client c(t.port());
+    ASSERT_TRUE(greet(c, t, lineage, 1, 1)) << lineage;
+  }
+  // Full: a new lineage is refused rather than an old one forgotten.
+  Client newcomer(t.port());
+  ASSERT_TRUE(newcomer.send_bytes(hello(t.token(), 999999, 1, 1, "newcomer")));
+  EXPECT_TRUE(newcomer.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
+  // The honest lineage's older generation is still refused...
+  Client stale(t.port());
+  ASSERT_TRUE(stale.send_bytes(hello(t.token(), 1, 1, 11, "honest")));
+  EXPECT_TRUE(stale.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_stale_fence", 1));
+  // ...and its registration still writes.
+  ASSERT_TRUE(honest.send_bytes(write_frame(1, 0, kBlockLen, 0x66)));
+  const auto ack = honest.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(t.pool().block(0)[0], 0x66);
+}
+
+// The inodes of the TCP sockets this process has listening.
+std::set<std::string> listening_socket_inodes() {
+  std::set<std::string> mine;
+  if (DIR* dir = opendir("/proc/self/fd"); dir != nullptr) {
+    while (const dirent* e = readdir(dir)) {
+      char target[256] = {};
+      const std::string path = std::string("/proc/self/fd/") + e->d_name;
+      const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+      const std::string link(target, n > 0 ? static_cast<std::size_t>(n) : 0);
+      if (link.rfind("socket:[", 0) == 0) mine.insert(link.substr(8, link.size() - 9));
+    }
+    closedir(dir);
+  }
+  std::set<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the heading
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      fields >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+          inode;
+      if (state == "0A" && mine.count(inode) != 0) out.insert(inode);  // 0A: LISTEN
+    }
+  }
+  return out;
+}
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  if (DIR* dir = opendir("/proc/self/fd"); dir != nullptr) {
+    while (readdir(dir) != nullptr) ++n;
+    closedir(dir);
+  }
+  return n;
+}
+
+// Without an RDMA device and with the default lanes, no UCX context exists,
+// so UCX's tcp transport (which executes any client's PUT anywhere in the
+// process) has no listener: the tcp lane's is the only one.
+TEST(TcpLane, ByDefaultTheOnlyListenerIsTheTcpLanes) {
+  if (std::getenv("KVXFER_LANES") != nullptr) GTEST_SKIP() << "KVXFER_LANES is set here";
+  const std::set<std::string> before = listening_socket_inodes();
+  MappedPool pool(kBlocks, kBlockLen);
+  Transport t("listener", Region{pool.base(), kBlocks, kBlockLen});
+  std::set<std::string> opened;
+  for (const std::string& inode : listening_socket_inodes()) {
+    if (before.count(inode) == 0) opened.insert(inode);
+  }
+  EXPECT_EQ(opened.size(), 1u);
+  EXPECT_EQ(t.stats().live.memory_registrations, 1u);
+  for (const auto& [name, value] : t.stats().engine_counters) {
+    EXPECT_FALSE(name.starts_with("scatter_") || name.starts_with("put_")) << name;
+  }
+}
+
+// UCX's own tcp transport is still there for tests that force the UCX lane,
+// and then it does listen.
+TEST(TcpLane, ForcingTheUcxLaneOpensUcxsListener) {
+  const std::set<std::string> before = listening_socket_inodes();
+  MappedPool pool(kBlocks, kBlockLen);
+  Options options;
+  options.engine_config = {{"KVXFER_LANES", "ucx"}, {"TLS", "tcp"}};
+  Transport t("forced", Region{pool.base(), kBlocks, kBlockLen}, options);
+  std::size_t opened = 0;
+  for (const std::string& inode : listening_socket_inodes()) opened += before.count(inode) == 0;
+  EXPECT_GE(opened, 1u);
+}
+
+// remove_remote_peer closes the peer's socket at once: many registrations
+// hold no more descriptors than one.
+TEST(TcpLane, RegistrationsThatComeAndGoLeaveNoDescriptorBehind) {
+  MappedPool target_pool(kBlocks, kBlockLen);
+  MappedPool initiator_pool(kBlocks, kBlockLen);
+  Transport target("target", Region{target_pool.base(), kBlocks, kBlockLen}, tcp_options());
+  Transport initiator("initiator", Region{initiator_pool.base(), kBlocks, kBlockLen},
+                      tcp_options());
+  const auto metadata = target.agent_metadata();
+  const auto cycle = [&](int i) {
+    initiator.add_remote_peer("t", metadata, target.base_addr(), kBlocks, kBlockLen);
+    const std::vector<std::int64_t> blocks{i % static_cast<int>(kBlocks)};
+    const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(blocks),
+                                           std::span<const std::int64_t>(blocks));
+    ASSERT_TRUE(id.has_value());
+    for (int spins = 0; spins < 5000; ++spins) {
+      const PollResult r = initiator.poll("t");
+      if (!r.done.empty()) break;
+      ASSERT_TRUE(r.failed.empty());
+      std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(initiator.stats().peers.at(0).transfers_done, 1u);
+    initiator.remove_remote_peer("t");
+  };
+  cycle(0);
+  // The target's I/O thread closes its side once it reads the reset.
+  std::this_thread::sleep_for(100ms);
+  const std::size_t settled = open_descriptors();
+  for (int i = 1; i <= 300; ++i) cycle(i);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_LE(open_descriptors(), settled + 2);
+  EXPECT_EQ(initiator.stats().live.peers, 0u);
 }
 
 }  // namespace

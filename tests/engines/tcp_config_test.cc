@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tcp lane's settings (engines/tcp/tcp_config.h): its KVXFER_TCP_* keys of
+// engine_config and the environment, their defaults, their errors and which
+// source wins. Pure: no lane, no socket.
+#include "engines/tcp/tcp_config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace kvxfer::internal::tcp {
+namespace {
+
+using Config = std::map<std::string, std::string>;
+
+// The message compute_tcp_settings throws, or "" when it accepts.
+std::string error_of(const Config& engine_config, const Config& environment = {}) {
+  try {
+    (void)compute_tcp_settings(engine_config, environment);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TcpConfigTest, DefaultsAreEveryInterfaceAndAKernelPickedPort) {
+  const TcpSettings s = compute_tcp_settings({}, {});
+  EXPECT_EQ(s.address, "");
+  EXPECT_EQ(s.port_low, 0);
+  EXPECT_EQ(s.port_high, 0);
+}
+
+TEST(TcpConfigTest, AddressIsADottedIpv4AddressOrEmpty) {
+  EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", "10.1.2.3"}}, {}).address, "10.1.2.3");
+  EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", "127.0.0.1"}}, {}).address, "127.0.0.1");
+  EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", "0.0.0.0"}}, {}).address, "0.0.0.0");
+  // Empty is the default spelled out: every interface.
+  EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", ""}}, {}).address, "");
+  for (const std::string bad :
+       {"10.1.2", "10.1.2.256", "host.example", "::1", "fe80::1", " 10.1.2.3", "10.1.2.3 ", "x"}) {
+    const std::string msg = error_of({{"KVXFER_TCP_ADDRESS", bad}});
+    EXPECT_NE(msg.find("KVXFER_TCP_ADDRESS"), std::string::npos) << "'" << bad << "': " << msg;
+    EXPECT_NE(msg.find("is not an IPv4 address"), std::string::npos) << "'" << bad << "': " << msg;
+  }
+  EXPECT_EQ(error_of({{"KVXFER_TCP_ADDRESS", "10.1.2"}}),
+            "kvxfer UCX: engine_config KVXFER_TCP_ADDRESS=10.1.2 is not an IPv4 address");
+}
+
+TEST(TcpConfigTest, PortsIsOnePortOrARangeLowHigh) {
+  {
+    const TcpSettings s = compute_tcp_settings({{"KVXFER_TCP_PORTS", "7000"}}, {});
+    EXPECT_EQ(s.port_low, 7000);
+    EXPECT_EQ(s.port_high, 7000);
+  }
+  {
+    const TcpSettings s = compute_tcp_settings({{"KVXFER_TCP_PORTS", "7000-7010"}}, {});
+    EXPECT_EQ(s.port_low, 7000);
+    EXPECT_EQ(s.port_high, 7010);
+  }
+  {
+    const TcpSettings s = compute_tcp_settings({{"KVXFER_TCP_PORTS", "1-65535"}}, {});
+    EXPECT_EQ(s.port_low, 1);
+    EXPECT_EQ(s.port_high, 65535);
+  }
+  {
+    const TcpSettings s = compute_tcp_settings({{"KVXFER_TCP_PORTS", "65535"}}, {});
+    EXPECT_EQ(s.port_low, 65535);
+    EXPECT_EQ(s.port_high, 65535);
+  }
+  {
+    // LOW == HIGH is a one-port range.
+    const TcpSettings s = compute_tcp_settings({{"KVXFER_TCP_PORTS", "9-9"}}, {});
+    EXPECT_EQ(s.port_low, 9);
+    EXPECT_EQ(s.port_high, 9);
+  }
+}
+
+TEST(TcpConfigTest, PortsRejectsZeroOutOfRangeReversedAndMalformed) {
+  for (const std::string bad : {"0", "65536", "5-3", "a", "1-", "", "-1", "-", "0-5", "5-65536",
+                                "1-2-3", "7000 ", " 7000", "+7000", "7000-7010x", "99999999999"}) {
+    const std::string msg = error_of({{"KVXFER_TCP_PORTS", bad}});
+    EXPECT_NE(msg.find("KVXFER_TCP_PORTS"), std::string::npos) << "'" << bad << "': " << msg;
+    EXPECT_NE(msg.find("is not a port or a range LOW-HIGH in 1..65535"), std::string::npos)
+        << "'" << bad << "': " << msg;
+  }
+  EXPECT_EQ(error_of({{"KVXFER_TCP_PORTS", "5-3"}}),
+            "kvxfer UCX: engine_config KVXFER_TCP_PORTS=5-3 is not a port or a range LOW-HIGH "
+            "in 1..65535");
+}
+
+TEST(TcpConfigTest, EnvironmentIsReadWhenEngineConfigIsSilent) {
+  const TcpSettings s = compute_tcp_settings(
+      {}, {{"KVXFER_TCP_ADDRESS", "192.168.0.7"}, {"KVXFER_TCP_PORTS", "8000-8003"}});
+  EXPECT_EQ(s.address, "192.168.0.7");
+  EXPECT_EQ(s.port_low, 8000);
+  EXPECT_EQ(s.port_high, 8003);
+}
+
+TEST(TcpConfigTest, InvalidEnvironmentValueIsRejectedNamingTheEnvironment) {
+  const std::string addr = error_of({}, {{"KVXFER_TCP_ADDRESS", "nope"}});
+  EXPECT_EQ(addr, "kvxfer UCX: environment KVXFER_TCP_ADDRESS=nope is not an IPv4 address");
+  const std::string ports = error_of({}, {{"KVXFER_TCP_PORTS", "65536"}});
+  EXPECT_NE(ports.find("environment KVXFER_TCP_PORTS=65536"), std::string::npos) << ports;
+}
+
+TEST(TcpConfigTest, EngineConfigWinsOverTheEnvironment) {
+  const TcpSettings s =
+      compute_tcp_settings({{"KVXFER_TCP_ADDRESS", "10.0.0.1"}, {"KVXFER_TCP_PORTS", "7000"}},
+                           {{"KVXFER_TCP_ADDRESS", "10.0.0.2"}, {"KVXFER_TCP_PORTS", "8000-8010"}});
+  EXPECT_EQ(s.address, "10.0.0.1");
+  EXPECT_EQ(s.port_low, 7000);
+  EXPECT_EQ(s.port_high, 7000);
+
+  // Each key on its own: engine_config sets one, the environment the other.
+  const TcpSettings mixed =
+      compute_tcp_settings({{"KVXFER_TCP_PORTS", "7000"}}, {{"KVXFER_TCP_ADDRESS", "10.0.0.2"}});
+  EXPECT_EQ(mixed.address, "10.0.0.2");
+  EXPECT_EQ(mixed.port_low, 7000);
+  EXPECT_EQ(mixed.port_high, 7000);
+}
+
+TEST(TcpConfigTest, UnknownTcpKeyIsRejectedNamingIt) {
+  const std::string msg = error_of({{"KVXFER_TCP_PORT", "7000"}});
+  EXPECT_NE(msg.find("KVXFER_TCP_PORT=7000 rejected"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a setting of the tcp lane"), std::string::npos) << msg;
+  EXPECT_EQ(error_of({{"KVXFER_TCP_NODELAY", "1"}}),
+            "kvxfer UCX: engine_config KVXFER_TCP_NODELAY=1 rejected: not a setting of the tcp "
+            "lane (KVXFER_TCP_ADDRESS, KVXFER_TCP_PORTS)");
+}
+
+TEST(TcpConfigTest, OtherLanesKeysAreLeftAlone) {
+  const TcpSettings s = compute_tcp_settings(
+      {{"KVXFER_CMA_SLICE", "x"},
+       {"KVXFER_LANES", "tcp"},
+       {"KVXFER_SCATTER_CHUNK", "x"},
+       {"TLS", "sm,self"},
+       {"RNDV_THRESH", "8K"},
+       {"KVXFER_TCPX", "y"}},
+      // The environment is read for the two settings only: anything else in
+      // it, KVXFER_TCP_* included, is not this function's to judge.
+      {{"KVXFER_TCP_UNKNOWN", "z"}, {"UCX_TLS", "tcp"}, {"KVXFER_LANES", "cma"}});
+  EXPECT_EQ(s.address, "");
+  EXPECT_EQ(s.port_low, 0);
+  EXPECT_EQ(s.port_high, 0);
+}
+
+}  // namespace
+}  // namespace kvxfer::internal::tcp
