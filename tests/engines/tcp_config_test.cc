@@ -35,7 +35,9 @@ TEST(TcpConfigTest, DefaultsAreEveryInterfaceAndAKernelPickedPort) {
 TEST(TcpConfigTest, AddressIsADottedIpv4AddressOrEmpty) {
   EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", "10.1.2.3"}}, {}).address, "10.1.2.3");
   EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", "127.0.0.1"}}, {}).address, "127.0.0.1");
-  EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", "0.0.0.0"}}, {}).address, "0.0.0.0");
+  // Every interface is the default (unset), not an address to publish.
+  EXPECT_NE(error_of({{"KVXFER_TCP_ADDRESS", "0.0.0.0"}}).find("is no address peers can reach"),
+            std::string::npos);
   // Empty is the default spelled out: every interface.
   EXPECT_EQ(compute_tcp_settings({{"KVXFER_TCP_ADDRESS", ""}}, {}).address, "");
   for (const std::string bad :
