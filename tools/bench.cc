@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -23,6 +25,7 @@
 #include <tuple>
 
 #include "bench_config.h"
+#include "iperf.h"
 #include "kvxfer/metrics.h"
 #include "kvxfer/transport.h"
 #include "kvxfer/ucx_tls.h"
@@ -131,28 +134,47 @@ bool wait_all(Transport& transport, std::vector<TransferId> ids, std::string* er
   return true;
 }
 
+// Transfers each lane counted, from the engine's counters: what carried
+// them, whatever KVXFER_LANES said.
+std::map<std::string, std::uint64_t> lane_transfers(
+    const std::map<std::string, std::uint64_t>& counters) {
+  const auto get = [&](const char* key) -> std::uint64_t {
+    const auto it = counters.find(key);
+    return it != counters.end() ? it->second : 0;
+  };
+  return {{"tcp", get("tcp_writes") + get("tcp_reads")},
+          {"ucx", get("put_writes") + get("scatter_writes") + get("gather_reads")},
+          {"cma", get("cma_writes") + get("cma_reads")}};
+}
+
 class Bench {
  public:
-  Bench(const BenchArgs& args, TargetProcess& target, std::string fingerprint)
-      : args_(args), target_(target), fingerprint_(std::move(fingerprint)) {}
+  Bench(const BenchArgs& args, std::string fingerprint)
+      : args_(args), fingerprint_(std::move(fingerprint)) {}
 
-  CaseResult run(const CaseSpec& spec) {
+  // Runs one case against `target`, with KVXFER_LANES=lane on this side
+  // ("" leaves it to the configuration); the target must run the same.
+  CaseResult run(const CaseSpec& spec, const std::string& lane, TargetProcess& target) {
+    target_ = &target;
+    lane_ = lane;
     CaseResult result;
     result.spec = spec;
+    result.lane = lane;
     result.loadavg = load_average();
-    const CpuSample cpu_before = sample_cpu(target_.pid());
+    const CpuSample cpu_before = sample_cpu(target.pid());
     struct Meter {
       CaseResult& r;
       const CpuSample& before;
       pid_t target;
       ~Meter() { r.others_cores = others_cores(before, sample_cpu(target)); }
-    } meter{result, cpu_before, target_.pid()};
+    } meter{result, cpu_before, target.pid()};
     try {
       if (spec.block_len == 0 || spec.block_len > args_.region) {
         throw std::invalid_argument(fmt::format("block length {} must be in [1, --region {}]",
                                                 spec.block_len, args_.region));
       }
       result.num_blocks = args_.region / spec.block_len;
+      warm_pools(spec);
       if (spec.is_reg()) {
         run_reg(result);
       } else {
@@ -164,6 +186,10 @@ class Bench {
       throw;  // the target is gone: no later case can run either
     } catch (const std::exception& e) {
       result.error = e.what();
+      if (!lane.empty() && !args_.peer.empty() &&
+          result.error.find("no lane") != std::string::npos) {
+        result.error += fmt::format(" (start the target with --role target --lane {})", lane);
+      }
     }
     return result;
   }
@@ -173,7 +199,7 @@ class Bench {
 
  private:
   Options transport_options(std::uint64_t transfers = 0) const {
-    Options options = bench_transport_options(args_);
+    Options options = bench_transport_options(args_, lane_);
     if (args_.telemetry) {
       options.telemetry = true;
       options.telemetry_capacity = std::clamp<std::uint64_t>(transfers, 1, kMaxTelemetryCapacity);
@@ -234,7 +260,59 @@ class Bench {
     }
   }
 
+  // TCP runs (unless --no-warm-pass), before a target's first case: one
+  // untimed plain TCP stream of our whole pool into the target's, so that
+  // every page of both has gone through a socket once before a timed
+  // transfer. On some VMs a first pass over pages never sent (or received)
+  // runs several times slower (0.1-0.5 GB/s against 2-3 GB/s on loopback,
+  // even for pages the CPU wrote just before): a case would otherwise time
+  // that for the first lane and case to meet a pool, and not for the
+  // others. Before this case's fill(), so the target's pool holds no block
+  // of this case's pattern.
+  void warm_pools(const CaseSpec& spec) {
+    if (!args_.warm_pass || !kvxfer::ucx_tls_is_tcp_only(ucx_tls_for(args_.tls))) return;
+    if (std::find(warmed_.begin(), warmed_.end(), target_) != warmed_.end()) return;
+    target_->open(spec.block_len, args_.region, fingerprint_);  // the target's pool
+    target_->raw_stream(stream_host(), source().data(), source().size(), source().size());
+    target_->close_region();
+    warmed_.push_back(target_);
+  }
+
+  // Which lane carried the case's `posted` transfers, from the initiator's
+  // counters (taken before close). With a lane asked for, a transfer any
+  // other lane carried, or fewer than `posted` on the lane asked for, fails
+  // the case: its figures would be another lane's.
+  void check_lane(CaseResult& result, Transport& transport, std::uint64_t posted) {
+    result.lane_transfers = lane_transfers(transport.stats().engine_counters);
+    std::vector<std::string> used;
+    for (const auto& [name, count] : result.lane_transfers) {
+      if (count > 0) used.push_back(name);
+    }
+    result.lane_seen = used.empty() ? "" : used.size() == 1 ? used.front() : "mixed";
+    if (result.lane.empty()) return;
+    const std::uint64_t on_lane = result.lane_transfers[result.lane];
+    const bool others =
+        std::any_of(result.lane_transfers.begin(), result.lane_transfers.end(),
+                    [&](const auto& kv) { return kv.first != result.lane && kv.second > 0; });
+    // Equal counts only when every transfer was posted and reported.
+    const bool short_of = result.error.empty() ? on_lane != posted : on_lane == 0 && posted > 0;
+    if (!others && !short_of) return;
+    const std::string why = fmt::format(
+        "LANE MISMATCH: asked for the {} lane (KVXFER_LANES={} on both sides), but the "
+        "initiator's counters show {} transfers on the tcp lane, {} on the ucx lane and {} on the "
+        "cma lane, of {} posted",
+        result.lane, result.lane, result.lane_transfers["tcp"], result.lane_transfers["ucx"],
+        result.lane_transfers["cma"], posted);
+    result.error = result.error.empty() ? why : why + "; and: " + result.error;
+  }
+
   [[nodiscard]] bool reading() const { return args_.op == "read"; }
+
+  // With --lane both, a case runs twice: its agents (the metrics' labels)
+  // are told apart by lane.
+  [[nodiscard]] std::string agent_suffix() const {
+    return args_.lane == "both" && !lane_.empty() ? "-" + lane_ : "";
+  }
 
   Pool& source() {
     if (!source_) source_ = std::make_unique<Pool>(args_.region);
@@ -248,10 +326,10 @@ class Bench {
   // Opens the target's region and registers both sides; times both.
   std::unique_ptr<Transport> connect(CaseResult& result, std::uint64_t transfers = 0) {
     const CaseSpec& spec = result.spec;
-    const TargetGeometry& g = target_.open(spec.block_len, args_.region, fingerprint_);
+    const TargetGeometry& g = target_->open(spec.block_len, args_.region, fingerprint_);
     const auto t0 = Clock::now();
     auto transport = std::make_unique<Transport>(
-        fmt::format("bench-initiator-{}-{}", ::getpid(), spec.name),
+        fmt::format("bench-initiator-{}-{}{}", ::getpid(), spec.name, agent_suffix()),
         Region{source().data(), result.num_blocks, spec.block_len}, transport_options(transfers));
     const auto t1 = Clock::now();
     transport->add_remote_peer(kPeer, g.metadata, g.base, g.num_blocks, g.block_len);
@@ -286,9 +364,9 @@ class Bench {
         ++(ok ? good : bad);
       }
     } else {
-      std::tie(good, bad) = target_.verify(seed, to_verify);
+      std::tie(good, bad) = target_->verify(seed, to_verify);
     }
-    target_.close_region();
+    target_->close_region();
     result.verify_sampled = to_verify.size();
     result.verify_good = good;
     result.verify_bad = bad;
@@ -315,7 +393,7 @@ class Bench {
     // pattern, so a block no read reached never passes for one it did.
     fill(source(), spec.block_len, result.num_blocks, reading() ? ~seed : seed);
     auto transport = connect(result, writes + static_cast<std::uint64_t>(spec.depth));  // + warm-up
-    if (reading()) target_.fill(seed);
+    if (reading()) target_->fill(seed);
     // Transfer w: a WRITE of our schedule.local(w) into the target's
     // schedule.remote(w), or a READ the other way round, so that the blocks
     // written are schedule.remote(w) either way (one pool's blocks, never
@@ -438,6 +516,7 @@ class Bench {
     // Warm-up transfers all ended done (else it threw).
     check_counts(result, *transport, std::min(depth, writes) + done - result.failed_transfers,
                  result.failed_transfers, write_bytes);
+    check_lane(result, *transport, std::min(depth, writes) + next);
 
     const Landed landed =
         landed_blocks(schedule, result.num_blocks, std::span(posted).first(next), completed);
@@ -467,12 +546,20 @@ class Bench {
         *std::max_element(result.memcpy_all_runs_gbps.begin(), result.memcpy_all_runs_gbps.end());
     result.memcpy_all_threads = memcpy_threads();
     if (args_.perftest) {
-      PerftestRequest request;
-      request.message_len = spec.block_len;
-      request.bytes = std::min<std::uint64_t>(spec.total, 512ull << 20);
-      request.ucx_tls = ucx_tls_for(args_.tls);
-      request.timeout = std::chrono::seconds(args_.perftest_timeout_s);
-      result.perftest = run_perftest(request);
+      // ucx_perftest knows no lanes: one run serves every lane's pass of
+      // the case.
+      const std::string key = fmt::format("{}/{}", spec.name, spec.block_len);
+      if (const auto it = perftest_runs_.find(key); it != perftest_runs_.end()) {
+        result.perftest = it->second;
+      } else {
+        PerftestRequest request;
+        request.message_len = spec.block_len;
+        request.bytes = std::min<std::uint64_t>(spec.total, 512ull << 20);
+        request.ucx_tls = ucx_tls_for(args_.tls);
+        request.timeout = std::chrono::seconds(args_.perftest_timeout_s);
+        result.perftest = run_perftest(request);
+        perftest_runs_.emplace(key, result.perftest);
+      }
     } else {
       result.perftest.error = "skipped (--no-perftest)";
     }
@@ -561,12 +648,13 @@ class Bench {
       return std::pair<std::int64_t, std::int64_t>{local, remote};
     };
     std::vector<std::pair<std::int64_t, std::int64_t>> written;  // (remote, local)
+    std::uint64_t posted = 0;  // transfers posted (each one or 16 blocks)
 
-    const TargetGeometry& g = target_.open(spec.block_len, args_.region, fingerprint_);
+    const TargetGeometry& g = target_->open(spec.block_len, args_.region, fingerprint_);
     const auto t_local = Clock::now();
-    auto transport = std::make_unique<Transport>(fmt::format("bench-initiator-{}-reg", ::getpid()),
-                                                 Region{source().data(), n, spec.block_len},
-                                                 transport_options());
+    auto transport = std::make_unique<Transport>(
+        fmt::format("bench-initiator-{}-reg{}", ::getpid(), agent_suffix()),
+        Region{source().data(), n, spec.block_len}, transport_options());
     result.local_registration_ms = micros(Clock::now() - t_local) / 1000;
 
     std::vector<double> add_us;
@@ -588,6 +676,7 @@ class Bench {
         result.error = "write_blocks to a fresh peer failed to post";
         break;
       }
+      ++posted;
       if (!wait_all(*transport, {*id}, &result.error)) break;
       const auto t3 = Clock::now();
       written.emplace_back(remote, local);
@@ -627,6 +716,7 @@ class Bench {
           result.error = "write_blocks failed to post during the memory probe";
           break;
         }
+        ++posted;
         ids.push_back(*id);
       }
       const std::int64_t heap1 = heap_in_use();
@@ -636,6 +726,8 @@ class Bench {
     result.inflight_bytes_1 = probe(1);
     result.inflight_bytes_16 = probe(16);
 
+    // Every write posted went to a remote block of its own, once.
+    check_lane(result, *transport, posted);
     // The reg case writes, whatever --op says: it times registration.
     finish(result, *transport, written, seed, /*after_reads=*/false);
   }
@@ -643,12 +735,29 @@ class Bench {
   std::uint64_t seed_base() const { return args_.seed; }
 
  public:
+  // The targets warm_pools() streamed into, and the bytes each took.
+  [[nodiscard]] std::size_t warmed_targets() const { return warmed_.size(); }
+  [[nodiscard]] std::uint64_t warm_bytes() { return warmed_.empty() ? 0 : source().size(); }
+
+  // Where a plain TCP stream reaches the target: loopback for a spawned one.
+  [[nodiscard]] std::string stream_host() const {
+    return args_.peer.empty() ? "127.0.0.1" : HostPort::parse(args_.peer).host;
+  }
+
   // Bytes of the source pool on transparent huge pages (Pool::huge_bytes).
   [[nodiscard]] std::uint64_t source_huge_bytes() { return source().huge_bytes(); }
 
-  // The raw TCP baseline, from this side's pool: GB/s of one plain stream.
-  double raw_tcp_gbps(const std::string& host, std::uint64_t bytes) {
-    const double seconds = target_.raw_stream(host, source().data(), source().size(), bytes);
+  // The raw TCP baseline, from this side's pool into `target`'s: GB/s of
+  // one plain stream. First one untimed stream of the whole pool, so that
+  // the timed one sends (and lands on) pages that were all sent before: on
+  // some VMs a first pass over pages never sent runs several times slower
+  // (0.3-0.5 GB/s against 2-4 GB/s on loopback), which no transfer of a
+  // case meets in its timed part either. *warm_bytes: the untimed bytes.
+  double raw_tcp_gbps(TargetProcess& target, const std::string& host, std::uint64_t bytes,
+                      std::uint64_t* warm_bytes) {
+    *warm_bytes = source().size();
+    target.raw_stream(host, source().data(), source().size(), *warm_bytes);
+    const double seconds = target.raw_stream(host, source().data(), source().size(), bytes);
     return static_cast<double>(bytes) / seconds / 1e9;
   }
 
@@ -659,8 +768,12 @@ class Bench {
   void idle_wait() const { poll_idle(args_.poll_wait, args_.poll_sleep_us); }
 
   const BenchArgs& args_;
-  TargetProcess& target_;
   const std::string fingerprint_;
+  TargetProcess* target_ = nullptr;  // of the case running
+  std::string lane_;                 // of the case running
+  // ucx_perftest per case (name/block_len), run once for every lane.
+  std::map<std::string, PerftestResult> perftest_runs_;
+  std::vector<const TargetProcess*> warmed_;  // by warm_pools()
   std::unique_ptr<Pool> source_;
   std::unique_ptr<Pool> memcpy_target_;
   std::vector<Metrics> metrics_;
@@ -688,6 +801,35 @@ CaseSpec resolve(const BenchArgs& args, const std::string& name, bool quarter) {
 
 }  // namespace
 
+std::optional<double> ratio_of(const std::optional<double>& gbps,
+                               const std::optional<double>& baseline) {
+  if (!gbps || !baseline || *baseline <= 0) return std::nullopt;
+  return *gbps / *baseline;
+}
+
+std::optional<bool> BenchReport::raw_tcp_agrees() const {
+  if (!raw_tcp_gbps || !iperf3.gbps || *iperf3.gbps <= 0) return std::nullopt;
+  return std::abs(*raw_tcp_gbps - *iperf3.gbps) <= kRawTcpAgreement * *iperf3.gbps;
+}
+
+std::optional<double> BenchReport::vs_iperf3(const CaseResult& c) const {
+  return ratio_of(c.gbps, iperf3.gbps);
+}
+
+std::optional<double> BenchReport::tcp_vs_ucx(const CaseResult& c) const {
+  if (c.lane != "tcp" && c.lane != "ucx") return std::nullopt;
+  const auto find = [&](const char* lane) -> const CaseResult* {
+    for (const CaseResult& o : cases) {
+      if (o.lane == lane && o.spec.name == c.spec.name) return &o;
+    }
+    return nullptr;
+  };
+  const CaseResult* tcp = find("tcp");
+  const CaseResult* ucx = find("ucx");
+  if (tcp == nullptr || ucx == nullptr) return std::nullopt;
+  return ratio_of(tcp->gbps, ucx->gbps);
+}
+
 std::optional<double> CaseResult::memcpy_all_ratio() const {
   if (!gbps || !memcpy_all_gbps || *memcpy_all_gbps <= 0) return std::nullopt;
   return *gbps / *memcpy_all_gbps;
@@ -708,10 +850,21 @@ bool BenchReport::all_verified() const {
          std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) { return c.verified; });
 }
 
-Options bench_transport_options(const BenchArgs& args) {
+std::vector<std::string> bench_lanes(const BenchArgs& args) {
+  if (args.lane == "both") return {"tcp", "ucx"};
+  if (!args.lane.empty()) return {args.lane};
+  // Not given: a TCP run names the tcp lane, unless --engine or
+  // --target-engine already set KVXFER_LANES themselves.
+  const bool configured = args.engine.contains(kLanesKey) || args.target_engine.contains(kLanesKey);
+  if (kvxfer::ucx_tls_is_tcp_only(ucx_tls_for(args.tls)) && !configured) return {"tcp"};
+  return {""};
+}
+
+Options bench_transport_options(const BenchArgs& args, const std::string& lane) {
   Options options;
   options.config_fields = bench_config_fields(args.tls);
   options.engine_config = engine_config_for(args.tls);
+  if (!lane.empty()) options.engine_config[kLanesKey] = lane;
   for (const auto& [key, value] : args.engine) options.engine_config[key] = value;
   options.progress_thread = args.progress_thread;
   options.num_threads = args.num_threads;
@@ -735,14 +888,42 @@ void write_metrics(const std::vector<Metrics>& metrics, const std::string& path)
   if (!out) throw std::runtime_error(fmt::format("cannot write the metrics to {}", path));
 }
 
+namespace {
+
+// The header's account of the lanes.
+std::string lanes_text(const BenchArgs& args, const std::vector<std::string>& lanes) {
+  if (lanes.size() == 2) {
+    return fmt::format(
+        "lanes tcp and ucx, side by side (each case with {}=tcp, then with "
+        "{}=ucx, on both sides)",
+        kLanesKey, kLanesKey);
+  }
+  if (!lanes.front().empty()) {
+    return fmt::format("lane {} ({}={} on both sides{})", lanes.front(), kLanesKey, lanes.front(),
+                       args.peer.empty()
+                           ? ""
+                           : fmt::format("; the remote target must run --lane {}", lanes.front()));
+  }
+  if (const char* env = std::getenv(kLanesKey); env != nullptr) {
+    return fmt::format("lanes as the environment's {}={}", kLanesKey, env);
+  }
+  if (const auto it = args.engine.find(kLanesKey); it != args.engine.end()) {
+    return fmt::format("lanes as --engine {}={}", kLanesKey, it->second);
+  }
+  return fmt::format("lane: the library's choice ({} unset)", kLanesKey);
+}
+
+}  // namespace
+
 int run_bench(const BenchArgs& args) {
   BenchReport report;
   report.args = args;
   if (report.args.seed == 0) report.args.seed = std::random_device{}() | 1;
   report.ucx_tls = ucx_tls_for(args.tls);
   report.fingerprint = config_fingerprint(bench_config_fields(args.tls));
+  const bool tcp_only = kvxfer::ucx_tls_is_tcp_only(report.ucx_tls);
   // TCP-only runs move a quarter of the reference total by default.
-  const bool quarter = kvxfer::ucx_tls_is_tcp_only(report.ucx_tls) && !args.total;
+  const bool quarter = tcp_only && !args.total;
   std::vector<CaseSpec> specs;
   for (const auto& name : args.cases) specs.push_back(resolve(args, name, quarter));
   if (specs.empty()) throw std::invalid_argument("--cases selects no case");
@@ -750,57 +931,137 @@ int run_bench(const BenchArgs& args) {
   if (args.op != "write" && args.op != "read") {
     throw std::invalid_argument(fmt::format("--op {}: use write or read", args.op));
   }
-  std::unique_ptr<TargetProcess> target;
+  if (!args.lane.empty()) {
+    if (args.lane != "tcp" && args.lane != "ucx" && args.lane != "both") {
+      throw std::invalid_argument(fmt::format("--lane {}: use tcp, ucx or both", args.lane));
+    }
+    if (!tcp_only) {
+      throw std::invalid_argument(
+          fmt::format("--lane {} is for TCP runs (UCX_TLS={} is not TCP only): use --tls tcp",
+                      args.lane, report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls));
+    }
+    if (args.engine.contains(kLanesKey) || args.target_engine.contains(kLanesKey)) {
+      throw std::invalid_argument(fmt::format(
+          "--lane sets {} on both sides: leave it out of --engine and --target-engine", kLanesKey));
+    }
+    if (args.lane == "both" && !args.peer.empty()) {
+      throw std::invalid_argument(
+          "--lane both spawns a target per lane: not with --peer (run once with --lane tcp and "
+          "once with --lane ucx, the remote target started with the same --lane)");
+    }
+  }
+  report.lanes = bench_lanes(args);
+  if (!report.lanes.front().empty()) {
+    // The environment wins over engine_config: ours would override the
+    // lane asked for, here and in every target spawned.
+    if (const char* env = std::getenv(kLanesKey); env != nullptr) {
+      if (!args.quiet) {
+        fmt::print(stderr, "kvxfer bench: {}={} in the environment is ignored: --lane sets it\n",
+                   kLanesKey, env);
+      }
+      ::unsetenv(kLanesKey);
+    }
+  }
+
+  // One target per lane: a target runs only the lanes its KVXFER_LANES
+  // names (without RDMA, a UCX lane only where tcp is not among them). The
+  // first now, the others when their lane's first case runs: a fresh target
+  // gives up on a first command that takes over 10 s to come.
+  std::vector<std::unique_ptr<TargetProcess>> targets(report.lanes.size());
+  const auto spawn_target = [&](std::size_t i) {
+    std::map<std::string, std::string> engine = args.target_engine;
+    if (!report.lanes[i].empty()) engine[kLanesKey] = report.lanes[i];
+    targets[i] = TargetProcess::spawn(target_command(args.tls, args.region, engine));
+  };
   if (args.peer.empty()) {
-    target = TargetProcess::spawn(target_command(args.tls, args.region, args.target_engine));
-    report.target = "spawned on this machine";
+    spawn_target(0);
+    report.target =
+        targets.size() > 1 ? "spawned on this machine, one per lane" : "spawned on this machine";
   } else {
-    target = TargetProcess::connect(HostPort::parse(args.peer));
+    targets.clear();
+    targets.push_back(TargetProcess::connect(HostPort::parse(args.peer)));
     report.target = args.peer;
   }
-  report.target_version = target->version();
+  report.target_version = targets.front()->version();
   report.cpus = machine_info().cpus;
   if (!args.quiet) {
-    fmt::print(stderr, "kvxfer bench: {}s, UCX_TLS={}, {} MiB regions, target {} (kvxfer {}){}\n",
-               args.op, report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls,
-               args.region >> 20, report.target, report.target_version,
-               quarter ? ", TCP only: a quarter of each reference total" : "");
+    fmt::print(
+        stderr, "kvxfer bench: {}s, UCX_TLS={}, {}, {} MiB regions, target {} (kvxfer {}){}\n",
+        args.op, report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls,
+        lanes_text(args, report.lanes), args.region >> 20, report.target, report.target_version,
+        quarter ? ", TCP only: a quarter of each reference total" : "");
   }
 
   // What the machine takes from a running thread, for reading the call
   // percentiles below: half a second, with the target idle.
   report.cpu_gaps = measure_cpu_gaps(kCpuGapsSpin, kCpuGapsThreshold);
 
-  Bench bench(report.args, *target, report.fingerprint);
+  Bench bench(report.args, report.fingerprint);
+  std::vector<bool> lost(targets.size(), false);
   for (const CaseSpec& spec : specs) {
-    if (!args.quiet) fmt::print(stderr, "  running {} ...\n", spec.name);
-    try {
-      report.cases.push_back(bench.run(spec));
-    } catch (const ChannelError& e) {
-      // The target is gone: no later case can run either.
-      CaseResult lost;
-      lost.spec = spec;
-      lost.error = std::string("lost the target: ") + e.what();
-      report.cases.push_back(std::move(lost));
-      break;
+    for (std::size_t i = 0; i < report.lanes.size(); ++i) {
+      const std::string& lane = report.lanes[i];
+      if (!args.quiet) {
+        if (report.lanes.size() > 1) {
+          fmt::print(stderr, "  running {} on the {} lane ...\n", spec.name, lane);
+        } else {
+          fmt::print(stderr, "  running {} ...\n", spec.name);
+        }
+      }
+      try {
+        if (targets[i] == nullptr) spawn_target(i);
+        report.cases.push_back(bench.run(spec, lane, *targets[i]));
+      } catch (const std::exception& e) {
+        // The target is gone: no later case can run either.
+        CaseResult gone;
+        gone.spec = spec;
+        gone.lane = lane;
+        gone.error = std::string("lost the target: ") + e.what();
+        report.cases.push_back(std::move(gone));
+        lost[i] = true;
+        break;
+      }
     }
+    if (std::find(lost.begin(), lost.end(), true) != lost.end()) break;
   }
   report.pool_huge_bytes = bench.source_huge_bytes();
-  const bool target_lost =
-      !report.cases.empty() && report.cases.back().error.rfind("lost the target", 0) == 0;
-  if (args.raw_tcp && kvxfer::ucx_tls_is_tcp_only(report.ucx_tls) && !target_lost) {
-    if (!args.quiet) fmt::print(stderr, "  running the raw TCP stream baseline ...\n");
-    try {
-      const std::string host = args.peer.empty() ? "127.0.0.1" : HostPort::parse(args.peer).host;
-      report.raw_tcp_gbps = bench.raw_tcp_gbps(host, args.raw_tcp_bytes);
-      report.raw_tcp_bytes = args.raw_tcp_bytes;
-    } catch (const std::exception& e) {
-      report.raw_tcp_error = e.what();
+  report.warmed_targets = bench.warmed_targets();
+  report.warm_bytes = bench.warm_bytes();
+  if (tcp_only && !lost.front()) {
+    if (!args.iperf3) {
+      report.iperf3.error = "skipped (--no-iperf3)";
+    } else if (!args.peer.empty()) {
+      report.iperf3.error =
+          "skipped: iperf3 runs on loopback, and the target is on another host (--peer)";
+    } else {
+      if (!args.quiet) {
+        fmt::print(stderr, "  running iperf3 (one connection, loopback, {} s) ...\n",
+                   args.iperf3_seconds);
+      }
+      IperfRequest request;
+      request.seconds = args.iperf3_seconds;
+      request.timeout = std::chrono::seconds(args.iperf3_seconds + 30);
+      report.iperf3 = run_iperf3(request);
+    }
+    if (args.raw_tcp) {
+      if (!args.quiet) fmt::print(stderr, "  running the raw TCP stream baseline ...\n");
+      try {
+        report.raw_tcp_gbps = bench.raw_tcp_gbps(*targets.front(), bench.stream_host(),
+                                                 args.raw_tcp_bytes, &report.raw_tcp_warm_bytes);
+        report.raw_tcp_bytes = args.raw_tcp_bytes;
+      } catch (const std::exception& e) {
+        report.raw_tcp_error = e.what();
+      }
     }
   }
-  const int target_status = target->quit();
-  if (target_status != 0 && !args.quiet) {
-    fmt::print(stderr, "kvxfer bench: the target exited with status {}\n", target_status);
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] == nullptr) continue;
+    const int target_status = targets[i]->quit();
+    if (target_status != 0 && !args.quiet) {
+      fmt::print(stderr, "kvxfer bench: the target{} exited with status {}\n",
+                 targets.size() > 1 ? fmt::format(" of the {} lane", report.lanes[i]) : "",
+                 target_status);
+    }
   }
 
   print_table(report, stdout);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "iperf.h"
 #include "kvxfer/transport.h"
 #include "machine.h"
 #include "perftest.h"
@@ -21,6 +22,14 @@ namespace kvxfer::tools {
 struct BenchArgs {
   std::vector<std::string> cases = {"big", "layer", "small", "runs", "reg"};
   std::string tls = "sm";  // sm | tcp | a UCX_TLS string
+  // --lane: which kvxfer lane carries the transfers of a TCP run. "tcp"
+  // (kvxfer's own TCP lane, KVXFER_LANES=tcp), "ucx" (the UCX lane over
+  // UCX's tcp transport, KVXFER_LANES=ucx with UCX_TLS=tcp), "both" (every
+  // case on the tcp lane, then on the ucx lane, side by side), or "" (not
+  // given: "tcp" when --tls is TCP-only, else the library's own choice).
+  // Set on both sides (engine_config KVXFER_LANES) and checked after each
+  // case against the initiator's lane counters.
+  std::string lane;
   // "write" (write_blocks into the target, verified there) or "read"
   // (read_blocks from the target's pool, verified here).
   std::string op = "write";
@@ -59,6 +68,15 @@ struct BenchArgs {
   // --tls tcp only: the raw TCP stream baseline (raw_stream.h).
   bool raw_tcp = true;
   std::uint64_t raw_tcp_bytes = 1ull << 30;
+  // --tls tcp only: the iperf3 baseline (iperf.h), one loopback connection
+  // for iperf3_seconds, with a spawned target.
+  bool iperf3 = true;
+  int iperf3_seconds = 3;
+  // --tls tcp only: before a target's first case, one untimed plain TCP
+  // stream of the initiator's whole pool into the target's (Bench's
+  // warm_pools(): a first pass over pages never sent runs several times
+  // slower on some VMs).
+  bool warm_pass = true;
   int perftest_timeout_s = 60;
   std::uint64_t verify_blocks = 4096;  // most blocks checked per case
   int reg_reps = 20;
@@ -71,11 +89,24 @@ struct BenchArgs {
 };
 
 // The initiator's Options for these arguments: the bench's config fields,
-// --tls, --engine, --no-progress-thread, --num-threads.
-Options bench_transport_options(const BenchArgs& args);
+// --tls, --engine, --no-progress-thread, --num-threads; and for a `lane`
+// ("tcp" or "ucx"; "" leaves it out) engine_config KVXFER_LANES=lane.
+Options bench_transport_options(const BenchArgs& args, const std::string& lane = "");
+
+// The lanes a bench run forces, one pass of the cases each: {"tcp"},
+// {"ucx"}, {"tcp", "ucx"} (--lane both), or {""} (none forced).
+std::vector<std::string> bench_lanes(const BenchArgs& args);
 
 struct CaseResult {
-  CaseSpec spec;                 // as run, overrides applied
+  CaseSpec spec;  // as run, overrides applied
+  // The lane asked for (KVXFER_LANES on both sides; "" when none was) and
+  // the lane the initiator's counters say carried the transfers ("tcp",
+  // "ucx", "cma", "mixed", or "" when none counted any).
+  std::string lane;
+  std::string lane_seen;
+  // Transfers each lane counted: tcp_writes/tcp_reads, put_writes +
+  // scatter_writes / gather_reads, cma_writes/cma_reads.
+  std::map<std::string, std::uint64_t> lane_transfers;
   std::uint64_t num_blocks = 0;  // of each side's region
   std::uint64_t writes = 0;
   std::uint64_t blocks = 0;
@@ -124,6 +155,10 @@ struct CaseResult {
   [[nodiscard]] std::optional<double> perftest_ratio() const;
 };
 
+// kvxfer GB/s over a baseline's GB/s, when both exist.
+std::optional<double> ratio_of(const std::optional<double>& gbps,
+                               const std::optional<double>& baseline);
+
 struct BenchReport {
   BenchArgs args;
   std::string ucx_tls;
@@ -140,8 +175,32 @@ struct BenchReport {
   std::optional<double> raw_tcp_gbps;
   std::uint64_t raw_tcp_bytes = 0;
   std::string raw_tcp_error;
+  // Bytes streamed once, untimed, before the timed stream: every page of
+  // both pools sent before (a first pass over pages never sent runs several
+  // times slower on some VMs).
+  std::uint64_t raw_tcp_warm_bytes = 0;
+  // Targets whose pool took the untimed warm-up stream before their first
+  // case, and its bytes (the initiator's pool).
+  std::size_t warmed_targets = 0;
+  std::uint64_t warm_bytes = 0;
+  // The lanes forced, one pass of the cases each (bench_lanes()).
+  std::vector<std::string> lanes;
+  // One iperf3 connection on loopback, in the same run (TCP runs).
+  // Neither a figure nor an error: not a TCP run.
+  IperfResult iperf3;
+  // Whether the raw stream is within kRawTcpAgreement of iperf3 (both
+  // figures present).
+  [[nodiscard]] std::optional<bool> raw_tcp_agrees() const;
+  // Case c's GB/s over iperf3's.
+  [[nodiscard]] std::optional<double> vs_iperf3(const CaseResult& c) const;
+  // With --lane both: case c's tcp lane GB/s over its ucx lane GB/s (the
+  // same case name, the other lane's row).
+  [[nodiscard]] std::optional<double> tcp_vs_ucx(const CaseResult& c) const;
   [[nodiscard]] bool all_verified() const;
 };
+
+// How far the raw stream may be from iperf3 and still agree with it.
+inline constexpr double kRawTcpAgreement = 0.10;
 
 // Runs the bench and prints the table; 0 when every case verified.
 int run_bench(const BenchArgs& args);

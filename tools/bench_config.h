@@ -32,6 +32,11 @@ inline std::map<std::string, std::string> engine_config_for(const std::string& t
   return {{"TLS", t}};
 }
 
+// The engine_config key (and environment variable, which wins over it) of
+// the lanes a peer may get (src/engines/lanes.cc). `kvxfer bench --lane`
+// sets it on both sides.
+inline constexpr const char* kLanesKey = "KVXFER_LANES";
+
 // Config fields of the tool's Transports. The transports are part of them:
 // an sm initiator and a tcp target would not measure what either asked for.
 inline std::map<std::string, std::string> bench_config_fields(const std::string& tls) {

@@ -23,7 +23,6 @@
 #include "machine.h"
 #include "notify_bench.h"
 #include "pattern.h"
-#include "pool.h"
 #include "peers_bench.h"
 #include "pool.h"
 #include "startup.h"
@@ -190,8 +189,19 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->allow_extra_args(false)
       ->check(CLI::IsMember({"big", "layer", "small", "runs", "reg"}));
-  bench_cmd->add_option("--tls", bench.tls, "UCX transports: sm, tcp, or a UCX_TLS string")
-      ->capture_default_str();
+  auto* tls_option =
+      bench_cmd->add_option("--tls", bench.tls, "UCX transports: sm, tcp, or a UCX_TLS string")
+          ->capture_default_str();
+  bench_cmd
+      ->add_option(
+          "--lane", bench.lane,
+          "TCP runs: the kvxfer lane that carries the transfers, set as KVXFER_LANES on both "
+          "sides and checked after each case against the initiator's lane counters (a case on "
+          "another lane fails): tcp (kvxfer's own TCP lane; the default with --tls tcp), ucx "
+          "(the UCX lane over UCX_TLS=tcp), or both (every case on the tcp lane, then on the "
+          "ucx lane, a target each, with a tcp/ucx column). Implies --tls tcp when --tls is not "
+          "given. With --role target: the lane this target runs (tcp or ucx)")
+      ->check(CLI::IsMember({"tcp", "ucx", "both"}));
   bench_cmd
       ->add_option("--op", bench.op,
                    "write (write_blocks into the target, checked there), read (read_blocks "
@@ -280,10 +290,30 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->allow_extra_args(false);
   bench_cmd->add_flag("--no-raw-tcp", no_raw_tcp,
-                      "skip the raw TCP stream baseline (runs with --tls tcp only)");
+                      "skip the raw TCP stream baseline (runs with --tls tcp only): one plain "
+                      "TCP connection between the two processes' pools, timed after an untimed "
+                      "pass over the whole pool, and compared with iperf3 (agrees within 10%, "
+                      "or is not used as a baseline)");
   bench_cmd
-      ->add_option("--raw-tcp-bytes", bench.raw_tcp_bytes, "bytes of the raw TCP stream baseline")
+      ->add_option("--raw-tcp-bytes", bench.raw_tcp_bytes,
+                   "bytes of the raw TCP stream baseline (timed part)")
       ->transform(CLI::AsSizeValue(false));
+  bool no_warm_pass = false;
+  bench_cmd->add_flag("--no-warm-pass", no_warm_pass,
+                      "runs with --tls tcp: skip the untimed plain TCP stream of the initiator's "
+                      "whole pool into each target's pool before its first case (on some VMs a "
+                      "first pass over pages never sent through a socket runs several times "
+                      "slower, and only the first case and lane to meet a pool would pay it)");
+  bool no_iperf3 = false;
+  bench_cmd->add_flag("--no-iperf3", no_iperf3,
+                      "skip the iperf3 baseline (runs with --tls tcp and a spawned target only): "
+                      "`iperf3 -c 127.0.0.1 -J` against `iperf3 -s -1`, one connection on "
+                      "loopback, when iperf3 is on PATH; each case's GB/s is quoted as a "
+                      "multiple of it (x iperf3, JSON vs_iperf3 and iperf3_gbps)");
+  bench_cmd
+      ->add_option("--iperf3-seconds", bench.iperf3_seconds, "seconds of the iperf3 baseline (-t)")
+      ->check(CLI::Range(1, 60))
+      ->capture_default_str();
   bench_cmd
       ->add_option("--perftest-timeout", bench.perftest_timeout_s,
                    "seconds before a ucx_perftest pair is killed")
@@ -367,6 +397,10 @@ int main(int argc, char** argv) {
       ::setenv(kPoolEnv, pool_kind.c_str(), 1);
       bench.perftest = !no_perftest;
       bench.raw_tcp = !no_raw_tcp;
+      bench.iperf3 = !no_iperf3;
+      bench.warm_pass = !no_warm_pass;
+      // A lane is a TCP run's setting: --lane alone means --tls tcp.
+      if (!bench.lane.empty() && tls_option->count() == 0) bench.tls = "tcp";
       if (poll_wait.rfind("sleep:", 0) == 0) {
         bench.poll_wait = "sleep";
         bench.poll_sleep_us = std::stoi(poll_wait.substr(6));
@@ -383,9 +417,26 @@ int main(int argc, char** argv) {
         config.max_region = bench.region;
         config.block_len = bench.block_len.value_or(0);
         config.engine = bench.target_engine;
+        if (bench.lane == "both") {
+          throw CLI::ValidationError("--lane", "a target runs one lane: tcp or ucx");
+        }
+        if (!bench.lane.empty()) {
+          if (config.engine.contains(kLanesKey)) {
+            throw CLI::ValidationError("--lane", "sets KVXFER_LANES: not in --target-engine too");
+          }
+          config.engine[kLanesKey] = bench.lane;
+          // The environment wins over engine_config.
+          ::unsetenv(kLanesKey);
+        }
         return run_target_listener(HostPort::parse(listen), config, sessions);
       }
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
+      if (!bench.lane.empty() &&
+          (bench.op == "notify" || !bench.targets.empty() || !bench.initiators.empty())) {
+        throw CLI::ValidationError("--lane",
+                                   "runs the reference cases only: not with --op "
+                                   "notify, --targets or --initiators");
+      }
       if (bench.op == "notify") {
         if (!bench.targets.empty() || !bench.initiators.empty())
           throw CLI::ValidationError("--op notify: no --targets/--initiators");

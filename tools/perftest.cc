@@ -17,25 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether something listens on TCP `port` (the perftest server, before the
-// client may connect: connecting to find out would be taken as the client).
-bool listening(std::uint16_t port) {
-  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(path);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state;
-      fields >> slot >> local >> remote >> state;
-      const auto colon = local.rfind(':');
-      if (colon == std::string::npos || state != "0A") continue;  // 0A: LISTEN
-      if (std::stoul(local.substr(colon + 1), nullptr, 16) == port) return true;
-    }
-  }
-  return false;
-}
-
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::istringstream in(s);
@@ -76,6 +57,25 @@ std::string last_lines(const std::string& text, std::size_t n) {
 
 }  // namespace
 
+// Whether something listens on TCP `port` (the perftest server, before the
+// client may connect: connecting to find out would be taken as the client).
+bool port_listening(std::uint16_t port) {
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (colon == std::string::npos || state != "0A") continue;  // 0A: LISTEN
+      if (std::stoul(local.substr(colon + 1), nullptr, 16) == port) return true;
+    }
+  }
+  return false;
+}
+
 bool perftest_available() { return in_path("ucx_perftest"); }
 
 PerftestResult run_perftest(const PerftestRequest& request) {
@@ -106,7 +106,7 @@ PerftestResult run_perftest(const PerftestRequest& request) {
   const auto deadline = Clock::now() + request.timeout;
   try {
     Subprocess server(server_options);
-    while (!listening(port)) {
+    while (!port_listening(port)) {
       if (server.wait_for(std::chrono::milliseconds(0))) {
         result.error = "ucx_perftest server exited before listening";
         return result;

@@ -33,4 +33,10 @@ PerftestResult run_perftest(const PerftestRequest& request);
 // Whether ucx_perftest is on PATH.
 bool perftest_available();
 
+// Whether something listens on TCP `port` of this host, from the kernel's
+// socket tables (a server that takes one client, like ucx_perftest's or
+// iperf3 -s -1, before its client may connect: connecting to find out would
+// be taken as the client).
+bool port_listening(std::uint16_t port);
+
 }  // namespace kvxfer::tools

@@ -62,51 +62,82 @@ void print_table(const BenchReport& report, std::FILE* out) {
       with_threads != report.cases.end()
           ? fmt::format("memcpy {}-core GB/s", with_threads->memcpy_all_threads)
           : std::string("memcpy N-core GB/s");
+  // TCP runs (a lane forced, or an iperf3 figure or error) add columns
+  // after `verified`: the lane that carried each case, its GB/s over
+  // iperf3's, and with --lane both its tcp lane GB/s over its ucx lane GB/s.
+  // Every other run prints the table as before.
+  const bool lanes = !report.lanes.empty() && !report.lanes.front().empty();
+  const bool iperf = report.iperf3.gbps.has_value() || !report.iperf3.error.empty();
+  const bool both = report.lanes.size() > 1;
+  const auto extra = [&](const std::string& lane, const std::string& vs_iperf,
+                         const std::string& tcp_ucx) {
+    std::string e;
+    if (lanes || iperf) e += fmt::format("  {:<6}", lane);
+    if (iperf) e += fmt::format(" {:>8}", vs_iperf);
+    if (both) e += fmt::format(" {:>7}", tcp_ucx);
+    return e;
+  };
+  const bool extras = lanes || iperf;
+  const std::string verified_fmt = extras ? "{:<8}" : "{}";
   fmt::print(out,
              "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} {:>6}  "
-             "{}\n",
+             "{}{}\n",
              "case", "block_len", "batch", "GB/s", "blocks/s",
              report.args.op == "read" ? "read µs p50/99/max" : "write µs p50/99/max",
              "poll µs p50/99/max", "memcpy", "ratio", memcpy_all_name, "x all-cores", "perftest",
-             "ratio", "verified");
+             "ratio", fmt::format(fmt::runtime(verified_fmt), "verified"),
+             extra("lane", "x iperf3", "tcp/ucx"));
   for (const CaseResult& c : report.cases) {
     const bool reg = c.spec.is_reg();
+    // The lane that carried it; when it is not the one asked for, both.
+    std::string lane = c.lane_seen.empty() ? "-" : c.lane_seen;
+    if (!c.lane.empty() && !c.lane_seen.empty() && c.lane_seen != c.lane) {
+      lane = fmt::format("{}!={}", lane, c.lane);
+    }
     fmt::print(
         out,
         "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} {:>6}  "
-        "{}\n",
+        "{}{}\n",
         c.spec.name, size_name(c.spec.block_len),
         reg ? std::string("-") : std::to_string(c.spec.batch), fixed(c.gbps),
         c.blocks_per_s ? fmt::format("{:.0f}", *c.blocks_per_s) : "-",
         reg ? us_triple(c.usable) : us_triple(c.write_call),
         reg ? std::string("-") : us_triple(c.poll_call), fixed(c.memcpy_gbps),
         fixed(c.memcpy_ratio()), fixed(c.memcpy_all_gbps), fixed(c.memcpy_all_ratio()),
-        fixed(c.perftest.gbps), fixed(c.perftest_ratio()), c.verified ? "yes" : "NO");
+        fixed(c.perftest.gbps), fixed(c.perftest_ratio()),
+        fmt::format(fmt::runtime(verified_fmt), c.verified ? "yes" : "NO"),
+        extra(lane, fixed(report.vs_iperf3(c)), fixed(report.tcp_vs_ucx(c))));
   }
   for (const CaseResult& c : report.cases) {
+    // With --lane both a case has a row per lane: its lines name the lane.
+    const std::string name =
+        both && !c.lane.empty() ? fmt::format("{} ({} lane)", c.spec.name, c.lane) : c.spec.name;
     if (c.spec.is_reg() && c.usable.count > 0) {
       fmt::print(out,
-                 "reg: a {}-block peer is usable (add_remote_peer + first write landed) in "
+                 "{}: a {}-block peer is usable (add_remote_peer + first write landed) in "
                  "{:.0f} µs median, {:.0f} µs p99 over {} tries, {:.0f} µs the first time; "
                  "add_remote_peer alone {:.0f} µs median; this side's {} MiB pool registered in "
                  "{:.1f} ms\n",
-                 c.num_blocks, c.usable.p50_us, c.usable.p99_us, c.usable.count, c.usable_first_us,
-                 c.add_peer.p50_us, (c.num_blocks * c.spec.block_len) >> 20,
+                 name, c.num_blocks, c.usable.p50_us, c.usable.p99_us, c.usable.count,
+                 c.usable_first_us, c.add_peer.p50_us, (c.num_blocks * c.spec.block_len) >> 20,
                  c.local_registration_ms);
       fmt::print(out,
-                 "reg: malloc heap growth: {} bytes per add_remote_peer; per write held in "
+                 "{}: malloc heap growth: {} bytes per add_remote_peer; per write held in "
                  "flight: {} bytes (1 block), {} bytes (16 blocks)\n",
-                 c.add_peer_heap_bytes, fixed(c.inflight_bytes_1, 0),
+                 name, c.add_peer_heap_bytes, fixed(c.inflight_bytes_1, 0),
                  fixed(c.inflight_bytes_16, 0));
     }
-    if (!c.error.empty()) fmt::print(out, "{}: {}\n", c.spec.name, c.error);
+    if (!c.error.empty()) fmt::print(out, "{}: {}\n", name, c.error);
     if (c.others_cores >= 0.25) {
       fmt::print(out,
                  "{}: other processes used {:.1f} of {} cores while it ran (load average {:.1f}): "
                  "its ratios are less trustworthy\n",
-                 c.spec.name, c.others_cores, report.cpus, c.loadavg);
+                 name, c.others_cores, report.cpus, c.loadavg);
     }
-    if (!c.spec.is_reg() && !c.perftest.gbps && !c.perftest.error.empty()) {
+    // ucx_perftest runs once per case, whatever the lanes: one line for it.
+    const bool first_of_case = std::none_of(
+        report.cases.data(), &c, [&](const CaseResult& o) { return o.spec.name == c.spec.name; });
+    if (!c.spec.is_reg() && !c.perftest.gbps && !c.perftest.error.empty() && first_of_case) {
       fmt::print(out, "{}: no perftest figure: {}\n", c.spec.name, c.perftest.error);
     }
   }
@@ -123,12 +154,46 @@ void print_table(const BenchReport& report, std::FILE* out) {
     fmt::print(out, "pool: huge, {} of the initiator's {} MiB on transparent huge pages\n",
                report.pool_huge_bytes >> 20, report.args.region >> 20);
   }
+  if (report.warmed_targets > 0) {
+    fmt::print(out,
+               "warm-up: before its first case, {} took one untimed plain TCP stream of the "
+               "initiator's whole {} MiB pool (pages never sent through a socket run several "
+               "times slower on some VMs; --no-warm-pass skips it)\n",
+               report.warmed_targets == 1
+                   ? std::string("the target's pool")
+                   : fmt::format("each of the {} targets' pools", report.warmed_targets),
+               report.warm_bytes >> 20);
+  }
+  if (report.iperf3.gbps) {
+    fmt::print(out, "iperf3 (one connection, loopback, {} s): {:.2f} GB/s",
+               report.args.iperf3_seconds, *report.iperf3.gbps);
+    if (report.iperf3.retransmits) fmt::print(out, ", {} retransmits", *report.iperf3.retransmits);
+    fmt::print(out, "; the baseline of the x iperf3 column\n");
+  } else if (!report.iperf3.error.empty()) {
+    fmt::print(out, "iperf3: no figure: {}\n", report.iperf3.error);
+  }
   if (report.raw_tcp_gbps) {
     const auto big = std::find_if(report.cases.begin(), report.cases.end(),
                                   [](const CaseResult& c) { return c.spec.name == "big"; });
-    fmt::print(out, "raw TCP stream (one connection, pool to pool, {} MiB): {:.2f} GB/s",
-               report.raw_tcp_bytes >> 20, *report.raw_tcp_gbps);
-    if (big != report.cases.end() && big->gbps) {
+    fmt::print(out, "raw TCP stream (one connection, pool to pool, {} MiB",
+               report.raw_tcp_bytes >> 20);
+    if (report.raw_tcp_warm_bytes > 0) {
+      fmt::print(out, " after an untimed {} MiB pass", report.raw_tcp_warm_bytes >> 20);
+    }
+    fmt::print(out, "): {:.2f} GB/s", *report.raw_tcp_gbps);
+    const std::optional<bool> agrees = report.raw_tcp_agrees();
+    if (agrees.has_value()) {
+      const double off = (*report.raw_tcp_gbps / *report.iperf3.gbps - 1) * 100;
+      if (*agrees) {
+        fmt::print(out, "; agrees with iperf3 ({:+.0f}%)", off);
+      } else {
+        fmt::print(out,
+                   "; disagrees with iperf3 ({:+.0f}%, over {:.0f}%): not used as the baseline",
+                   off, kRawTcpAgreement * 100);
+      }
+    }
+    // Quoted against big only where nothing contradicts it.
+    if (big != report.cases.end() && big->gbps && agrees.value_or(true)) {
       fmt::print(out, "; big {:.2f} GB/s = {:.2f}x of it", *big->gbps,
                  *big->gbps / *report.raw_tcp_gbps);
     }
@@ -148,8 +213,15 @@ void write_json(const BenchReport& report, const std::string& path) {
   const BenchArgs& a = report.args;
   json cases = json::array();
   for (const CaseResult& c : report.cases) {
+    json lane_transfers = json::object();
+    for (const auto& [lane, count] : c.lane_transfers) lane_transfers[lane] = count;
     json j = {
         {"case", c.spec.name},
+        // The lane asked for (null: none) and the one the initiator's
+        // counters say carried the transfers.
+        {"lane", c.lane.empty() ? json(nullptr) : json(c.lane)},
+        {"lane_seen", c.lane_seen.empty() ? json(nullptr) : json(c.lane_seen)},
+        {"lane_transfers", lane_transfers},
         {"block_len", c.spec.block_len},
         {"num_blocks", c.num_blocks},
         {"verified", c.verified},
@@ -204,6 +276,8 @@ void write_json(const BenchReport& report, const std::string& path) {
             {"seconds", c.perftest.seconds},
             {"error", c.perftest.error.empty() ? json(nullptr) : json(c.perftest.error)}}},
           {"perftest_ratio", opt(c.perftest_ratio())},
+          {"vs_iperf3", opt(report.vs_iperf3(c))},
+          {"tcp_lane_vs_ucx_lane", opt(report.tcp_vs_ucx(c))},
       });
     }
     cases.push_back(std::move(j));
@@ -249,6 +323,9 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"poll_sleep_us", a.poll_sleep_us},
         {"pool", pool_kind()},
         {"pool_huge_bytes", report.pool_huge_bytes},
+        {"lane", a.lane.empty() ? json(nullptr) : json(a.lane)},
+        {"warm_pass", a.warm_pass},
+        {"lanes", report.lanes.front().empty() ? json::array() : json(report.lanes)},
         {"seed", a.seed},
         {"verify_blocks", a.verify_blocks},
         {"reg_reps", a.reg_reps}}},
@@ -258,7 +335,18 @@ void write_json(const BenchReport& report, const std::string& path) {
       {"raw_tcp",
        {{"gbps", opt(report.raw_tcp_gbps)},
         {"bytes", report.raw_tcp_bytes},
+        {"warm_bytes", report.raw_tcp_warm_bytes},
+        {"agrees_with_iperf3", opt(report.raw_tcp_agrees())},
         {"error", report.raw_tcp_error.empty() ? json(nullptr) : json(report.raw_tcp_error)}}},
+      {"pool_warm_pass", {{"targets", report.warmed_targets}, {"bytes", report.warm_bytes}}},
+      {"iperf3_gbps", opt(report.iperf3.gbps)},
+      {"iperf3",
+       {{"gbps", opt(report.iperf3.gbps)},
+        {"seconds", report.iperf3.seconds},
+        {"bytes", report.iperf3.bytes},
+        {"retransmits", opt(report.iperf3.retransmits)},
+        {"command", "iperf3 -c 127.0.0.1 -t " + std::to_string(a.iperf3_seconds) + " -J"},
+        {"error", report.iperf3.error.empty() ? json(nullptr) : json(report.iperf3.error)}}},
   };
   std::ofstream out(path);
   out << doc.dump(2) << '\n';
@@ -295,7 +383,10 @@ std::string write_plot(const BenchReport& report, const std::string& path) {
       const std::string size = c.spec.block_len >= (1u << 20)
                                    ? fmt::format("{}M", c.spec.block_len >> 20)
                                    : fmt::format("{}K", c.spec.block_len >> 10);
-      d << fmt::format("\"{} ({} x{})\" {} {} {} {}\n", c.spec.name, size, c.spec.batch, v(c.gbps),
+      const std::string name = report.lanes.size() > 1 && !c.lane.empty()
+                                   ? fmt::format("{} {}", c.spec.name, c.lane)
+                                   : c.spec.name;
+      d << fmt::format("\"{} ({} x{})\" {} {} {} {}\n", name, size, c.spec.batch, v(c.gbps),
                        v(c.memcpy_gbps), v(perftest_bar), v(c.perftest.gbps));
     }
   }

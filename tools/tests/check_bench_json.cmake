@@ -5,7 +5,10 @@
 # reg timed at least one registration, and the machine's CPU gaps were
 # measured (a clock read for about half a second; as many gap lengths as
 # gaps). With RAW_TCP set, the raw TCP stream
-# baseline has a figure too (raw_tcp_gbps > 0).
+# baseline has a figure too (raw_tcp_gbps > 0). With LANES set (one per
+# case), case i ran on the lane LANES[i] (lane_seen, from the initiator's
+# counters). With IPERF3 set, the iperf3 baseline has a figure and each
+# throughput case a vs_iperf3 ratio.
 #   cmake -DJSON=bench.json -DCASES="big;layer" -P check_bench_json.cmake
 # or set JSON and CASES, then include() it.
 if(NOT DEFINED JSON OR NOT DEFINED CASES)
@@ -42,6 +45,13 @@ foreach(i RANGE ${last})
   if(NOT verified)
     message(FATAL_ERROR "check_bench_json: case ${name} not verified: ${error}")
   endif()
+  if(DEFINED LANES)
+    list(GET LANES ${i} expected_lane)
+    string(JSON lane_seen GET "${doc}" cases ${i} lane_seen)
+    if(NOT lane_seen STREQUAL expected_lane)
+      message(FATAL_ERROR "check_bench_json: case ${i} (${name}) ran on lane '${lane_seen}', expected '${expected_lane}'")
+    endif()
+  endif()
   if(name STREQUAL "reg")
     string(JSON tries GET "${doc}" cases ${i} usable count)
     if(tries LESS 1)
@@ -59,6 +69,12 @@ foreach(i RANGE ${last})
     if(gbps STREQUAL "null" OR memcpy STREQUAL "null" OR sampled LESS 1)
       message(FATAL_ERROR "check_bench_json: case ${name} lacks figures (GB/s ${gbps}, memcpy ${memcpy}, ${sampled} blocks checked)")
     endif()
+    if(IPERF3)
+      string(JSON vs_iperf3 GET "${doc}" cases ${i} vs_iperf3)
+      if(vs_iperf3 STREQUAL "null" OR NOT vs_iperf3 GREATER 0)
+        message(FATAL_ERROR "check_bench_json: case ${name} lacks its ratio to iperf3")
+      endif()
+    endif()
   endif()
   message(STATUS "${name}: verified")
 endforeach()
@@ -69,4 +85,12 @@ if(RAW_TCP)
     message(FATAL_ERROR "check_bench_json: no raw TCP stream figure: ${raw_error}")
   endif()
   message(STATUS "raw TCP stream: ${raw} GB/s")
+endif()
+if(IPERF3)
+  string(JSON iperf GET "${doc}" iperf3_gbps)
+  string(JSON iperf_error GET "${doc}" iperf3 error)
+  if(iperf STREQUAL "null" OR NOT iperf GREATER 0)
+    message(FATAL_ERROR "check_bench_json: no iperf3 figure: ${iperf_error}")
+  endif()
+  message(STATUS "iperf3: ${iperf} GB/s")
 endif()
