@@ -56,6 +56,21 @@ constexpr EngineCounterInfo kEngineCounters[] = {
     {"scatter_refused", kCounter, kPublic},
     {"scatter_rejected", kCounter, kPublic},
     {"scatter_writes", kCounter, kPublic},
+    // The tcp lane (engines/tcp/). Bytes are wire bytes, frame headers included.
+    {"tcp_bytes_received", kCounter, kPublic},
+    {"tcp_bytes_sent", kCounter, kPublic},
+    {"tcp_connections_accepted", kCounter, kUnstable},
+    {"tcp_fences_superseded", kCounter, kPublic},
+    {"tcp_frames_received", kCounter, kUnstable},
+    {"tcp_notifications_sent", kCounter, kPublic},
+    {"tcp_reads", kCounter, kPublic},
+    {"tcp_refused_frame", kCounter, kPublic},
+    {"tcp_refused_full", kCounter, kPublic},
+    {"tcp_refused_notify", kCounter, kPublic},
+    {"tcp_refused_runs", kCounter, kPublic},
+    {"tcp_refused_stale_fence", kCounter, kPublic},
+    {"tcp_refused_token", kCounter, kPublic},
+    {"tcp_writes", kCounter, kPublic},
 };
 
 constexpr bool sorted_by_name() {

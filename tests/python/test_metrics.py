@@ -136,7 +136,9 @@ def test_scraped_faults_and_failures(pair, served):
     values, _ = samples(served(registry))
     agent = a.agent_name
     assert value(values, "kvxfer_transfers_failed_total", agent=agent, op="write") == 1
-    assert value(values, "kvxfer_post_failures_total", agent=agent) == 2
+    # The first post failed and faulted the peer; the second was refused
+    # without being tried (a faulted peer takes no new transfers).
+    assert value(values, "kvxfer_post_failures_total", agent=agent) == 1
     assert value(values, "kvxfer_strikes_total", agent=agent) == 1
     assert value(values, "kvxfer_faults_total", agent=agent, cause="REMOTE_DISCONNECT") == 1
     assert value(values, "kvxfer_faults_total", agent=agent, cause="STALLED") == 0
@@ -145,7 +147,8 @@ def test_scraped_faults_and_failures(pair, served):
         == 1
     )
     assert value(values, "kvxfer_peer_faulted", agent=agent, peer="b") == 1
-    assert a.stats()["peers"]["b"]["post_failures"] == 2
+    assert a.stats()["peers"]["b"]["post_failures"] == 1
+    assert a.stats()["peers"]["b"]["posts_refused"] == 1
 
 
 def test_two_transports_on_one_registry_and_a_closed_one_yields_nothing(make_agent, served):
