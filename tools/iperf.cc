@@ -41,16 +41,8 @@ IperfResult run_iperf3(const IperfRequest& request) {
     Subprocess server(server_options);
     // Connecting to find out would be taken as the one client: watch the
     // kernel's socket table instead.
-    while (!port_listening(port)) {
-      if (server.wait_for(std::chrono::milliseconds(0))) {
-        result.error = "iperf3 server exited before listening";
-        return result;
-      }
-      if (Clock::now() > deadline) {
-        result.error = "iperf3 server did not listen in time";
-        return result;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (result.error = wait_listening(server, port, deadline, "iperf3"); !result.error.empty()) {
+      return result;
     }
     SpawnOptions client_options;
     client_options.argv = {"iperf3",

@@ -76,6 +76,18 @@ bool port_listening(std::uint16_t port) {
   return false;
 }
 
+std::string wait_listening(Subprocess& server, std::uint16_t port,
+                           std::chrono::steady_clock::time_point deadline,
+                           const std::string& name) {
+  while (!port_listening(port)) {
+    if (server.wait_for(std::chrono::milliseconds(0)))
+      return name + " server exited before listening";
+    if (std::chrono::steady_clock::now() > deadline) return name + " server did not listen in time";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
+}
+
 bool perftest_available() { return in_path("ucx_perftest"); }
 
 PerftestResult run_perftest(const PerftestRequest& request) {
@@ -106,16 +118,9 @@ PerftestResult run_perftest(const PerftestRequest& request) {
   const auto deadline = Clock::now() + request.timeout;
   try {
     Subprocess server(server_options);
-    while (!port_listening(port)) {
-      if (server.wait_for(std::chrono::milliseconds(0))) {
-        result.error = "ucx_perftest server exited before listening";
-        return result;
-      }
-      if (Clock::now() > deadline) {
-        result.error = "ucx_perftest server did not listen in time";
-        return result;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (result.error = wait_listening(server, port, deadline, "ucx_perftest");
+        !result.error.empty()) {
+      return result;
     }
     SpawnOptions client_options;
     client_options.argv = {"ucx_perftest", "127.0.0.1"};

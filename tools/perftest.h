@@ -39,4 +39,11 @@ bool perftest_available();
 // be taken as the client).
 bool port_listening(std::uint16_t port);
 
+class Subprocess;
+
+// Waits until `server` (named `name` in the error) listens on `port`: "" once
+// it does, else why not (it exited first, or `deadline` passed).
+std::string wait_listening(Subprocess& server, std::uint16_t port,
+                           std::chrono::steady_clock::time_point deadline, const std::string& name);
+
 }  // namespace kvxfer::tools
