@@ -62,7 +62,16 @@ void TcpLane::Io::run() {
   for (;;) {
     // Wakes at least once a second to close connections that never said
     // hello and to forget idle lineages.
-    const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()), 1000);
+    // A post that skipped the wake because its peer was sending may have
+    // queued after this turn's drain, when the sending ended: then look
+    // again at once.
+    bool queued = false;
+    {
+      std::lock_guard lock(lane_.commands_mu_);
+      queued = !lane_.commands_.empty();
+    }
+    const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()),
+                             queued ? 0 : 1000);
     for (int i = 0; i < n; ++i) {
       void* tag = events[static_cast<std::size_t>(i)].data.ptr;
       if (tag == &lane_.wake_fd_) {
@@ -592,6 +601,9 @@ void TcpLane::Io::rearm(Conn* c) {
   ev.data.ptr = c;
   epoll_ctl(lane_.epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
   c->waiting_out = want_out;
+  // Cleared before run() looks for queued commands again, so a post that
+  // saw it set is drained on this turn (run()).
+  if (c->peer != nullptr) c->peer->sending.store(want_out, std::memory_order_seq_cst);
   // Resumed: EPOLLIN is level-triggered, so bytes already waiting in the
   // socket are reported on the next turn.
 }
@@ -614,7 +626,10 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
       if (v.empty()) it->second.idle_since = Clock::now();
     }
   }
-  if (c->peer) c->peer->dead.store(true, std::memory_order_release);
+  if (c->peer) {
+    c->peer->dead.store(true, std::memory_order_release);
+    c->peer->sending.store(false, std::memory_order_seq_cst);
+  }
   // Everything still queued or awaited on this connection fails.
   std::deque<Conn::Out> out;
   out.swap(c->out);

@@ -64,6 +64,10 @@ struct TcpLane::Peer {
   Conn* conn = nullptr;  // owned by the I/O thread; only its identity is used here
   std::atomic<bool> dead{false};
   std::atomic<std::uint64_t> next_seq{1};
+  // Set by the I/O thread while this peer's connection has bytes waiting to
+  // go out (EPOLLOUT armed): the thread comes back to it on its own, so a
+  // post behind them needs no wake (tcp_lane.cc, submit()).
+  std::atomic<bool> sending{false};
 };
 
 // A transfer handle. The core holds one reference until release(), the I/O

@@ -82,10 +82,16 @@ void TcpLane::stop() {
 }
 
 void TcpLane::submit(Command command) {
+  const Peer* post_to = command.kind == Command::Kind::kPost ? command.xfer->peer.get() : nullptr;
   {
     std::lock_guard lock(commands_mu_);
     commands_.push_back(std::move(command));
   }
+  // A post to a peer whose connection is still sending needs no wake: the
+  // thread comes back for that connection (EPOLLOUT) and drains the queue
+  // then; it clears `sending` before it looks at the queue (Io::run()).
+  // Waking it anyway costs the caller a switch on a busy machine.
+  if (post_to != nullptr && post_to->sending.load(std::memory_order_seq_cst)) return;
   // One wake per burst: the thread clears the flag before it drains.
   if (!wake_pending_.exchange(true, std::memory_order_acq_rel)) {
     const std::uint64_t one = 1;
