@@ -456,6 +456,8 @@ class Bench {
     std::uint64_t next = 0;
     std::uint64_t done = 0;
     std::uint64_t idle_polls = 0;
+    const pid_t target_pid = target_->pid();
+    const double target_cpu_before = target_pid > 0 ? threads_cpu_s(target_pid) : 0;
     const auto start = Clock::now();
     auto last_completion = start;
     while (done < writes) {
@@ -502,6 +504,7 @@ class Bench {
       }
     }
     const auto end = Clock::now();
+    const double target_cpu_after = target_pid > 0 ? threads_cpu_s(target_pid) : 0;
     progress.clear();
 
     result.writes = done;
@@ -509,6 +512,10 @@ class Bench {
     result.bytes = done * write_bytes;
     result.seconds = std::chrono::duration<double>(end - start).count();
     result.measured_gbps = static_cast<double>(result.bytes) / result.seconds / 1e9;
+    if (target_pid > 0 && result.bytes > 0) {
+      result.target_cpu_s_per_gb =
+          (target_cpu_after - target_cpu_before) / (static_cast<double>(result.bytes) / 1e9);
+    }
     call_us.resize(next);
     result.write_call = Timing::of(std::move(call_us));
     result.poll_call = poll_us.timing();
@@ -1035,13 +1042,16 @@ int run_bench(const BenchArgs& args) {
           "skipped: iperf3 runs on loopback, and the target is on another host (--peer)";
     } else {
       if (!args.quiet) {
-        fmt::print(stderr, "  running iperf3 (one connection, loopback, {} s) ...\n",
+        fmt::print(stderr,
+                   "  running iperf3 (one connection, 1 MiB writes, loopback, {} s; then again "
+                   "beside a spinning thread) ...\n",
                    args.iperf3_seconds);
       }
       IperfRequest request;
       request.seconds = args.iperf3_seconds;
       request.timeout = std::chrono::seconds(args.iperf3_seconds + 30);
       report.iperf3 = run_iperf3(request);
+      report.iperf3_spinner = run_iperf3_beside_spinner(request);
     }
     if (args.raw_tcp) {
       if (!args.quiet) fmt::print(stderr, "  running the raw TCP stream baseline ...\n");

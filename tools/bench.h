@@ -139,6 +139,9 @@ struct CaseResult {
   // Cores' worth of CPU other processes used while the case ran: on a
   // shared machine, how far to trust its ratios.
   double others_cores = 0;
+  // CPU seconds the spawned target process spent per GB of payload in the
+  // timed part (all its threads): the receiving side's cost of a write.
+  std::optional<double> target_cpu_s_per_gb;
   double loadavg = 0;  // 1-minute load average when the case started
   std::string error;
 
@@ -188,6 +191,9 @@ struct BenchReport {
   // One iperf3 connection on loopback, in the same run (TCP runs).
   // Neither a figure nor an error: not a TCP run.
   IperfResult iperf3;
+  // The same with one thread of the bench spinning beside it (as the
+  // bench's caller spins in poll()): context, never the baseline.
+  IperfResult iperf3_spinner;
   // Whether the raw stream is within kRawTcpAgreement of iperf3 (both
   // figures present).
   [[nodiscard]] std::optional<bool> raw_tcp_agrees() const;

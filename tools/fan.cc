@@ -17,6 +17,7 @@
 
 #include "bench_config.h"
 #include "channel.h"
+#include "iperf.h"
 #include "kvxfer/transport.h"
 #include "kvxfer/ucx_tls.h"
 #include "pattern.h"
@@ -481,16 +482,33 @@ void print_rows(const std::vector<FanRow>& rows, const FanParams& p, std::FILE* 
              p.block_len >= (1 << 20) ? fmt::format("{} MiB", p.block_len >> 20)
                                       : fmt::format("{} KiB", p.block_len >> 10),
              p.batch, p.depth, ucx_tls_for(p.tls), p.wait.name());
-  fmt::print(out, "{:<8} {:>3} {:>7} {:>7} {:>8} {:>20} {:>20}  {}\n", "run", "N", "GB/s", "x N=1",
-             "slowest", "write µs p50/99/max", "poll µs p50/99/max", "verified");
+  const bool raw = std::any_of(rows.begin(), rows.end(), [](const FanRow& r) {
+    return r.raw_gbps.has_value() || !r.raw_error.empty();
+  });
+  const auto fixed2 = [](const std::optional<double>& v) {
+    return v ? fmt::format("{:.2f}", *v) : std::string("-");
+  };
+  fmt::print(out, "{:<8} {:>3} {:>7} {:>7} {:>8} {:>20} {:>20}  {:<22}{}\n", "run", "N", "GB/s",
+             "x N=1", "slowest", "write µs p50/99/max", "poll µs p50/99/max", "verified",
+             raw ? fmt::format(" {:>8} {:>9}", "raw GB/s", "raw x N=1") : "");
   for (const FanRow& r : rows) {
-    fmt::print(out, "{:<8} {:>3} {:>7.2f} {:>7} {:>8.2f} {:>20} {:>20}  {}\n", r.experiment, r.n,
-               r.gbps, r.ratio ? fmt::format("{:.2f}", *r.ratio) : "-", r.slowest_share,
-               triple(r.write_call), triple(r.poll_call),
-               r.verified ? fmt::format("yes ({} blocks)", r.verified_blocks) : "NO");
+    fmt::print(out, "{:<8} {:>3} {:>7.2f} {:>7} {:>8.2f} {:>20} {:>20}  {:<22}{}\n", r.experiment,
+               r.n, r.gbps, fixed2(r.ratio), r.slowest_share, triple(r.write_call),
+               triple(r.poll_call),
+               r.verified ? fmt::format("yes ({} blocks)", r.verified_blocks) : "NO",
+               raw ? fmt::format(" {:>8} {:>9}", fixed2(r.raw_gbps), fixed2(r.raw_ratio)) : "");
   }
   for (const FanRow& r : rows) {
     if (!r.error.empty()) fmt::print(out, "{} N={}: {}\n", r.experiment, r.n, r.error);
+    if (!r.raw_error.empty()) {
+      fmt::print(out, "{} N={}: no raw-stream figure: {}\n", r.experiment, r.n, r.raw_error);
+    }
+  }
+  if (raw) {
+    fmt::print(out,
+               "raw: iperf3 on loopback, 1 MiB writes, right after each row: fan-out N pairs at "
+               "once (N streams to N processes), incast one client with N streams (-P N) into one "
+               "server\n");
   }
   fmt::print(out,
              "slowest: the slowest target's (fan-out) or initiator's (incast) GB/s over the mean "
@@ -516,6 +534,8 @@ void write_rows_json(const std::vector<FanRow>& rows, const FanParams& p, const 
                    {"poll_call", timing_json(r.poll_call)},
                    {"verified", r.verified},
                    {"verified_blocks", r.verified_blocks},
+                   {"raw_gbps", r.raw_gbps ? json(*r.raw_gbps) : json(nullptr)},
+                   {"raw_ratio_to_1", r.raw_ratio ? json(*r.raw_ratio) : json(nullptr)},
                    {"error", r.error.empty() ? json(nullptr) : json(r.error)}});
   }
   const json doc = {{"tls", p.tls},
@@ -622,10 +642,30 @@ int run_fan(const BenchArgs& args) {
     }
     target->quit();
   }
+  if (tcp && args.iperf3 && args.peer.empty()) {
+    for (FanRow& r : rows) {
+      if (!args.quiet) fmt::print(stderr, "  {} N={}: raw streams (iperf3) ...\n", r.experiment, r.n);
+      IperfRequest request;
+      request.seconds = args.iperf3_seconds;
+      request.timeout = std::chrono::seconds(args.iperf3_seconds + 30);
+      IperfResult raw;
+      if (r.experiment == "incast") {
+        request.streams = r.n;
+        raw = run_iperf3(request);
+      } else {
+        raw = run_iperf3_pairs(request, r.n);
+      }
+      r.raw_gbps = raw.gbps;
+      r.raw_error = raw.gbps ? std::string() : raw.error;
+    }
+  }
   for (FanRow& r : rows) {
     for (const FanRow& base : rows) {
       if (base.experiment == r.experiment && base.n == 1 && base.gbps > 0)
         r.ratio = r.gbps / base.gbps;
+      if (base.experiment == r.experiment && base.n == 1 && base.raw_gbps && r.raw_gbps &&
+          *base.raw_gbps > 0)
+        r.raw_ratio = *r.raw_gbps / *base.raw_gbps;
     }
   }
   print_rows(rows, p, stdout);

@@ -70,6 +70,13 @@ struct FanRow {
   std::uint64_t verified_blocks = 0;
   bool verified = false;
   std::string error;
+  // TCP runs: N raw streams measured the same way, right after the row
+  // (fan-out: N iperf3 pairs at once, N streams to N processes; incast:
+  // one iperf3 client with N streams into one server), and their ratio to
+  // N = 1: the machine's own limit beside kvxfer's.
+  std::optional<double> raw_gbps;
+  std::optional<double> raw_ratio;
+  std::string raw_error;
 };
 
 // Runs the experiments args.targets / args.initiators ask for, prints the

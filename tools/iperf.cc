@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "channel.h"
 #include "perftest.h"
@@ -52,6 +54,10 @@ IperfResult run_iperf3(const IperfRequest& request) {
                            std::to_string(port),
                            "-t",
                            std::to_string(request.seconds),
+                           "-l",
+                           std::to_string(request.write_len),
+                           "-P",
+                           std::to_string(std::max(1, request.streams)),
                            "-J"};
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -110,6 +116,45 @@ IperfResult run_iperf3(const IperfRequest& request) {
   } catch (const std::exception& e) {
     result.error = e.what();
   }
+  return result;
+}
+
+IperfResult run_iperf3_pairs(const IperfRequest& request, int pairs) {
+  if (pairs <= 1) return run_iperf3(request);
+  std::vector<IperfResult> results(static_cast<std::size_t>(pairs));
+  {
+    std::vector<std::jthread> threads;
+    threads.reserve(results.size());
+    for (IperfResult& r : results) {
+      threads.emplace_back([&r, &request] { r = run_iperf3(request); });
+    }
+  }
+  IperfResult sum;
+  sum.ran = true;
+  double gbps = 0;
+  for (const IperfResult& r : results) {
+    if (!r.gbps) {
+      sum.error = r.error.empty() ? std::string("an iperf3 pair had no figure") : r.error;
+      return sum;
+    }
+    gbps += *r.gbps;
+    sum.bytes += r.bytes;
+    sum.seconds = std::max(sum.seconds, r.seconds);
+    if (r.retransmits) sum.retransmits = sum.retransmits.value_or(0) + *r.retransmits;
+  }
+  sum.gbps = gbps;
+  return sum;
+}
+
+IperfResult run_iperf3_beside_spinner(const IperfRequest& request) {
+  std::atomic<bool> stop{false};
+  std::thread spinner([&stop] {
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  IperfResult result = run_iperf3(request);
+  stop.store(true);
+  spinner.join();
   return result;
 }
 

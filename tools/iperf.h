@@ -24,6 +24,8 @@ struct IperfResult {
 struct IperfRequest {
   std::string host = "127.0.0.1";  // both ends bind / connect here
   int seconds = 3;                 // -t
+  std::uint64_t write_len = 1 << 20;  // -l: bytes per write (workloads.md: 1 MiB)
+  int streams = 1;                    // -P: connections of one client into one server
   std::chrono::seconds timeout{30};
 };
 
@@ -31,5 +33,15 @@ struct IperfRequest {
 bool iperf3_available();
 
 IperfResult run_iperf3(const IperfRequest& request);
+
+// `pairs` iperf3 pairs (a server and a client process each) at the same
+// time: N raw streams to N processes. The sum of their GB/s; an error when
+// any pair has no figure.
+IperfResult run_iperf3_pairs(const IperfRequest& request, int pairs);
+
+// run_iperf3 with one thread of this process spinning beside it for the
+// whole run, as a caller spinning in poll() does: on a machine with few
+// cores, what one stream can move when a third thread wants a core.
+IperfResult run_iperf3_beside_spinner(const IperfRequest& request);
 
 }  // namespace kvxfer::tools

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -43,7 +44,20 @@ double clock_ticks() {
   return hz;
 }
 
-// utime + stime of a process, in seconds, from /proc/PID/stat.
+}  // namespace
+
+double threads_cpu_s(pid_t pid) {
+  std::error_code ec;
+  double ns = 0;
+  for (const auto& task :
+       std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream in(task.path() / "schedstat");
+    double on_cpu_ns = 0;
+    if (in >> on_cpu_ns) ns += on_cpu_ns;
+  }
+  return ns / 1e9;
+}
+
 double process_cpu_s(pid_t pid) {
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
   std::string stat;
@@ -59,7 +73,6 @@ double process_cpu_s(pid_t pid) {
   return (utime + stime) / clock_ticks();
 }
 
-}  // namespace
 
 CpuSample sample_cpu(pid_t target_pid) {
   CpuSample s;

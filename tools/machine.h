@@ -44,6 +44,13 @@ struct CpuSample {
   std::chrono::steady_clock::time_point at;
 };
 CpuSample sample_cpu(pid_t target_pid);
+// utime + stime of a process (all its threads), in seconds, from
+// /proc/PID/stat (clock-tick resolution).
+double process_cpu_s(pid_t pid);
+// The time on a CPU of a process's live threads, in seconds, from each
+// /proc/PID/task/TID/schedstat (nanoseconds; threads that already exited
+// are not counted): for short intervals where clock ticks are too coarse.
+double threads_cpu_s(pid_t pid);
 // Cores' worth of CPU that other processes used between two samples.
 double others_cores(const CpuSample& before, const CpuSample& after);
 

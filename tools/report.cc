@@ -64,17 +64,19 @@ void print_table(const BenchReport& report, std::FILE* out) {
           : std::string("memcpy N-core GB/s");
   // TCP runs (a lane forced, or an iperf3 figure or error) add columns
   // after `verified`: the lane that carried each case, its GB/s over
-  // iperf3's, and with --lane both its tcp lane GB/s over its ucx lane GB/s.
+  // iperf3's, with --lane both its tcp lane GB/s over its ucx lane GB/s, and
+  // the target process's CPU seconds per GB (the receiving side's cost).
   // Every other run prints the table as before.
   const bool lanes = !report.lanes.empty() && !report.lanes.front().empty();
   const bool iperf = report.iperf3.gbps.has_value() || !report.iperf3.error.empty();
   const bool both = report.lanes.size() > 1;
   const auto extra = [&](const std::string& lane, const std::string& vs_iperf,
-                         const std::string& tcp_ucx) {
+                         const std::string& tcp_ucx, const std::string& target_cpu) {
     std::string e;
     if (lanes || iperf) e += fmt::format("  {:<6}", lane);
     if (iperf) e += fmt::format(" {:>8}", vs_iperf);
     if (both) e += fmt::format(" {:>7}", tcp_ucx);
+    if (lanes || iperf) e += fmt::format(" {:>15}", target_cpu);
     return e;
   };
   const bool extras = lanes || iperf;
@@ -86,7 +88,7 @@ void print_table(const BenchReport& report, std::FILE* out) {
              report.args.op == "read" ? "read µs p50/99/max" : "write µs p50/99/max",
              "poll µs p50/99/max", "memcpy", "ratio", memcpy_all_name, "x all-cores", "perftest",
              "ratio", fmt::format(fmt::runtime(verified_fmt), "verified"),
-             extra("lane", "x iperf3", "tcp/ucx"));
+             extra("lane", "x iperf3", "tcp/ucx", "target CPU s/GB"));
   for (const CaseResult& c : report.cases) {
     const bool reg = c.spec.is_reg();
     // The lane that carried it; when it is not the one asked for, both.
@@ -106,7 +108,8 @@ void print_table(const BenchReport& report, std::FILE* out) {
         fixed(c.memcpy_ratio()), fixed(c.memcpy_all_gbps), fixed(c.memcpy_all_ratio()),
         fixed(c.perftest.gbps), fixed(c.perftest_ratio()),
         fmt::format(fmt::runtime(verified_fmt), c.verified ? "yes" : "NO"),
-        extra(lane, fixed(report.vs_iperf3(c)), fixed(report.tcp_vs_ucx(c))));
+        extra(lane, fixed(report.vs_iperf3(c)), fixed(report.tcp_vs_ucx(c)),
+              c.target_cpu_s_per_gb ? fmt::format("{:.3f}", *c.target_cpu_s_per_gb) : "-"));
   }
   for (const CaseResult& c : report.cases) {
     // With --lane both a case has a row per lane: its lines name the lane.
@@ -165,10 +168,18 @@ void print_table(const BenchReport& report, std::FILE* out) {
                report.warm_bytes >> 20);
   }
   if (report.iperf3.gbps) {
-    fmt::print(out, "iperf3 (one connection, loopback, {} s): {:.2f} GB/s",
+    fmt::print(out, "iperf3 (one connection, 1 MiB writes, loopback, {} s): {:.2f} GB/s",
                report.args.iperf3_seconds, *report.iperf3.gbps);
     if (report.iperf3.retransmits) fmt::print(out, ", {} retransmits", *report.iperf3.retransmits);
     fmt::print(out, "; the baseline of the x iperf3 column\n");
+    if (report.iperf3_spinner.gbps) {
+      fmt::print(out,
+                 "iperf3 beside one spinning thread (as the bench's caller spins in poll()): "
+                 "{:.2f} GB/s ({:.2f}x iperf3 alone); with {} cores, what one stream moves when "
+                 "a third thread wants a core\n",
+                 *report.iperf3_spinner.gbps, *report.iperf3_spinner.gbps / *report.iperf3.gbps,
+                 report.cpus);
+    }
   } else if (!report.iperf3.error.empty()) {
     fmt::print(out, "iperf3: no figure: {}\n", report.iperf3.error);
   }
@@ -235,6 +246,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"handles_released_after_close", c.handles_released},
         {"telemetry_records", c.telemetry_records},
         {"others_cores", c.others_cores},
+        {"target_cpu_s_per_gb", opt(c.target_cpu_s_per_gb)},
         {"loadavg_1min", c.loadavg},
     };
     if (c.spec.is_reg()) {
@@ -340,6 +352,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"error", report.raw_tcp_error.empty() ? json(nullptr) : json(report.raw_tcp_error)}}},
       {"pool_warm_pass", {{"targets", report.warmed_targets}, {"bytes", report.warm_bytes}}},
       {"iperf3_gbps", opt(report.iperf3.gbps)},
+      {"iperf3_beside_spinner_gbps", opt(report.iperf3_spinner.gbps)},
       {"iperf3",
        {{"gbps", opt(report.iperf3.gbps)},
         {"seconds", report.iperf3.seconds},

@@ -6,7 +6,7 @@ file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(json "${WORK_DIR}/fan.json")
 set(args bench --tls ${TLS} --targets 1,2 --initiators 1,2 --region 32M --total 64M --batch 16 --depth 2 --quiet
-  --json "${json}")
+  --iperf3-seconds 1 --json "${json}")
 execute_process(COMMAND "${KVXFER}" ${args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 message(STATUS "kvxfer ${args}\n${out}${err}")
@@ -18,6 +18,7 @@ string(JSON count LENGTH "${doc}" runs)
 if(NOT count EQUAL 4)
   message(FATAL_ERROR "fan_smoke: ${count} runs in the JSON, expected 4")
 endif()
+find_program(IPERF3_PROGRAM iperf3)
 set(expected fan-out:1 fan-out:2 incast:1 incast:2)
 foreach(i RANGE 3)
   string(JSON kind GET "${doc}" runs ${i} experiment)
@@ -34,6 +35,11 @@ foreach(i RANGE 3)
   if(NOT verified OR blocks LESS 1 OR NOT gbps GREATER 0 OR NOT each EQUAL n OR p99 STREQUAL "")
     message(FATAL_ERROR "fan_smoke: ${kind} N=${n}: verified=${verified} blocks=${blocks} gbps=${gbps} each=${each}")
   endif()
+  # Over TCP each run has N raw streams beside it (iperf3, when installed).
+  string(JSON raw GET "${doc}" runs ${i} raw_gbps)
+  if(TLS STREQUAL "tcp" AND IPERF3_PROGRAM AND (raw STREQUAL "null" OR NOT raw GREATER 0))
+    message(FATAL_ERROR "fan_smoke: ${kind} N=${n} has no raw-stream figure")
+  endif()
 endforeach()
 if(NOT "${doc}" MATCHES "\"target_engine_config\": {}")
   message(FATAL_ERROR "fan_smoke: no empty target_engine_config in the JSON")
@@ -41,14 +47,14 @@ endif()
 
 # --target-engine reaches the spawned target's Transport: a value it must
 # refuse fails the run, naming it; one it takes is in the JSON.
-set(bad_args bench --tls ${TLS} --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
+set(bad_args bench --tls ${TLS} --no-iperf3 --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
   --target-engine KVXFER_PROGRESS_NICE=99)
 execute_process(COMMAND "${KVXFER}" ${bad_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "refused.*KVXFER_PROGRESS_NICE=99")
   message(FATAL_ERROR "fan_smoke: --target-engine KVXFER_PROGRESS_NICE=99 gave rc=${rc}:\n${out}${err}")
 endif()
-set(nice_args bench --tls ${TLS} --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
+set(nice_args bench --tls ${TLS} --no-iperf3 --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
   --target-engine KVXFER_PROGRESS_NICE=1 --engine KVXFER_PROGRESS_NICE=2 --json "${json}")
 execute_process(COMMAND "${KVXFER}" ${nice_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
@@ -65,14 +71,14 @@ endif()
 # --engine, --num-threads and --no-progress-thread reach every incast
 # initiator's Transport: a value it must refuse fails the run, named by the
 # initiator; the others run and verify.
-set(bad_args bench --tls ${TLS} --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
+set(bad_args bench --tls ${TLS} --no-iperf3 --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
   --engine KVXFER_PROGRESS_NICE=99)
 execute_process(COMMAND "${KVXFER}" ${bad_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "kvxfer initiator: [^\n]*KVXFER_PROGRESS_NICE=99")
   message(FATAL_ERROR "fan_smoke: --engine KVXFER_PROGRESS_NICE=99 with --initiators gave rc=${rc}:\n${out}${err}")
 endif()
-set(knob_args bench --tls ${TLS} --initiators 1,2 --region 32M --total 16M --batch 16 --depth 2 --quiet
+set(knob_args bench --tls ${TLS} --no-iperf3 --initiators 1,2 --region 32M --total 16M --batch 16 --depth 2 --quiet
   --engine KVXFER_PROGRESS_NICE=2 --num-threads 1 --no-progress-thread --json "${json}")
 execute_process(COMMAND "${KVXFER}" ${knob_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
