@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include "kvxfer/ucx_tls.h"
+
 namespace kvxfer::tools {
 
 // Bumped when the block contents (pattern.h) or the target protocol change
@@ -25,10 +27,14 @@ inline std::string ucx_tls_for(const std::string& tls) {
 }
 
 // Engine overrides for a Transport. Other UCX knobs travel in the
-// environment (see BenchArgs::ucx).
+// environment (see BenchArgs::ucx). UCX_TLS speaks for the ucx lane only, so
+// a TCP-only --tls also names the tcp lane (KVXFER_LANES=tcp): between two
+// processes of this host the same-host lane would serve them otherwise.
+// --lane and --engine KVXFER_LANES=... override it.
 inline std::map<std::string, std::string> engine_config_for(const std::string& tls) {
   const std::string t = ucx_tls_for(tls);
   if (t.empty()) return {};
+  if (kvxfer::ucx_tls_is_tcp_only(t)) return {{"TLS", t}, {"KVXFER_LANES", "tcp"}};
   return {{"TLS", t}};
 }
 

@@ -21,7 +21,6 @@
 #include "common/host.h"
 #include "common/log.h"
 #include "common/region.h"
-#include "common/ucx_tls.h"
 #include "engine.h"
 #include "engines/cma/cma_lane.h"
 #include "engines/tcp/tcp_lane.h"
@@ -116,10 +115,10 @@ class Lanes final : public Engine {
                  ? std::make_unique<ucx::UcxLane>(agent_name_, config.region, *config.options,
                                                   cma_.cookie_epoch())
                  : nullptr),
-        // Same-host writes need the lane allowed and shared memory allowed
-        // on both sides; ours is our UCX_TLS, the peer's is its blob's flag.
-        accepts_cma_(allows(allowed_, Lane::kCma) &&
-                     tls_allows(ucx_settings_.tls, {"sm", "shm", "cma"})),
+        // Same-host writes need the lane allowed on both sides: ours is
+        // KVXFER_LANES, the peer's is its blob's flag. UCX_TLS speaks for
+        // the ucx lane only.
+        accepts_cma_(allows(allowed_, Lane::kCma)),
         blob_(make_blob()) {
     if (tcp_ == nullptr && ucx_ == nullptr && !accepts_cma_) {
       throw std::runtime_error(fmt::format(

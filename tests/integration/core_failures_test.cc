@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "it_lanes.h"
 #include "it_support.h"
 #include "kvxfer/transport.h"
 
@@ -78,7 +79,7 @@ class TcpInitiator {
     pool.fill_generation(kGen);
     Options options;
     options.backends = {"UCX"};
-    options.engine_config = {{"TLS", "tcp"}};
+    options.engine_config = with_tls({}, "tcp");
     return Transport("initiator", Region{pool.base(), pool.num_blocks(), pool.block_len()},
                      options);
   }

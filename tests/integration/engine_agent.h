@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "it_lanes.h"
 #include "engine.h"
 #include "it_support.h"
 
@@ -43,7 +44,7 @@ struct EngineAgent {
   }
   EngineAgent(std::string name_in, const std::string& tls, std::uint64_t num_blocks,
               std::uint64_t block_len)
-      : EngineAgent(std::move(name_in), {{"TLS", tls}}, num_blocks, block_len) {}
+      : EngineAgent(std::move(name_in), it::with_tls({}, tls), num_blocks, block_len) {}
   ~EngineAgent() {
     if (engine) engine->shutdown();
   }

@@ -46,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "it_lanes.h"
 #include "it_pool.h"
 #include "kvxfer/transport.h"
 
@@ -169,7 +170,7 @@ int main(int argc, char** argv) {
   options.backends = {"UCX"};
   options.progress_thread = progress_thread;
   options.engine_config = engine_config;
-  options.engine_config["TLS"] = tls;
+  options.engine_config = kvxfer::it::with_tls(options.engine_config, tls);
   auto transport = std::make_unique<kvxfer::Transport>(
       name, kvxfer::Region{pool.base(), num_blocks, block_len}, options);
   // Stopped before the transport closes (declared after it: destroyed first).

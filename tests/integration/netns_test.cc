@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "it_lanes.h"
 #include "it_support.h"
 #include "kvxfer/transport.h"
 #include "stale_scenario.h"
@@ -216,10 +217,9 @@ class HostInitiator {
     Options options;
     options.backends = {"UCX"};
     options.stall_timeout = stall_timeout;
-    // tcp only: no shared-memory transport, so the engine's same-host
-    // process_vm_writev lane is off (all namespaces share one boot id) and
-    // every byte crosses the veth link.
-    options.engine_config = {{"TLS", "tcp"}, {"NET_DEVICES", kDevice}};
+    // The tcp lane only: the same-host process_vm_writev lane is off (all
+    // namespaces share one boot id) and every byte crosses the veth link.
+    options.engine_config = with_tls({{"NET_DEVICES", kDevice}}, "tcp");
     return Transport("initiator", Region{pool.base(), pool.num_blocks(), pool.block_len()},
                      options);
   }
@@ -556,7 +556,7 @@ TEST_F(NetnsTest, ReRegisteredFrozenPeerNeverGetsOldBytes) {
   StaleConfig config;
   config.drop = StaleDrop::kStall;
   config.stall_timeout = 500ms;
-  config.engine_config = {{"TLS", "tcp"}, {"NET_DEVICES", kDevice}};
+  config.engine_config = with_tls({{"NET_DEVICES", kDevice}}, "tcp");
   config.min_rounds = 4;
   config.max_rounds = 8;
   config.budget = 20s;

@@ -57,9 +57,9 @@ struct StaleConfig {
   std::uint64_t block_len = 4096;
   StaleDrop drop = StaleDrop::kStall;
   std::chrono::milliseconds stall_timeout{400};
-  // The initiator's engine_config ({"TLS", "tcp"} at least: the same-host
+  // The initiator's engine_config (the tcp lane at least: the same-host
   // process_vm_writev lane must stay off).
-  std::map<std::string, std::string> engine_config{{"TLS", "tcp"}};
+  std::map<std::string, std::string> engine_config{{"TLS", "tcp"}, {"KVXFER_LANES", "tcp"}};
   // Writes in flight while the old pattern streams, and blocks in flight
   // reached by posting more once the target is frozen (the sockets' buffers
   // and UCX's pending queue fill up).

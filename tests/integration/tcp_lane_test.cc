@@ -494,6 +494,44 @@ TEST(TcpLane, ForcingTheUcxLaneOpensUcxsListener) {
 
 // remove_remote_peer closes the peer's socket at once: many registrations
 // hold no more descriptors than one.
+// UCX_TLS speaks for the ucx lane only: two Transports of one host whose
+// UCX_TLS names tcp alone still get the same-host lane by default, and the
+// tcp lane when KVXFER_LANES says so.
+TEST(TcpLane, UcxTlsDoesNotChooseTheLane) {
+  if (std::getenv("KVXFER_LANES") != nullptr) GTEST_SKIP() << "KVXFER_LANES is set here";
+  for (const bool tcp_lane : {false, true}) {
+    SCOPED_TRACE(tcp_lane ? "KVXFER_LANES=tcp" : "KVXFER_LANES unset");
+    Options options;
+    options.engine_config = {{"TLS", "tcp"}};
+    if (tcp_lane) options.engine_config["KVXFER_LANES"] = "tcp";
+    MappedPool target_pool(kBlocks, kBlockLen);
+    MappedPool initiator_pool(kBlocks, kBlockLen);
+    Transport target("target", Region{target_pool.base(), kBlocks, kBlockLen}, options);
+    Transport initiator("initiator", Region{initiator_pool.base(), kBlocks, kBlockLen}, options);
+    initiator.add_remote_peer("t", target.agent_metadata(), target.base_addr(), kBlocks,
+                              kBlockLen);
+    const std::vector<std::int64_t> blocks{1, 2};
+    const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(blocks),
+                                           std::span<const std::int64_t>(blocks));
+    ASSERT_TRUE(id.has_value());
+    bool done = false;
+    for (int spins = 0; spins < 5000 && !done; ++spins) {
+      const PollResult r = initiator.poll("t");
+      ASSERT_TRUE(r.failed.empty());
+      done = !r.done.empty();
+      if (!done) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(done);
+    const auto counters = initiator.stats().engine_counters;
+    const auto count = [&](const char* key) {
+      const auto it = counters.find(key);
+      return it == counters.end() ? std::uint64_t{0} : it->second;
+    };
+    EXPECT_EQ(count("tcp_writes"), tcp_lane ? 1u : 0u);
+    EXPECT_EQ(count("cma_writes"), tcp_lane ? 0u : 1u);
+  }
+}
+
 TEST(TcpLane, RegistrationsThatComeAndGoLeaveNoDescriptorBehind) {
   MappedPool target_pool(kBlocks, kBlockLen);
   MappedPool initiator_pool(kBlocks, kBlockLen);

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "it_lanes.h"
 #include "it_support.h"
 #include "kvxfer/transport.h"
 
@@ -40,7 +41,7 @@ class UcxNotifyTest : public ::testing::TestWithParam<std::string> {
     pool_->fill_generation(kGen);
     Options options;
     options.backends = {"UCX"};
-    options.engine_config = {{"TLS", GetParam()}};
+    options.engine_config = with_tls({}, GetParam());
     transport_ = std::make_unique<Transport>("initiator",
                                              Region{pool_->base(), num_blocks, block_len}, options);
     transport_->add_remote_peer("t", target_->metadata(), target_->base_addr(),

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "it_lanes.h"
 #include "it_support.h"
 #include "kvxfer/transport.h"
 
@@ -55,7 +56,7 @@ class UcxReadTest : public ::testing::TestWithParam<std::string> {
     pool_->fill_generation(kOwnGen);
     Options options;
     options.backends = {"UCX"};
-    options.engine_config = {{"TLS", tls()}};
+    options.engine_config = with_tls({}, tls());
     transport_ = std::make_unique<Transport>("initiator",
                                              Region{pool_->base(), num_blocks, block_len}, options);
   }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "it_lanes.h"
 #include "it_support.h"
 #include "kvxfer/transport.h"
 
@@ -86,7 +87,7 @@ class Initiator {
     Options options;
     options.backends = {"UCX"};
     options.progress_thread = progress_thread;
-    options.engine_config = {{"TLS", tls}};
+    options.engine_config = with_tls({}, tls);
     return Transport("initiator", Region{pool.base(), pool.num_blocks(), pool.block_len()},
                      options);
   }

@@ -40,7 +40,10 @@ def run(name: str, seed: int, peer_seed: int, conn, engine_config: dict, shared:
             metadata, base_addr, num_blocks, block_len = conn.recv()
             t.add_remote_peer("peer", metadata, base_addr, num_blocks, block_len)
             mapped = t.stats()["engine_counters"].get("cma_mapped_peers", 0)
-            if shared and "tcp" not in engine_config.get("TLS", ""):
+            # The same-host lane (which maps shared pools) serves the peer
+            # unless KVXFER_LANES puts another lane first.
+            lanes = engine_config.get("KVXFER_LANES", "cma,ucx,tcp").split(",")
+            if shared and lanes[0] == "cma":
                 assert mapped == 1, f"the peer's shared pool was not mapped ({mapped})"
             elif not shared:
                 assert mapped == 0, f"a private pool was mapped ({mapped})"

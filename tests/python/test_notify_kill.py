@@ -50,12 +50,19 @@ def spawn_writer(ctx, name, seed, remote_blocks, target_geometry, tls):
     ours, theirs = ctx.Pipe()
     proc = ctx.Process(
         target=_notify_writer.run,
-        args=(name, seed, remote_blocks, 64, theirs, {"TLS": tls}),
+        args=(name, seed, remote_blocks, 64, theirs, engine_config(tls)),
         daemon=True,
     )
     proc.start()
     ours.send(target_geometry)
     return proc, ours
+
+
+def engine_config(tls: str) -> dict:
+    """UCX_TLS speaks for the ucx lane only: "tcp" between two processes of
+    this host means the tcp lane (KVXFER_LANES), or the same-host lane would
+    serve them."""
+    return {"TLS": tls} if "sm" in tls else {"TLS": tls, "KVXFER_LANES": "tcp"}
 
 
 def expect(conn, what: str, seconds: float = 60):
@@ -74,7 +81,7 @@ def test_a_sigkilled_initiator_leaves_only_whole_notifications_after_their_bytes
     later_remote = [int(r) for r in order[KILLED_WRITES : KILLED_WRITES + LATER_WRITES]]
     ctx = multiprocessing.get_context("spawn")
     with kvxfer.Transport(
-        "target", memoryview(pool), backends=["UCX"], engine_config={"TLS": tls}
+        "target", memoryview(pool), backends=["UCX"], engine_config=engine_config(tls)
     ) as target:
         target.pool = pool
         geometry = (target.get_agent_metadata(), target.base_addr, NUM_BLOCKS, BLOCK_LEN)

@@ -13,6 +13,10 @@ import kvxfer
 import _ucx_peer
 
 ENGINE_CONFIG = {"TLS": os.environ.get("KVXFER_TEST_UCX_TLS", "sm,self")}
+# UCX_TLS speaks for the ucx lane only: a TCP run between two processes of
+# this host names the tcp lane, or the same-host lane would serve it.
+if "sm" not in ENGINE_CONFIG["TLS"]:
+    ENGINE_CONFIG["KVXFER_LANES"] = "tcp"
 
 
 def ucx_unavailable_reason():

@@ -181,7 +181,8 @@ class Soak {
     // (when it does, the peer is recovered like any faulted one).
     options.stall_timeout = kStallTimeout;
     // Shared memory and TCP: the same-host target gets the process_vm_writev
-    // lane, the tcp-only ones UCX endpoints.
+    // lane, the tcp-only ones (KVXFER_LANES=tcp on them, it_lanes.h) the tcp
+    // lane.
     // Big socket buffers (both sides): more old bytes in them when a target
     // freezes.
     options.engine_config = {{"TLS", "sm,self,tcp"}, {"TCP_SNDBUF", "8m"}, {"TCP_RCVBUF", "8m"}};
