@@ -120,6 +120,13 @@ class Lanes final : public Engine {
         // the ucx lane only.
         accepts_cma_(allows(allowed_, Lane::kCma)),
         blob_(make_blob()) {
+    if (ucx_ != nullptr && ucx_settings_.tcp_beside_rdma) {
+      log().warn(
+          "kvxfer UCX {}: UCX_TLS={} lets UCX's tcp transport run beside an RDMA device; its "
+          "listener carries out any client's PUT to any address in this process (for tests "
+          "only: remote peers without RDMA have the tcp lane)",
+          agent_name_, ucx_settings_.tls);
+    }
     if (tcp_ == nullptr && ucx_ == nullptr && !accepts_cma_) {
       throw std::runtime_error(fmt::format(
           "kvxfer UCX: KVXFER_LANES={} leaves no lane this engine can run", lanes_text()));

@@ -2,6 +2,7 @@
 // What the UCX lane asks of UCX (engines/ucx/ucx_config.h): the user's keys,
 // our defaults, and who wins. No UCX context: the function is pure.
 #include "engines/ucx/ucx_config.h"
+#include "common/ucx_tls.h"
 
 #include <gtest/gtest.h>
 
@@ -167,6 +168,22 @@ TEST(UcxConfigTest, UserKeyWinsOverOurDefaultsWithOrWithoutTheTransportPrefix) {
   EXPECT_FALSE(key(s, "KEEPIDLE").has_value());
   EXPECT_EQ(key(s, "KEEPCNT"), "9");
   EXPECT_EQ(key(s, "KEEPINTVL"), "1s");  // the one the user left alone
+}
+
+TEST(UcxConfigTest, WithAnRdmaDeviceUcxsTcpTransportIsLeftOutUnlessNamed) {
+  const UcxSettings rdma = settings({}, {}, /*rdma=*/true);
+  EXPECT_FALSE(tls_allows(rdma.tls, {"tcp"}));
+  EXPECT_FALSE(tls_allows(rdma.context_tls, {"tcp"}));
+  EXPECT_TRUE(tls_allows(rdma.context_tls, {"rc"}));
+  EXPECT_FALSE(rdma.tcp_beside_rdma);
+  EXPECT_FALSE(key(rdma, "PUT_ENABLE").has_value());  // no tcp defaults either
+  // Named (engine_config or environment): kept, and flagged for a warning.
+  EXPECT_TRUE(settings({{"TLS", "tcp"}}, {}, true).tcp_beside_rdma);
+  EXPECT_TRUE(settings({}, {{"UCX_TLS", "rc,tcp"}}, true).tcp_beside_rdma);
+  EXPECT_FALSE(settings({{"TLS", "rc,self"}}, {}, true).tcp_beside_rdma);
+  // Without an RDMA device nothing changes.
+  EXPECT_EQ(settings({}).tls, "all");
+  EXPECT_FALSE(settings({{"TLS", "tcp"}}).tcp_beside_rdma);
 }
 
 TEST(UcxConfigTest, RdmaDeviceLeavesZeroCopyAlone) {

@@ -92,6 +92,17 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
   }
   if (auto tls = env("UCX_TLS")) out.tls = *tls;
   if (auto it = out.overrides.find("TLS"); it != out.overrides.end()) out.tls = it->second;
+  // Where the UCX lane serves RDMA, remote peers without RDMA have the tcp
+  // lane: UCX's tcp transport, whose listener executes any client's PUT
+  // (docs/reliability.md), is left out unless the user names it.
+  if (has_rdma_device) {
+    if (!env("UCX_TLS") && !out.overrides.contains("TLS")) {
+      out.tls = "^tcp";
+      out.overrides["TLS"] = out.tls;
+    } else {
+      out.tcp_beside_rdma = tls_allows(out.tls, {"tcp"});
+    }
+  }
   out.context_tls = tls_without_shared_memory(out.tls);
   if (out.context_tls != out.tls) out.overrides["TLS"] = out.context_tls;
 

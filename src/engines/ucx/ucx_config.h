@@ -41,8 +41,12 @@ struct UcxSettings {
   bool rma = false;
   // Keys (without the UCX_ prefix) and values for ucp_config_modify.
   std::map<std::string, std::string> overrides;
-  // UCX_TLS as the context will see it ("all" when nobody set it).
+  // UCX_TLS as the context will see it ("all" when nobody set it; "^tcp"
+  // when nobody set it and this host has an RDMA device).
   std::string tls = "all";
+  // The user's UCX_TLS lets UCX's tcp transport run beside an RDMA device:
+  // allowed (tests force it), and the lane warns once at start.
+  bool tcp_beside_rdma = false;
   // What the UCX context gets: `tls` without shared-memory transports.
   // Same-host peers go through the CMA lane (lanes.cc), never UCX, and
   // UCX's shared-memory transports cost most of the worker's start-up
