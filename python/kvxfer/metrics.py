@@ -108,6 +108,11 @@ def _families(m: dict) -> Iterator[Any]:
         yield f
     for name, field, help_text in (
         ("kvxfer_post_failures", "post_failures", "Posts that failed (nothing was sent)."),
+        (
+            "kvxfer_posts_refused",
+            "posts_refused",
+            "Posts refused without a strike: a peer at its in-flight limit, or faulted.",
+        ),
         ("kvxfer_strikes", "strikes_total", "Strikes given to peers (consecutive failures)."),
     ):
         f = CounterMetricFamily(name, help_text, labels=["agent"])
@@ -179,6 +184,11 @@ def _families(m: dict) -> Iterator[Any]:
         yield f
     for name, field, help_text in (
         ("kvxfer_peer_post_failures", "post_failures", "Failed posts to the peer."),
+        (
+            "kvxfer_peer_posts_refused",
+            "posts_refused",
+            "Posts to the peer refused without a strike (in-flight limit, fault).",
+        ),
         ("kvxfer_peer_strikes", "strikes_total", "Strikes given to the peer."),
     ):
         f = CounterMetricFamily(name, help_text, labels=["agent", "peer"])

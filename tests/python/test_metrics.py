@@ -139,6 +139,8 @@ def test_scraped_faults_and_failures(pair, served):
     # The first post failed and faulted the peer; the second was refused
     # without being tried (a faulted peer takes no new transfers).
     assert value(values, "kvxfer_post_failures_total", agent=agent) == 1
+    assert value(values, "kvxfer_posts_refused_total", agent=agent) == 1
+    assert value(values, "kvxfer_peer_posts_refused_total", agent=agent, peer="b") == 1
     assert value(values, "kvxfer_strikes_total", agent=agent) == 1
     assert value(values, "kvxfer_faults_total", agent=agent, cause="REMOTE_DISCONNECT") == 1
     assert value(values, "kvxfer_faults_total", agent=agent, cause="STALLED") == 0
