@@ -320,13 +320,16 @@ struct PostCase {
   bool cold = false;     // this core's caches emptied before each call
   const char* nap = "";  // engine_config KVXFER_NAP_US ("": the default)
   const char* linger = "";  // engine_config KVXFER_LINGER_US ("": the default)
+  // KVXFER_LANES of both sides: the UCX lane over UCX's tcp transport, or
+  // kvxfer's own tcp lane (BM_TcpLanePost_*).
+  const char* lane = "ucx";
 };
 
 void ucx_tcp_post(benchmark::State& state, PostCase c) {
   const auto n = static_cast<std::size_t>(state.range(0));
   kvxfer::Options options;
   options.backends = {"UCX"};
-  options.engine_config = {{"TLS", "tcp"}};
+  options.engine_config = {{"TLS", "tcp"}, {"KVXFER_LANES", c.lane}};
   kvxfer::Options initiator_options = options;
   if (*c.nap != '\0') initiator_options.engine_config["KVXFER_NAP_US"] = c.nap;
   if (*c.linger != '\0') initiator_options.engine_config["KVXFER_LINGER_US"] = c.linger;
@@ -424,6 +427,24 @@ BENCHMARK(BM_UcxTcpPost_Depth2)->Arg(1024)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_Depth2NoNap)->Arg(1024)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_RandomCold)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(300);
 BENCHMARK(BM_UcxTcpPost_RunsCold)->Arg(4096)->UseManualTime()->Iterations(300);
+
+// The same calls on the tcp lane (the lane of remote peers without RDMA):
+// a post builds its frames' headers and runs and queues them for the I/O
+// thread, which it wakes only when the peer's connection is idle.
+void BM_TcpLanePost_Random(benchmark::State& state) { ucx_tcp_post(state, {.lane = "tcp"}); }
+void BM_TcpLanePost_Runs(benchmark::State& state) {
+  ucx_tcp_post(state, {.order = Order::kRuns, .lane = "tcp"});
+}
+void BM_TcpLanePost_Depth2(benchmark::State& state) {
+  ucx_tcp_post(state, {.depth = 2, .lane = "tcp"});
+}
+void BM_TcpLanePost_RunsCold(benchmark::State& state) {
+  ucx_tcp_post(state, {.order = Order::kRuns, .depth = 2, .cold = true, .lane = "tcp"});
+}
+BENCHMARK(BM_TcpLanePost_Random)->Arg(16)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_TcpLanePost_Runs)->Arg(4096)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_TcpLanePost_Depth2)->Arg(1024)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_TcpLanePost_RunsCold)->Arg(4096)->UseManualTime()->Iterations(300);
 
 // Heap bytes held per write in flight: `depth` writes posted, none polled,
 // the first time (no slot or buffer to reuse yet) and once warm.

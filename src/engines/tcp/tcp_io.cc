@@ -91,7 +91,8 @@ void TcpLane::Io::run() {
 }
 
 void TcpLane::Io::drain_commands() {
-  std::vector<Command> commands;
+  // Swapped with the lane's queue, so both keep their capacity.
+  std::vector<Command>& commands = drained_;
   lane_.wake_pending_.store(false, std::memory_order_release);
   {
     std::lock_guard lock(lane_.commands_mu_);
@@ -138,6 +139,7 @@ void TcpLane::Io::drain_commands() {
         break;
     }
   }
+  commands.clear();
   // Send what the posts queued now rather than wait for EPOLLOUT.
   for (auto& [c, conn] : conns_) {
     if (!conn->out.empty() && !conn->waiting_out) send(c);

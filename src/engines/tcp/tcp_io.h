@@ -204,6 +204,7 @@ class TcpLane::Io {
   std::unordered_map<std::uint64_t, Fence> fences_;
   RateLimit log_limit_;
   std::vector<iovec> scratch_iov_;
+  std::vector<Command> drained_;  // drain_commands(): the queue taken
   std::vector<std::uint8_t> drain_buf_ = std::vector<std::uint8_t>(64 * 1024);
   std::atomic<bool> stopping_{false};
   friend class TcpLane;

@@ -64,7 +64,10 @@ TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings
   });
 }
 
-TcpLane::~TcpLane() { stop(); }
+TcpLane::~TcpLane() {
+  stop();
+  for (Xfer* x : xfer_pool_) delete x;
+}
 
 void TcpLane::stop() {
   if (stopped_.exchange(true)) return;
@@ -218,7 +221,7 @@ Status TcpLane::post(PeerHandle handle, TransferId id, bool read,
   }
   if (peer->dead.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
 
-  auto* x = new Xfer;
+  Xfer* x = take_xfer();
   x->peer = peer;
   x->id = id;
   x->read = read;
@@ -324,7 +327,58 @@ Status TcpLane::release(XferHandle handle) {
 }
 
 void TcpLane::drop_ref(Xfer* x) {
-  if (x->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete x;
+  if (x->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) recycle(x);
+}
+
+namespace {
+constexpr std::size_t kPooledXfers = 256;
+constexpr std::size_t kPooledBytes = std::size_t{1} << 20;
+}  // namespace
+
+TcpLane::Xfer* TcpLane::take_xfer() {
+  {
+    std::lock_guard lock(xfer_pool_mu_);
+    if (!xfer_pool_.empty()) {
+      Xfer* x = xfer_pool_.back();
+      xfer_pool_.pop_back();
+      return x;
+    }
+  }
+  return new Xfer;
+}
+
+void TcpLane::recycle(Xfer* x) {
+  const std::size_t held = x->wire.capacity() + (x->iov.capacity() + x->read_iov.capacity()) *
+                                                    sizeof(iovec) +
+                           x->parts.capacity() * sizeof(Xfer::Part);
+  if (held > kPooledBytes) {
+    delete x;
+    return;
+  }
+  // As new, buffers kept.
+  x->peer.reset();
+  x->id = 0;
+  x->seq = 0;
+  x->read = false;
+  x->has_notify = false;
+  x->wire.clear();
+  x->iov.clear();
+  x->read_iov.clear();
+  x->parts.clear();
+  x->result.store(Status::kInProgress, std::memory_order_relaxed);
+  x->why = nullptr;
+  x->refs.store(2, std::memory_order_relaxed);
+  x->released.store(false, std::memory_order_relaxed);
+  x->io_uses = 0;
+  x->io_ref = true;
+  {
+    std::lock_guard lock(xfer_pool_mu_);
+    if (xfer_pool_.size() < kPooledXfers) {
+      xfer_pool_.push_back(x);
+      return;
+    }
+  }
+  delete x;
 }
 
 void TcpLane::take_notifications(std::vector<Notification>* out) {

@@ -135,6 +135,11 @@ class TcpLane {
                             std::span<const std::uint8_t> notify, XferHandle* out);
   void submit(Command command);
   void drop_ref(Xfer* xfer);
+  // Transfer handles are reused with their frame and iovec buffers, so a
+  // post allocates nothing of its own once warm (BM_TcpLanePost_*: 8.4
+  // allocations per write before, 4.4 after, the rest the core's).
+  [[nodiscard]] Xfer* take_xfer();
+  void recycle(Xfer* xfer);
 
   std::string agent_name_;
   Region region_;
@@ -145,6 +150,11 @@ class TcpLane {
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   int epoll_fd_ = -1;
+
+  // Ended transfers whose buffers the next posts reuse (at most
+  // kPooledXfers, each holding at most kPooledBytes).
+  std::mutex xfer_pool_mu_;
+  std::vector<Xfer*> xfer_pool_;
 
   // Initiator: our lineage and registration count per target (its agent
   // name and token).
