@@ -120,7 +120,7 @@ test-tsan: deps
 	  -LE 'slow|timing' --timeout 900
 
 # libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus,
-# FUZZ_JOBS at a time (CI: 10 s each, two at a time; `make test` replays
+# FUZZ_JOBS at a time (CI: 7 s each, two at a time; `make test` replays
 # every corpus input as a regression test).
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
