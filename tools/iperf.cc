@@ -32,7 +32,7 @@ IperfResult run_iperf3(const IperfRequest& request) {
     result.error = "iperf3 not installed (Debian package iperf3)";
     return result;
   }
-  const std::uint16_t port = pick_free_port();
+  const std::uint16_t port = request.port != 0 ? request.port : pick_free_port();
   SpawnOptions server_options;
   // -1: one client, then exit.
   server_options.argv = {"iperf3", "-s", "-1", "-p", std::to_string(port), "-B", request.host};
@@ -122,11 +122,23 @@ IperfResult run_iperf3(const IperfRequest& request) {
 IperfResult run_iperf3_pairs(const IperfRequest& request, int pairs) {
   if (pairs <= 1) return run_iperf3(request);
   std::vector<IperfResult> results(static_cast<std::size_t>(pairs));
+  // Every pair's port picked before any server starts, distinct: pairs that
+  // picked theirs at the same time could draw the same one.
+  std::vector<IperfRequest> requests(results.size(), request);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    for (;;) {
+      requests[i].port = pick_free_port();
+      const auto same = [&](const IperfRequest& r) { return r.port == requests[i].port; };
+      if (std::none_of(requests.begin(), requests.begin() + static_cast<std::ptrdiff_t>(i), same)) {
+        break;
+      }
+    }
+  }
   {
     std::vector<std::jthread> threads;
     threads.reserve(results.size());
-    for (IperfResult& r : results) {
-      threads.emplace_back([&r, &request] { r = run_iperf3(request); });
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      threads.emplace_back([&results, &requests, i] { results[i] = run_iperf3(requests[i]); });
     }
   }
   IperfResult sum;

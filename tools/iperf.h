@@ -26,6 +26,7 @@ struct IperfRequest {
   int seconds = 3;                 // -t
   std::uint64_t write_len = 1 << 20;  // -l: bytes per write (workloads.md: 1 MiB)
   int streams = 1;                    // -P: connections of one client into one server
+  std::uint16_t port = 0;             // the server's; 0: a free one picked here
   std::chrono::seconds timeout{30};
 };
 
