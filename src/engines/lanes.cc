@@ -94,7 +94,7 @@ class Lanes final : public Engine {
       : agent_name_(checked(config).agent_name),
         allowed_(allowed_lanes(config.options->engine_config)),
         cma_(agent_name_, config.region, config.options->num_threads,
-             cma::compute_cma_settings(config.options->engine_config)),
+             cma::compute_copy_policy(config.options->engine_config)),
         tcp_(allows(allowed_, Lane::kTcp)
                  ? std::make_unique<tcp::TcpLane>(
                        agent_name_, config.region,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The same-host lane (engines/cma/cma_lane.h) writing into this very
-// process: a progress() call copies at most kCallerSliceBytes (cma_config.h) on
+// process: a progress() call copies at most kDefaultCallerSlice (cma_config.h) on
 // the caller's thread, however large the write, and the bytes land.
 #include "engines/cma/cma_lane.h"
 
@@ -31,11 +31,12 @@ std::map<std::string, std::uint64_t> counters_of(const CmaLane& lane) {
 // Two lanes of this process: `source` writes from its pool (src, a byte
 // pattern) into `target`'s (dst, zeros) once connect() succeeded.
 struct LanePair {
-  LanePair(std::uint64_t count, std::uint64_t len, int source_threads = 1)
+  LanePair(std::uint64_t count, std::uint64_t len, int source_threads = 1,
+           const CopyPolicy& source_policy = {})
       : src(pattern(count * len)),
         dst(count * len, 0),
         target("target", Region{dst.data(), count, len}, 1),
-        source("source", Region{src.data(), count, len}, source_threads),
+        source("source", Region{src.data(), count, len}, source_threads, source_policy),
         count_(count),
         len_(len) {}
 
@@ -100,7 +101,30 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_GT(counters.at("cma_caller_slice_max_bytes"), 0u);
-  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kCallerSliceBytes);
+  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kDefaultCallerSlice);
+  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
+}
+
+// KVXFER_CMA_SLICE=0: progress() never copies on the caller's thread; the
+// copiers land every byte, once.
+TEST(CmaLane, WithNoCallerSliceTheCopiersCopyEverything) {
+  CopyPolicy policy;
+  policy.caller_slice = 0;
+  LanePair lanes(kBlocks, kBlockLen, 1, policy);
+  ASSERT_TRUE(lanes.connect());
+  CmaLane& source = lanes.source;
+  std::vector<std::int64_t> blocks(kBlocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
+    XferHandle xfer{};
+    ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
+    ASSERT_EQ(lanes.dst, lanes.src);
+  }
+  const auto counters = counters_of(source);
+  EXPECT_EQ(counters.at("cma_caller_slices"), 0u);
+  EXPECT_EQ(counters.at("cma_bytes"), 3 * kBlocks * kBlockLen);
   EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
 }
 
@@ -146,7 +170,7 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
   }
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
-  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kCallerSliceBytes);
+  EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kDefaultCallerSlice);
   EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
 }
 
@@ -228,7 +252,7 @@ TEST(CmaLane, ACallerThatPausesBetweenPollsGetsItsWriteCopiedOnce) {
     const std::uint64_t before = counters_of(source)["cma_bytes"];
     XferHandle xfer{};
     ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
-    std::this_thread::sleep_for(CmaLane::kLendGap * 4);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
     source.progress();  // after a pause
     source.progress();  // at once
     ASSERT_EQ(lanes.finish(xfer), Status::kSuccess) << "attempt " << attempt;

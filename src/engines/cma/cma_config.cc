@@ -3,14 +3,21 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 #include "common/size_setting.h"
 
 namespace kvxfer::internal::cma {
 
-CmaSettings compute_cma_settings(const std::map<std::string, std::string>& engine_config) {
-  CmaSettings out;
+int CopyPolicy::copiers(int num_threads) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::clamp(num_threads, 1, cores);
+}
+
+CopyPolicy compute_copy_policy(const std::map<std::string, std::string>& engine_config) {
+  CopyPolicy out;
   // Both lanes are backend UCX's: its name heads every message.
   for (const auto& [key, value] : engine_config) {
     if (!is_cma_key(key)) continue;
@@ -27,9 +34,10 @@ CmaSettings compute_cma_settings(const std::map<std::string, std::string>& engin
       }
     } else if (key == "KVXFER_CMA_SLICE") {
       out.caller_slice = parse_size_setting("UCX", key, value);
-      if (out.caller_slice < 4096 || out.caller_slice > (std::uint64_t{1} << 20)) {
-        throw std::runtime_error(
-            fmt::format("kvxfer UCX: engine_config KVXFER_CMA_SLICE={} is outside 4K..1M", value));
+      if (out.caller_slice != 0 &&
+          (out.caller_slice < 4096 || out.caller_slice > (std::uint64_t{1} << 20))) {
+        throw std::runtime_error(fmt::format(
+            "kvxfer UCX: engine_config KVXFER_CMA_SLICE={} is neither 0 nor in 4K..1M", value));
       }
     } else {
       // Before this lane read its own keys, UCX was handed them and

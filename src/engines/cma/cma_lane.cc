@@ -24,16 +24,19 @@ namespace {
 
 // process_vm_writev takes at most UIO_MAXIOV iovecs per call.
 constexpr std::size_t kMaxIov = 1024;
-// The unit of copy work a copier claims at a time: at most this many bytes
-// (runs are split into iovecs of at most this length at post time) and
-// kMaxIov iovecs. Several copiers, and a caller in progress() (which claims
-// at most kCallerSliceBytes), can so share one large write.
-constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+// A copier claims at most this many bytes, and kMaxIov iovecs, at a time.
+constexpr std::size_t kChunkBytes = CopyPolicy::kChunkBytes;
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
 CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
-                 const CmaSettings& settings)
+                 const CopyPolicy& policy)
     : agent_name_(std::move(agent_name)),
       region_(region),
       pidns_(own_pid_namespace()),
@@ -41,12 +44,10 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
       cookie_(region,
               pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
               pool_file_.fd >= 0 ? pool_file_.offset : 0),
-      map_peer_pools_(settings.map != PoolMapping::kOff),
-      populate_peer_pools_(settings.map == PoolMapping::kPopulate),
-      caller_slice_bytes_(settings.caller_slice) {
-  // More copiers than cores would only make them take turns.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  num_copiers_ = std::clamp(num_threads, 1, cores);
+      map_peer_pools_(policy.map != PoolMapping::kOff),
+      populate_peer_pools_(policy.map == PoolMapping::kPopulate),
+      caller_slice_bytes_(policy.caller_slice),
+      num_copiers_(CopyPolicy::copiers(num_threads)) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0) {
     notify_rx_ = pair[0];
@@ -326,34 +327,20 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
   return Status::kSuccess;
 }
 
-namespace {
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 void CmaLane::progress() {
-  // A caller that polls back to back while copies wait lends its thread to
-  // a slice of them, instead of spinning on a core the copier threads need;
-  // a bounded slice, so that the poll returns in microseconds.
-  const std::int64_t now = steady_ns();
-  const std::int64_t last = last_progress_ns_.exchange(now, std::memory_order_relaxed);
-  if (now - last > kLendGap.count()) return;
-  if (copies_queued_.load(std::memory_order_relaxed)) {
-    std::unique_lock lock(copy_mu_);
-    if (copy_head_ == nullptr) return;
-    const std::uint64_t bytes = run_chunk(lock, /*caller=*/true);
-    lock.unlock();
-    last_progress_ns_.store(steady_ns(), std::memory_order_relaxed);
-    caller_slices_.fetch_add(1, std::memory_order_relaxed);
-    std::uint64_t max = caller_slice_max_bytes_.load(std::memory_order_relaxed);
-    while (bytes > max &&
-           !caller_slice_max_bytes_.compare_exchange_weak(max, bytes, std::memory_order_relaxed)) {
-    }
+  // A caller of poll() copies one slice of what is queued, whether it spins
+  // or comes back between steps: on a host without a spare core its thread
+  // holds a core the copiers would use, and the slice is bounded, so that
+  // the poll returns in microseconds (CopyPolicy).
+  if (caller_slice_bytes_ == 0 || !copies_queued_.load(std::memory_order_relaxed)) return;
+  std::unique_lock lock(copy_mu_);
+  if (copy_head_ == nullptr) return;
+  const std::uint64_t bytes = run_chunk(lock, /*caller=*/true);
+  lock.unlock();
+  caller_slices_.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t max = caller_slice_max_bytes_.load(std::memory_order_relaxed);
+  while (bytes > max &&
+         !caller_slice_max_bytes_.compare_exchange_weak(max, bytes, std::memory_order_relaxed)) {
   }
 }
 
@@ -490,7 +477,8 @@ void CmaLane::copier_loop() {
   // Lowering one's own thread's priority needs no privilege; failing to is
   // harmless (the copiers then only compete as before).
   static_cast<void>(::pthread_setname_np(::pthread_self(), "kvxfer-copy"));
-  static_cast<void>(::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kCopierNice));
+  static_cast<void>(
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), CopyPolicy::kCopierNice));
   std::unique_lock lock(copy_mu_);
   for (;;) {
     copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });
@@ -554,8 +542,7 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) 
   Peer& peer = *xfer->peer;
   Claim claim;
   if (caller) {
-    claim_back(*xfer, peer.mapping.mapped() ? kCallerMappedSliceBytes : caller_slice_bytes_,
-               &claim);
+    claim_back(*xfer, caller_slice_bytes_, &claim);
   } else {
     claim_front(*xfer, &claim);
   }
@@ -575,7 +562,7 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) 
   if (copy_head_ != nullptr) copy_cv_.notify_one();  // more to claim: another copier may help
   lock.unlock();
   const Status result =
-      cancelled ? Status::kCanceled : run_copy(peer, xfer->read, claim.local, claim.remote);
+      cancelled ? Status::kCanceled : run_copy(peer, xfer->read, claim.local, claim.remote, caller);
   lock.lock();
   if (result != Status::kSuccess && xfer->chunk_error == Status::kSuccess) {
     xfer->chunk_error = result;
@@ -610,11 +597,18 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) 
 // the check before a chunk is a load from that page; the one after the last
 // chunk still goes through the pid.) Returns kSuccess, kRemoteDisconnect
 // (the peer is gone), kBackend (an I/O error) or kCanceled.
-Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote) {
+Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote,
+                         bool caller) {
   if (peer.gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
   int err = 0;
   Status st = Status::kSuccess;
-  if (!local.empty() && peer.mapping.cookie_mapped()) {
+  constexpr std::int64_t kFreshNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(CopyPolicy::kCookieFresh).count();
+  if (!local.empty() && caller &&
+      steady_ns() - peer.cookie_ok_ns.load(std::memory_order_relaxed) < kFreshNs) {
+    // A caller's slice right after another copy's check: the cookie read
+    // back moments ago (CopyPolicy::kCookieFresh).
+  } else if (!local.empty() && peer.mapping.cookie_mapped()) {
     // Before a chunk into a mapped pool, the mapped cookie says whether the
     // engine is still up: copies go through our mapping, not the pid, so a
     // reused pid is no danger here, and death is checked after the last
@@ -622,6 +616,7 @@ Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::spa
     if (peer.mapping.cookie_epoch() != peer.cookie_epoch) st = Status::kRemoteDisconnect;
   } else {
     st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
+    if (st == Status::kSuccess) peer.cookie_ok_ns.store(steady_ns(), std::memory_order_relaxed);
   }
   Status result = Status::kSuccess;
   if (st == Status::kSuccess) {

@@ -50,27 +50,10 @@ namespace kvxfer::internal::cma {
 
 class CmaLane {
  public:
-  // The caller slice into an unmapped pool: kCallerSliceBytes
-  // (cma_config.h) unless engine_config KVXFER_CMA_SLICE sets it.
-  // The caller slice into a mapped pool (a memcpy):
-  static constexpr std::size_t kCallerMappedSliceBytes = std::size_t{64} << 10;
-  // A caller lends its thread to a slice only when it polls back to back:
-  // its previous progress() call ended less than this long before. One
-  // that comes back after a pause (a scheduler thread between steps, a
-  // poller that sleeps when a poll finds nothing) leaves the copy to the
-  // copiers, which ran meanwhile, and its poll stays a few microseconds:
-  // on this VM 2% of caller slices take 40-70 us inside process_vm_writev.
-  // The same under a sanitizer: a slower poll loop only lends less often,
-  // which no behaviour depends on.
-  static constexpr std::chrono::nanoseconds kLendGap = std::chrono::microseconds(20);
-  // The copier threads' nice value: on a host with no spare core they yield
-  // to the thread that calls write_blocks and poll, which would otherwise
-  // wait out a scheduler tick behind them.
-  static constexpr int kCopierNice = 10;
-
-  // `num_threads` (Options::num_threads) bounds the copier threads.
+  // `num_threads` (Options::num_threads) bounds the copier threads; the
+  // rest of how copies are shared is `policy` (cma_config.h).
   CmaLane(std::string agent_name, const Region& region, int num_threads,
-          const CmaSettings& settings = {});
+          const CopyPolicy& policy = {});
   ~CmaLane();
   CmaLane(const CmaLane&) = delete;
   CmaLane& operator=(const CmaLane&) = delete;
@@ -83,7 +66,7 @@ class CmaLane {
   [[nodiscard]] int notify_fd() const { return notify_tx_; }
 
   // Whether connect() maps the pools of peers that offer them, and
-  // populates the mappings (CmaSettings::map, for tests that compare the
+  // populates the mappings (CopyPolicy::map, for tests that compare the
   // two ways on one lane). Set before any connect.
   void set_map_peer_pools(bool map, bool populate) {
     map_peer_pools_ = map;
@@ -116,9 +99,8 @@ class CmaLane {
                                    std::span<const std::uint8_t> message, XferHandle* out);
   // The notifications peers on this host sent us (engine.h's contract).
   void take_notifications(std::vector<Notification>* out);
-  // Copies at most the caller slice (kCallerMappedSliceBytes into a mapped
-  // pool) of queued copies on the calling thread, if any is queued and the
-  // previous call ended less than kLendGap ago.
+  // Copies at most one caller slice (CopyPolicy::caller_slice) of queued
+  // copies on the calling thread, if any is queued.
   void progress();
   [[nodiscard]] Status check(XferHandle xfer, Status* state);
   [[nodiscard]] Status release(XferHandle xfer);
@@ -148,6 +130,9 @@ class CmaLane {
     bool disconnected = false;  // under copy_mu_
     // Set once a copy found the peer gone; read anywhere.
     std::atomic<bool> gone{false};
+    // When a copy last read its cookie back (steady clock, ns), for
+    // CopyPolicy::kCookieFresh.
+    std::atomic<std::int64_t> cookie_ok_ns{0};
   };
 
   // A transfer handle. Owned by the core until release(), and by the copier
@@ -198,7 +183,9 @@ class CmaLane {
   // Claims a chunk of the transfer at the head of the queue (a copier's from
   // its front, a caller's from its back) and copies it. Returns the bytes.
   std::size_t run_chunk(std::unique_lock<std::mutex>& lock, bool caller);
-  Status run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
+  // `caller`: a caller's slice, which may skip a fresh cookie read.
+  Status run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote,
+                  bool caller = false);
   // process_vm_readv (read) or process_vm_writev of matching iovec lists.
   Status cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
   // The same through the peer's mapped pool; returns the bytes copied.
@@ -227,7 +214,7 @@ class CmaLane {
   Cookie cookie_;
   bool map_peer_pools_;
   bool populate_peer_pools_;
-  std::size_t caller_slice_bytes_;
+  std::uint64_t caller_slice_bytes_;
   int num_copiers_ = 1;
 
   // Peers by handle. Connect runs on the core's registration worker while
@@ -273,8 +260,6 @@ class CmaLane {
   std::vector<std::uint8_t> notify_buffer_;
   // Slices progress() copied on callers' threads, and the largest, in bytes.
   std::atomic<std::uint64_t> caller_slices_{0};
-  // When the last progress() call ended (steady clock, ns), for kLendGap.
-  std::atomic<std::int64_t> last_progress_ns_{0};
   std::atomic<std::uint64_t> caller_slice_max_bytes_{0};
 };
 
