@@ -72,10 +72,10 @@ struct BenchArgs {
   // for iperf3_seconds, with a spawned target.
   bool iperf3 = true;
   int iperf3_seconds = 3;
-  // --tls tcp only: before a target's first case, one untimed plain TCP
-  // stream of the initiator's whole pool into the target's (Bench's
-  // warm_pools(): a first pass over pages never sent runs several times
-  // slower on some VMs).
+  // Before a target's first case, one untimed pass of the initiator's whole
+  // pool into the target's: a plain TCP stream for --tls tcp, else
+  // process_vm_writev into a spawned target (Bench's warm_pools(): a first
+  // pass over pages never sent runs several times slower on some VMs).
   bool warm_pass = true;
   int perftest_timeout_s = 60;
   std::uint64_t verify_blocks = 4096;  // most blocks checked per case
@@ -142,6 +142,9 @@ struct CaseResult {
   // CPU seconds the spawned target process spent per GB of payload in the
   // timed part (all its threads): the receiving side's cost of a write.
   std::optional<double> target_cpu_s_per_gb;
+  // --pool shared, writes: GB/s of the untimed write of every block before
+  // the timed part (Bench's warm_mapping()); unset when none ran.
+  std::optional<double> mapping_warm_gbps;
   double loadavg = 0;  // 1-minute load average when the case started
   std::string error;
 
@@ -186,6 +189,8 @@ struct BenchReport {
   // case, and its bytes (the initiator's pool).
   std::size_t warmed_targets = 0;
   std::uint64_t warm_bytes = 0;
+  std::string warm_kind;  // "a plain TCP stream" or "process_vm_writev"
+  double warm_gbps = 0;   // the first pass's GB/s
   // The lanes forced, one pass of the cases each (bench_lanes()).
   std::vector<std::string> lanes;
   // One iperf3 connection on loopback, in the same run (TCP runs).

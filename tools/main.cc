@@ -300,10 +300,13 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false));
   bool no_warm_pass = false;
   bench_cmd->add_flag("--no-warm-pass", no_warm_pass,
-                      "runs with --tls tcp: skip the untimed plain TCP stream of the initiator's "
-                      "whole pool into each target's pool before its first case (on some VMs a "
-                      "first pass over pages never sent through a socket runs several times "
-                      "slower, and only the first case and lane to meet a pool would pay it)");
+                      "skip the untimed pass of the initiator's whole pool into each target's "
+                      "pool before its first case (a plain TCP stream with --tls tcp, else "
+                      "process_vm_writev into a spawned target): on some VMs a first pass over "
+                      "pages never sent runs several times slower, and only the first case and "
+                      "lane to meet a pool would pay it. With --pool shared, also skip each write case's "
+                      "untimed write of every block through the initiator's new mapping of the "
+                      "target's pool");
   bool no_iperf3 = false;
   bench_cmd->add_flag("--no-iperf3", no_iperf3,
                       "skip the iperf3 baseline (runs with --tls tcp and a spawned target only): "

@@ -2,7 +2,10 @@
 # `kvxfer bench --pool shared`, small, writes and reads over shared memory:
 # every case verified, the JSON saying the pools were shared, and each case's
 # initiator having mapped the target's pool (its cma_mapped_peers counter in
-# the --metrics text), so that the memcpy path is what was measured.
+# the --metrics text), so that the memcpy path is what was measured. Before
+# its first case the target's pool took the untimed process_vm_writev pass,
+# and before timing each write case wrote every block once through its new
+# mapping (mapping_warm_gbps); a read case did not.
 #   cmake -DKVXFER=path/to/kvxfer -DWORK_DIR=dir -P bench_shared_smoke.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
@@ -24,6 +27,22 @@ foreach(op write read)
   if(NOT pool STREQUAL "shared")
     message(FATAL_ERROR "${op}.json: config.pool is '${pool}', not 'shared'")
   endif()
+  string(JSON via GET "${doc}" pool_warm_pass via)
+  string(JSON warmed GET "${doc}" pool_warm_pass targets)
+  if(NOT via STREQUAL "process_vm_writev" OR NOT warmed EQUAL 1)
+    message(FATAL_ERROR "${op}.json: pool_warm_pass is '${via}' for ${warmed} targets")
+  endif()
+  string(JSON ncases LENGTH "${doc}" cases)
+  math(EXPR last "${ncases} - 1")
+  foreach(i RANGE ${last})
+    string(JSON name GET "${doc}" cases ${i} case)
+    string(JSON warm_type TYPE "${doc}" cases ${i} mapping_warm_gbps)
+    if(op STREQUAL "write" AND NOT warm_type STREQUAL "NUMBER")
+      message(FATAL_ERROR "write case ${name}: no mapping warm pass (${warm_type})")
+    elseif(op STREQUAL "read" AND NOT warm_type STREQUAL "NULL")
+      message(FATAL_ERROR "read case ${name}: a mapping warm pass ran (${warm_type})")
+    endif()
+  endforeach()
   file(READ "${WORK_DIR}/${op}.prom" prom)
   foreach(case big layer small runs)
     string(REGEX MATCH
