@@ -463,6 +463,7 @@ class Bench {
     // Before a mapping's warm pass, too: what it writes must never pass for
     // a timed write's bytes.
     const bool warm_map = !reading() && shared_pools_requested() && args_.warm_pass &&
+                          !kvxfer::ucx_tls_is_tcp_only(ucx_tls_for(args_.tls)) &&
                           spec.batch <= result.num_blocks;
     const std::uint64_t warm_writes =
         warm_map ? (result.num_blocks + spec.batch - 1) / spec.batch : 0;
