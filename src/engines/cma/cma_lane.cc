@@ -594,9 +594,11 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) 
 // chunk, so a reused pid is never written, and once after its last chunk,
 // so a peer that died or shut its engine down during the copy does not
 // count it as landed. (Into a mapped pool whose cookie page is mapped too,
-// the check before a chunk is a load from that page; the one after the last
-// chunk still goes through the pid.) Returns kSuccess, kRemoteDisconnect
-// (the peer is gone), kBackend (an I/O error) or kCanceled.
+// the check before a chunk is a load from that page; a `caller` slice
+// skips the check when some copy read the cookie back within
+// CopyPolicy::kCookieFresh; the read after the last chunk always goes
+// through the pid.) Returns kSuccess, kRemoteDisconnect (the peer is gone),
+// kBackend (an I/O error) or kCanceled.
 Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote,
                          bool caller) {
   if (peer.gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
