@@ -83,9 +83,12 @@ inline constexpr std::size_t kMaxNotificationBytes = 4096;
 // that, peers' notifications are refused and their transfers fail at the
 // sender (nothing is dropped silently).
 inline constexpr std::size_t kMaxQueuedNotifications = 16384;
-// Of those, the most one sender (the agent name its connection presented)
-// may hold on the tcp lane: past that its notifications are refused, and
-// every other sender's are still taken.
+// Of those, the most one sender (the agent name and identity key its
+// connection presented) may hold on the tcp lane: past that its
+// notifications are refused, and every other sender's are still taken. On
+// the tcp lane kMaxQueuedNotifications bounds the senders this transport
+// did not register, together; each registered peer has its own
+// kMaxQueuedNotificationsPerSender, which nobody else can use up.
 inline constexpr std::size_t kMaxQueuedNotificationsPerSender = 4096;
 
 // The most transfers one peer may have in flight. Past it, write_blocks,

@@ -209,6 +209,10 @@ class Lanes final : public Engine {
       std::lock_guard lock(lanes_mu_);
       peer_lanes_.emplace(handle, lane);
     }
+    // Whatever lane it writes through, a registered peer with a tcp lane of
+    // its own is known to ours by name and key: its connections to us are
+    // told from anyone else's (tcp_lane.h, "Identities").
+    if (tcp_ && b.tcp_port != 0) tcp_->vouch(handle, remote.agent_name, b.tcp_key);
     *out = handle;
     return Status::kSuccess;
   }
@@ -222,6 +226,7 @@ class Lanes final : public Engine {
       lane = it->second;
       peer_lanes_.erase(it);
     }
+    if (tcp_) tcp_->unvouch(peer);
     switch (lane) {
       case Lane::kCma:
         return cma_.disconnect(peer);
@@ -446,6 +451,7 @@ class Lanes final : public Engine {
     if (cma_.notify_fd() >= 0) blob.notify_fd = static_cast<std::uint32_t>(cma_.notify_fd());
     if (tcp_) {
       blob.tcp_token = tcp_->token();
+      blob.tcp_key = tcp_->identity_key();
       blob.tcp_port = tcp_->port();
       blob.tcp_addresses = tcp_->addresses();
     }

@@ -66,6 +66,7 @@ constexpr EngineCounterInfo kEngineCounters[] = {
     {"tcp_reads", kCounter, kPublic},
     {"tcp_refused_frame", kCounter, kPublic},
     {"tcp_refused_full", kCounter, kPublic},
+    {"tcp_refused_identity", kCounter, kPublic},
     {"tcp_refused_notify", kCounter, kPublic},
     {"tcp_refused_runs", kCounter, kPublic},
     {"tcp_refused_stale_fence", kCounter, kPublic},

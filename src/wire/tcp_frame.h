@@ -11,8 +11,13 @@
 //   kHello     first frame of every connection, nothing else is read before
 //              it: count = name length (1..kMaxName), length = 0;
 //              body u64 target token | u64 lineage | u64 gen | u64 epoch
-//              | name. The token is the target's (from its metadata); lineage,
-//              gen and epoch fence the connection (engines/tcp/tcp_lane.h).
+//              | 32 bytes initiator key | name | 32 bytes MAC. The token is
+//              the target's (from its metadata); lineage, gen and epoch fence
+//              the connection (engines/tcp/tcp_lane.h); the key is the
+//              initiator's public identity key and the MAC, HMAC-SHA256 of
+//              the body before it under the key both ends derive
+//              (common/identity.h), proves the initiator holds its private
+//              half.
 //   kWelcome   target -> initiator, the answer to an accepted hello.
 //   kWrite     count = runs (1..kMaxRuns), length = payload bytes (the sum of
 //              the runs' lengths); body: the runs (wire/runs.h), then the
@@ -34,6 +39,8 @@
 // read.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -45,9 +52,11 @@
 namespace kvxfer::internal::tcp {
 
 inline constexpr std::uint32_t kFrameMagic = 0x5458564b;  // "KVXT" as bytes
-inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::uint8_t kFrameVersion = 2;
 inline constexpr std::size_t kHeaderLen = 32;
-inline constexpr std::size_t kHelloFixedLen = 32;
+// A hello's body: kHelloFixedLen bytes, the name, then kHelloMacLen.
+inline constexpr std::size_t kHelloFixedLen = 64;
+inline constexpr std::size_t kHelloMacLen = 32;
 inline constexpr std::size_t kMaxName = 256;
 // Runs per frame: one readv/sendmsg's worth of iovecs (IOV_MAX is 1024).
 // A transfer with more runs is several frames.
@@ -82,6 +91,10 @@ enum WireStatus : std::uint32_t {
   // The target's queue holds as many of this sender's notifications as it
   // keeps (the message is dropped, the sender's transfer fails).
   kStatusQueueFull = 2,
+  // The target registered a peer of the connection's name with another
+  // identity key: the notification is dropped, and the target closes the
+  // connection after this answer.
+  kStatusNotYours = 3,
 };
 
 struct Header {
@@ -94,11 +107,18 @@ struct Header {
 };
 
 struct Hello {
+  Hello() = default;
+  // The fences and name; the key is set apart (and the MAC is the lane's).
+  Hello(std::uint64_t token_in, std::uint64_t lineage_in, std::uint64_t gen_in,
+        std::uint64_t epoch_in, std::string_view name_in)
+      : token(token_in), lineage(lineage_in), gen(gen_in), epoch(epoch_in), name(name_in) {}
   std::uint64_t token = 0;
   std::uint64_t lineage = 0;
   std::uint64_t gen = 0;
   std::uint64_t epoch = 0;
-  std::string_view name;  // a view into the decoded bytes
+  std::string_view name;               // a view into the decoded bytes
+  std::array<std::uint8_t, 32> key{};  // the initiator's public identity key
+  std::span<const std::uint8_t> mac;   // decoded: a view of the body's MAC
 };
 
 // Writes a header in place (kHeaderLen bytes at `out`).
@@ -119,7 +139,7 @@ inline void encode_header(std::uint8_t* out, const Header& h) {
 [[nodiscard]] inline std::size_t body_len(const Header& h) {
   switch (h.type) {
     case FrameType::kHello:
-      return kHelloFixedLen + h.count;
+      return kHelloFixedLen + h.count + kHelloMacLen;
     case FrameType::kWrite:
     case FrameType::kReadReq:
       return h.count * wire::kRunLen;
@@ -190,34 +210,49 @@ inline void encode_header(std::uint8_t* out, const Header& h) {
   return true;
 }
 
-// Writes a hello's body (kHelloFixedLen + name bytes at `out`); the caller
-// keeps the name 1..kMaxName bytes.
+// Writes a hello's body but its MAC (kHelloFixedLen + name bytes at `out`,
+// followed by kHelloMacLen bytes the caller fills with the MAC of these);
+// the caller keeps the name 1..kMaxName bytes.
 inline void encode_hello_body(std::uint8_t* out, const Hello& hello) {
   wire::ByteWriter w(std::span(out, kHelloFixedLen + hello.name.size()));
   w.u64(hello.token);
   w.u64(hello.lineage);
   w.u64(hello.gen);
   w.u64(hello.epoch);
+  w.raw(hello.key);
   w.raw(wire::byte_view(hello.name));
 }
 
+// The part of a hello's body its MAC covers: all of it but the MAC.
+[[nodiscard]] inline std::span<const std::uint8_t> hello_signed_part(
+    std::span<const std::uint8_t> body) {
+  return body.size() < kHelloMacLen ? body.first(0) : body.first(body.size() - kHelloMacLen);
+}
+
 // False unless `body` is a hello's body whose name is `name_len` bytes and
-// whose lineage, gen and epoch are nonzero. *out's name views `body`.
+// whose lineage, gen and epoch are nonzero. *out's name and mac view `body`;
+// the MAC is the lane's to check.
 [[nodiscard]] inline bool decode_hello_body(std::span<const std::uint8_t> body,
                                             std::size_t name_len, Hello* out) {
-  if (body.size() != kHelloFixedLen + name_len) return false;
+  if (name_len > kMaxName || body.size() != kHelloFixedLen + name_len + kHelloMacLen) {
+    return false;
+  }
   wire::ByteReader in(body);
   const auto token = in.u64();
   const auto lineage = in.u64();
   const auto gen = in.u64();
   const auto epoch = in.u64();
+  const auto key = in.take(32);
   const auto name = in.take(name_len);
+  const auto mac = in.take(kHelloMacLen);
   if (!in.ok() || *lineage == 0 || *gen == 0 || *epoch == 0) return false;
   out->token = *token;
   out->lineage = *lineage;
   out->gen = *gen;
   out->epoch = *epoch;
+  std::copy(key->begin(), key->end(), out->key.begin());
   out->name = std::string_view(reinterpret_cast<const char*>(name->data()), name->size());
+  out->mac = *mac;
   return true;
 }
 

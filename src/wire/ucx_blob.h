@@ -6,19 +6,23 @@
 // wire/bytes.h's bounds-checked reader, a length limit per field, nothing
 // may follow.
 //
-// Layout (little-endian), version 3:
+// Layout (little-endian), version 4:
 //   u32 magic "KVXU" | u16 version | u16 flags
 //   u64 pid namespace device | u64 pid namespace inode
 //   u64 cookie address | u64 cookie epoch
 //   u32 length, worker address bytes | u32 length, packed rkey bytes
 //   | u32 notify fd (the same-host lane's notification socket, a descriptor
 //     number in the agent's process, or kNoNotifyFd)
-//   | u64 tcp token | u16 tcp port | u16 address count (0..kMaxTcpAddresses)
+//   | u64 tcp token | 32 bytes tcp key | u16 tcp port
+//   | u16 address count (0..kMaxTcpAddresses)
 //   | per address: u8 family (4 or 6) | 16 bytes (an IPv4 address in the
 //     first 4, the rest zero)
-// The tcp part says where the agent's tcp lane listens (port 0: it has none)
-// and the token a connection must present first (engines/tcp/). Nothing may
-// follow. Versions 1 and 2 (no tcp part) are refused.
+// The tcp part says where the agent's tcp lane listens (port 0: it has none),
+// the token a connection must present first, and the public half of the
+// lane's X25519 identity (common/identity.h), with which its hellos are
+// authenticated and a target tells a registered peer's connection from
+// anyone else's (engines/tcp/). Nothing may follow. Versions 1 to 3 (no tcp
+// part, or no tcp key) are refused.
 #pragma once
 
 #include <algorithm>
@@ -34,7 +38,7 @@
 namespace kvxfer::internal::ucx {
 
 inline constexpr std::uint32_t kBlobMagic = 0x5558564b;  // "KVXU" as bytes
-inline constexpr std::uint16_t kBlobVersion = 3;
+inline constexpr std::uint16_t kBlobVersion = 4;
 inline constexpr std::uint32_t kNoNotifyFd = 0xffffffff;
 // Worker addresses and packed rkeys are a few hundred bytes; anything much
 // larger is not one.
@@ -75,13 +79,14 @@ struct Blob {
   std::span<const std::uint8_t> rkey;
   std::uint32_t notify_fd = kNoNotifyFd;
   std::uint64_t tcp_token = 0;
+  std::array<std::uint8_t, 32> tcp_key{};
   std::uint16_t tcp_port = 0;
   std::vector<TcpAddress> tcp_addresses;
 };
 
 inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   std::vector<std::uint8_t> out;
-  out.reserve(64 + blob.worker_address.size() + blob.rkey.size() + 17 * blob.tcp_addresses.size());
+  out.reserve(96 + blob.worker_address.size() + blob.rkey.size() + 17 * blob.tcp_addresses.size());
   wire::ByteWriter w(out);
   w.u32(kBlobMagic);
   w.u16(kBlobVersion);
@@ -94,6 +99,7 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   w.prefixed(blob.rkey);
   w.u32(blob.notify_fd);
   w.u64(blob.tcp_token);
+  w.raw(blob.tcp_key);
   w.u16(blob.tcp_port);
   w.u16(static_cast<std::uint16_t>(blob.tcp_addresses.size()));
   for (const TcpAddress& a : blob.tcp_addresses) {
@@ -103,7 +109,7 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   return out;
 }
 
-// False when `bytes` is not a well-formed version-3 blob: among others, an
+// False when `bytes` is not a well-formed version-4 blob: among others, an
 // address family other than 4 or 6, an IPv4 address with bytes past its
 // first 4, more than kMaxTcpAddresses addresses, or addresses with port 0.
 // On success the spans in *out point into `bytes`; on failure *out is left
@@ -121,6 +127,7 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   const auto rkey = in.prefixed(kMaxBlobField);
   const auto notify_fd = in.u32();
   const auto tcp_token = in.u64();
+  const auto tcp_key = in.take(32);
   const auto tcp_port = in.u16();
   const auto address_count = in.u16();
   if (!in.ok() || *magic != kBlobMagic || *version != kBlobVersion ||
@@ -150,6 +157,7 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   out->rkey = *rkey;
   out->notify_fd = *notify_fd;
   out->tcp_token = *tcp_token;
+  std::copy(tcp_key->begin(), tcp_key->end(), out->tcp_key.begin());
   out->tcp_port = *tcp_port;
   out->tcp_addresses = std::move(addresses);
   return true;

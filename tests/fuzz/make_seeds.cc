@@ -112,6 +112,8 @@ Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flag
   b.worker_address = address;
   b.rkey = rkey;
   b.tcp_token = 0x0fedcba987654321;
+  for (std::size_t i = 0; i < b.tcp_key.size(); ++i)
+    b.tcp_key[i] = static_cast<std::uint8_t>(3 * i + 1);
   b.tcp_port = addresses.empty() ? 0 : 7000;
   b.tcp_addresses = std::move(addresses);
   return encode_blob(b);
@@ -137,7 +139,8 @@ void ucx_blob_seeds() {
   constexpr std::size_t kAddressLenAt = 4 + 2 + 2 + 4 * 8;
   // With a 72-byte worker address and a 16-byte rkey (`valid`).
   constexpr std::size_t kTcpTokenAt = kAddressLenAt + 4 + 72 + 4 + 16 + 4;
-  constexpr std::size_t kTcpPortAt = kTcpTokenAt + 8;
+  constexpr std::size_t kTcpKeyAt = kTcpTokenAt + 8;
+  constexpr std::size_t kTcpPortAt = kTcpKeyAt + 32;
   constexpr std::size_t kAddressCountAt = kTcpPortAt + 2;
   constexpr std::size_t kFirstAddressAt = kAddressCountAt + 2;  // 10.1.2.3
   write_seed(t, false, "empty", {});
@@ -151,6 +154,13 @@ void ucx_blob_seeds() {
   // version-3 blob.
   write_seed(t, false, "version_2", set_u16(cut(no_tcp, 12), 4, 2));
   write_seed(t, false, "version_2_number", set_u16(valid, 4, 2));
+  // Version 3 (no tcp key), as its encoder wrote it, and its number on a
+  // version-4 blob.
+  Bytes v3 = valid;
+  v3.erase(v3.begin() + kTcpKeyAt, v3.begin() + kTcpPortAt);
+  write_seed(t, false, "version_3", set_u16(v3, 4, 3));
+  write_seed(t, false, "version_3_number", set_u16(valid, 4, 3));
+  write_seed(t, false, "version_3_layout_as_4", v3);
   write_seed(t, false, "address_len_off_by_one", set_u32(valid, kAddressLenAt, 73));
   write_seed(t, false, "huge_address_len", set_u32(valid, kAddressLenAt, 0xffffffff));
   write_seed(t, false, "over_limit_address_len", set_u32(valid, kAddressLenAt, kMaxBlobField + 1));
@@ -578,8 +588,15 @@ Bytes frame(const tcp::Header& h, const Bytes& body = {}) {
 
 Bytes hello_frame(const std::string& name, std::uint64_t lineage = 0x0102030405060708,
                   std::uint64_t gen = 1, std::uint64_t epoch = 0xa1a2a3a4a5a6a7a8) {
-  Bytes body(tcp::kHelloFixedLen + name.size());
-  tcp::encode_hello_body(body.data(), tcp::Hello{0x1234567890abcdef, lineage, gen, epoch, name});
+  Bytes body(tcp::kHelloFixedLen + name.size() + tcp::kHelloMacLen);
+  tcp::Hello hello{0x1234567890abcdef, lineage, gen, epoch, name};
+  for (std::size_t i = 0; i < hello.key.size(); ++i)
+    hello.key[i] = static_cast<std::uint8_t>(i + 9);
+  tcp::encode_hello_body(body.data(), hello);
+  // A MAC the wire format cannot judge (the lane checks it): any bytes.
+  for (std::size_t i = 0; i < tcp::kHelloMacLen; ++i) {
+    body[body.size() - tcp::kHelloMacLen + i] = static_cast<std::uint8_t>(0xc0 + i);
+  }
   return frame(frame_header(tcp::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0),
                body);
 }
@@ -673,6 +690,11 @@ void tcp_frame_seeds() {
   write_seed(t, false, "hello_zero_gen", hello_frame("agent-0", 1, 0));
   write_seed(t, false, "hello_zero_epoch", hello_frame("agent-0", 1, 1, 0));
   write_seed(t, false, "hello_truncated_name", cut(good_hello, 1));
+  // Version 1 frames (hellos without key and MAC): refused from the header.
+  Bytes v1 = good_hello;
+  v1[4] = 1;
+  write_seed(t, false, "frame_version_1", v1);
+  write_seed(t, false, "hello_without_mac", cut(good_hello, tcp::kHelloMacLen));
   write_seed(t, false, "welcome_with_count", frame(frame_header(FrameType::kWelcome, 1, 0)));
   write_seed(t, false, "write_zero_runs", set_u32(valid, kCountAt, 0));
   write_seed(t, false, "write_too_many_runs", write_frame(runs_of(tcp::kMaxRuns + 1, 16)));

@@ -35,8 +35,8 @@ constexpr std::uint64_t kPool = 1 << 20;
 constexpr std::uint64_t kMaxU64 = ~0ull;
 // The most body a frame can announce: a hello's, a write's or a notification's.
 constexpr std::size_t kMaxBody =
-    std::max({kHelloFixedLen + kMaxName, std::size_t{kMaxRuns * kvxfer::wire::kRunLen},
-              kMaxMessage});
+    std::max({kHelloFixedLen + kMaxName + kHelloMacLen,
+              std::size_t{kMaxRuns * kvxfer::wire::kRunLen}, kMaxMessage});
 
 bool same(const Header& a, const Header& b) {
   return a.type == b.type && a.flags == b.flags && a.count == b.count && a.status == b.status &&
@@ -103,12 +103,18 @@ bool hello_fits(const Header& h, std::span<const std::uint8_t> body) {
   if (hello.lineage == 0 || hello.gen == 0 || hello.epoch == 0 || hello.name.size() != h.count) {
     std::abort();
   }
-  // The name is the body's last bytes, a view of them.
+  // The name follows the fixed part and the MAC ends the body, both views
+  // of it; everything before the MAC re-encodes to the same bytes.
   const auto* first = reinterpret_cast<const std::uint8_t*>(hello.name.data());
   if (first != body.data() + kHelloFixedLen) std::abort();
-  std::vector<std::uint8_t> again(body.size());
+  if (hello.mac.size() != kHelloMacLen ||
+      hello.mac.data() != body.data() + body.size() - kHelloMacLen) {
+    std::abort();
+  }
+  const auto signed_part = hello_signed_part(body);
+  std::vector<std::uint8_t> again(signed_part.size());
   encode_hello_body(again.data(), hello);
-  if (std::memcmp(again.data(), body.data(), body.size()) != 0) std::abort();
+  if (std::memcmp(again.data(), signed_part.data(), signed_part.size()) != 0) std::abort();
   return true;
 }
 

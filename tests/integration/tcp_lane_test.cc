@@ -16,18 +16,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/identity.h"
 #include "it_pool.h"
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
@@ -61,9 +64,11 @@ class TcpTarget {
     if (!internal::ucx::decode_blob(m.engine_blob, &blob)) throw std::runtime_error("bad blob");
     token_ = blob.tcp_token;
     port_ = blob.tcp_port;
+    key_ = blob.tcp_key;
   }
 
   [[nodiscard]] std::uint64_t token() const { return token_; }
+  [[nodiscard]] const internal::IdentityKey& key() const { return key_; }
   [[nodiscard]] std::uint16_t port() const { return port_; }
   [[nodiscard]] MappedPool& pool() { return pool_; }
   [[nodiscard]] Transport& transport() { return transport_; }
@@ -87,6 +92,7 @@ class TcpTarget {
   Transport transport_;
   std::uint64_t token_ = 0;
   std::uint16_t port_ = 0;
+  internal::IdentityKey key_{};
 };
 
 // A plain TCP client on loopback.
@@ -160,13 +166,35 @@ std::vector<std::uint8_t> header(const tcp::Header& h) {
   return out;
 }
 
-std::vector<std::uint8_t> hello(std::uint64_t token, std::uint64_t lineage, std::uint64_t gen,
-                                std::uint64_t epoch, std::string_view name) {
+// The identity the test clients present unless a test gives its own.
+const internal::Identity& client_identity() {
+  static const internal::Identity id;
+  return id;
+}
+
+// A hello to target `t` presenting `token`, with `id`'s key and a MAC
+// under the key `id` and the target share; `mac_by` (when given) computes
+// the MAC instead, as a client that does not hold `id`'s private key would.
+std::vector<std::uint8_t> hello(const TcpTarget& t, std::uint64_t token, std::uint64_t lineage,
+                                std::uint64_t gen, std::uint64_t epoch, std::string_view name,
+                                const internal::Identity& id = client_identity(),
+                                const internal::Identity* mac_by = nullptr) {
   std::vector<std::uint8_t> out =
       header({tcp::FrameType::kHello, 0, static_cast<std::uint32_t>(name.size()), 0, 0, 0});
-  out.resize(tcp::kHeaderLen + tcp::kHelloFixedLen + name.size());
-  tcp::encode_hello_body(out.data() + tcp::kHeaderLen,
-                         tcp::Hello{token, lineage, gen, epoch, name});
+  out.resize(tcp::kHeaderLen + tcp::kHelloFixedLen + name.size() + tcp::kHelloMacLen);
+  tcp::Hello h{token, lineage, gen, epoch, name};
+  h.key = id.public_key();
+  tcp::encode_hello_body(out.data() + tcp::kHeaderLen, h);
+  internal::IdentityKey conn_key{};
+  if (!(mac_by != nullptr ? *mac_by : id).connection_key(t.key(), true, &conn_key)) {
+    throw std::runtime_error("no connection key");
+  }
+  internal::Mac mac{};
+  const auto body = std::span<const std::uint8_t>(out).subspan(tcp::kHeaderLen);
+  if (!internal::mac_of(conn_key, tcp::hello_signed_part(body), &mac)) {
+    throw std::runtime_error("no MAC");
+  }
+  std::copy(mac.begin(), mac.end(), out.end() - static_cast<std::ptrdiff_t>(tcp::kHelloMacLen));
   return out;
 }
 
@@ -188,8 +216,9 @@ std::vector<std::uint8_t> notify_frame(std::uint64_t seq, std::string_view messa
 
 // Says hello with the target's token; true once welcomed.
 bool greet(Client& c, const TcpTarget& t, std::uint64_t lineage = 7, std::uint64_t gen = 1,
-           std::uint64_t epoch = 11, std::string_view name = "mallory") {
-  if (!c.send_bytes(hello(t.token(), lineage, gen, epoch, name))) return false;
+           std::uint64_t epoch = 11, std::string_view name = "mallory",
+           const internal::Identity& id = client_identity()) {
+  if (!c.send_bytes(hello(t, t.token(), lineage, gen, epoch, name, id))) return false;
   const auto h = c.next_header();
   return h && h->type == tcp::FrameType::kWelcome;
 }
@@ -204,7 +233,7 @@ bool pool_is_zero(MappedPool& pool) {
 TEST(TcpHostile, AHelloWithoutTheTokenIsClosedAndCounted) {
   TcpTarget t;
   Client c(t.port());
-  ASSERT_TRUE(c.send_bytes(hello(t.token() ^ 1, 7, 1, 11, "mallory")));
+  ASSERT_TRUE(c.send_bytes(hello(t, t.token() ^ 1, 7, 1, 11, "mallory")));
   // Then a write the target must never read.
   c.send_bytes(write_frame(1, 0, kBlockLen, 0xab));
   EXPECT_TRUE(c.closed_by_target());
@@ -351,7 +380,7 @@ TEST(TcpHostile, AnOlderRegistrationArrivingLateIsRefused) {
   Client new_conn(t.port());
   ASSERT_TRUE(greet(new_conn, t, 42, 2, 200));
   Client late(t.port());
-  ASSERT_TRUE(late.send_bytes(hello(t.token(), 42, 1, 100, "mallory")));
+  ASSERT_TRUE(late.send_bytes(hello(t, t.token(), 42, 1, 100, "mallory")));
   late.send_bytes(write_frame(1, 0, kBlockLen, 0xee));
   EXPECT_TRUE(late.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_stale_fence", 1));
@@ -406,12 +435,12 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   }
   // Full: a new lineage is refused rather than an old one forgotten.
   Client newcomer(t.port());
-  ASSERT_TRUE(newcomer.send_bytes(hello(t.token(), 999999, 1, 1, "newcomer")));
+  ASSERT_TRUE(newcomer.send_bytes(hello(t, t.token(), 999999, 1, 1, "newcomer")));
   EXPECT_TRUE(newcomer.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
   // The honest lineage's older generation is still refused...
   Client stale(t.port());
-  ASSERT_TRUE(stale.send_bytes(hello(t.token(), 1, 1, 11, "honest")));
+  ASSERT_TRUE(stale.send_bytes(hello(t, t.token(), 1, 1, 11, "honest")));
   EXPECT_TRUE(stale.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_stale_fence", 1));
   // ...and its registration still writes.
@@ -420,6 +449,213 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   ASSERT_TRUE(ack.has_value());
   EXPECT_EQ(ack->status, tcp::kStatusOk);
   EXPECT_EQ(t.pool().block(0)[0], 0x66);
+}
+
+TEST(TcpHostile, AHelloWhoseMacDoesNotProveItsKeyIsRefused) {
+  TcpTarget t;
+  // The client presents client_identity()'s public key but does not hold
+  // its private half: its MAC is under another key pair's connection key.
+  const internal::Identity forger;
+  Client c(t.port());
+  ASSERT_TRUE(c.send_bytes(hello(t, t.token(), 7, 1, 11, "mallory", client_identity(), &forger)));
+  c.send_bytes(write_frame(1, 0, kBlockLen, 0xee));
+  EXPECT_TRUE(c.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+  // A hello with a MAC bit flipped is refused the same way.
+  Client flipped(t.port());
+  auto bytes = hello(t, t.token(), 8, 1, 12, "mallory");
+  bytes.back() ^= 1;
+  ASSERT_TRUE(flipped.send_bytes(bytes));
+  EXPECT_TRUE(flipped.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 2));
+}
+
+TEST(TcpHostile, AnotherIdentityCannotTakeOverALineage) {
+  TcpTarget t;
+  Client owner(t.port());
+  ASSERT_TRUE(greet(owner, t, /*lineage=*/42, /*gen=*/1, /*epoch=*/100, "alice"));
+  // Someone who learned the lineage (it is no secret) presents a newer
+  // generation of it under a key of its own: refused, and the owner's
+  // connection is not superseded.
+  const internal::Identity other;
+  Client thief(t.port());
+  ASSERT_TRUE(thief.send_bytes(hello(t, t.token(), 42, 2, 200, "alice", other)));
+  EXPECT_TRUE(thief.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
+  EXPECT_EQ(t.counter("tcp_fences_superseded"), 0u);
+  ASSERT_TRUE(owner.send_bytes(write_frame(1, 0, kBlockLen, 0x51)));
+  const auto ack = owner.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(t.pool().block(0)[0], 0x51);
+}
+
+TEST(TcpHostile, OneRegistrationHoldsAFewConnectionsAtMost) {
+  TcpTarget t;
+  std::vector<std::unique_ptr<Client>> held;
+  for (std::size_t i = 0; i < internal::tcp::TcpLane::kMaxConnectionsPerLineage; ++i) {
+    held.push_back(std::make_unique<Client>(t.port()));
+    ASSERT_TRUE(greet(*held.back(), t, 42, 1, 100)) << i;
+  }
+  Client extra(t.port());
+  ASSERT_TRUE(extra.send_bytes(hello(t, t.token(), 42, 1, 100, "mallory")));
+  EXPECT_TRUE(extra.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
+}
+
+TEST(TcpHostile, SilentConnectionsDoNotKeepAHelloOut) {
+  TcpTarget t;
+  // Every slot for connections without a hello, held by silent clients.
+  std::vector<std::unique_ptr<Client>> silent;
+  for (std::size_t i = 0; i < internal::tcp::TcpLane::kMaxPendingHellos; ++i) {
+    silent.push_back(std::make_unique<Client>(t.port()));
+  }
+  // The I/O thread takes them in before the next one arrives.
+  std::this_thread::sleep_for(200ms);
+  // A client that says hello at once gets in; the oldest silent one goes.
+  Client honest(t.port());
+  ASSERT_TRUE(greet(honest, t, 1, 1, 11, "honest"));
+  EXPECT_TRUE(silent.front()->closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
+  ASSERT_TRUE(honest.send_bytes(write_frame(1, 0, kBlockLen, 0x52)));
+  const auto ack = honest.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, tcp::kStatusOk);
+}
+
+// A second Transport on the tcp lane, registered by a target as a peer:
+// the honest party whose name the hostile clients below borrow.
+class Peer {
+ public:
+  explicit Peer(const std::string& name)
+      : pool_(kBlocks, kBlockLen, kGuard),
+        transport_(name, Region{pool_.base(), kBlocks, kBlockLen}, tcp_options()) {}
+  // `t` registers us under our name, and we register `t` as "target".
+  void register_both_ways(TcpTarget& t) {
+    t.transport().add_remote_peer(transport_.agent_name(), transport_.agent_metadata(),
+                                  reinterpret_cast<std::uintptr_t>(pool_.base()), kBlocks,
+                                  kBlockLen);
+    transport_.add_remote_peer("target", t.transport().agent_metadata(),
+                               reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks,
+                               kBlockLen);
+  }
+  // Writes block 0 to the target's block `remote` with `message`; true once
+  // done.
+  bool write_with_note(std::int64_t remote, std::string_view message) {
+    pool_.block(0)[0] = 0x5a;
+    const std::vector<std::int64_t> local{0};
+    const std::vector<std::int64_t> far{remote};
+    const auto id = transport_.write_blocks(
+        "target", local, far,
+        std::span(reinterpret_cast<const std::uint8_t*>(message.data()), message.size()));
+    if (!id) return false;
+    for (int i = 0; i < 5000; ++i) {
+      const PollResult r = transport_.poll("target");
+      if (std::find(r.done.begin(), r.done.end(), *id) != r.done.end()) return true;
+      if (std::find(r.failed.begin(), r.failed.end(), *id) != r.failed.end()) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  }
+
+ private:
+  MappedPool pool_;
+  Transport transport_;
+};
+
+TEST(TcpHostile, ARegisteredPeersNameWithAnotherKeyIsRefused) {
+  TcpTarget t;
+  Peer alice("alice");
+  alice.register_both_ways(t);
+  Client impostor(t.port());
+  ASSERT_TRUE(impostor.send_bytes(hello(t, t.token(), 7, 1, 11, "alice")));
+  EXPECT_TRUE(impostor.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
+  // The real alice is heard under her name.
+  ASSERT_TRUE(alice.write_with_note(3, "from alice"));
+  EXPECT_EQ(t.pool().block(3)[0], 0x5a);
+  const auto notes = t.transport().get_notifications();
+  ASSERT_EQ(notes.count("alice"), 1u);
+  ASSERT_EQ(notes.at("alice").size(), 1u);
+  EXPECT_EQ(std::string(notes.at("alice")[0].begin(), notes.at("alice")[0].end()), "from alice");
+}
+
+TEST(TcpHostile, NotesAnImpostorQueuedBeforeTheRegistrationAreNotHandedOut) {
+  TcpTarget t;
+  Client impostor(t.port());
+  ASSERT_TRUE(greet(impostor, t, 7, 1, 11, "alice"));
+  ASSERT_TRUE(impostor.send_bytes(notify_frame(1, "forged")));
+  const auto ack = impostor.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  // Now the target's owner registers the real alice.
+  Peer alice("alice");
+  alice.register_both_ways(t);
+  ASSERT_TRUE(alice.write_with_note(2, "real"));
+  const auto notes = t.transport().get_notifications();
+  ASSERT_EQ(notes.count("alice"), 1u);
+  ASSERT_EQ(notes.at("alice").size(), 1u);
+  EXPECT_EQ(std::string(notes.at("alice")[0].begin(), notes.at("alice")[0].end()), "real");
+  EXPECT_GE(t.counter("tcp_refused_identity"), 1u);
+  // The impostor's next notification is refused and its connection closed.
+  ASSERT_TRUE(impostor.send_bytes(notify_frame(2, "forged again")));
+  const auto refusal = impostor.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, tcp::kStatusNotYours);
+  EXPECT_TRUE(impostor.closed_by_target());
+  EXPECT_TRUE(t.transport().get_notifications().empty());
+}
+
+TEST(TcpHostile, UnregisteredSendersCannotFillARegisteredPeersQueue) {
+  TcpTarget t;
+  Peer alice("alice");
+  alice.register_both_ways(t);
+  // Senders nobody registered fill their shared share, one name each up to
+  // the per-sender limit.
+  const std::size_t per_sender = internal::tcp::TcpLane::kMaxQueuedPerSender;
+  const std::size_t names = kMaxQueuedNotifications / per_sender + 1;
+  std::size_t ok = 0;
+  std::size_t full = 0;
+  for (std::size_t n = 0; n < names; ++n) {
+    Client c(t.port());
+    ASSERT_TRUE(greet(c, t, 100 + n, 1, 11, "flood" + std::to_string(n)));
+    std::vector<std::uint8_t> burst;
+    for (std::size_t i = 0; i < per_sender; ++i) {
+      const auto f = notify_frame(i + 1, "x");
+      burst.insert(burst.end(), f.begin(), f.end());
+    }
+    std::thread sender([&] { c.send_bytes(burst); });
+    for (std::size_t i = 0; i < per_sender; ++i) {
+      const auto ack = c.next_header();
+      ASSERT_TRUE(ack.has_value()) << n << " " << i;
+      (ack->status == tcp::kStatusOk ? ok : full) += 1;
+    }
+    sender.join();
+  }
+  EXPECT_EQ(ok, kMaxQueuedNotifications);
+  EXPECT_EQ(full, names * per_sender - kMaxQueuedNotifications);
+  // The registered peer is still heard.
+  ASSERT_TRUE(alice.write_with_note(1, "still heard"));
+  const auto notes = t.transport().get_notifications();
+  ASSERT_EQ(notes.count("alice"), 1u);
+  EXPECT_EQ(notes.at("alice").size(), 1u);
+}
+
+TEST(TcpHostile, ARegisteredPeerGetsInWhileTheLineageTableIsFull) {
+  TcpTarget t;
+  for (std::uint64_t lineage = 1; lineage <= internal::tcp::TcpLane::kMaxLineages; ++lineage) {
+    Client c(t.port());
+    ASSERT_TRUE(greet(c, t, lineage, 1, 1)) << lineage;
+  }
+  Client newcomer(t.port());
+  ASSERT_TRUE(newcomer.send_bytes(hello(t, t.token(), 999999, 1, 1, "newcomer")));
+  EXPECT_TRUE(newcomer.closed_by_target());
+  // A peer the target's owner registered still connects and writes.
+  Peer alice("alice");
+  alice.register_both_ways(t);
+  ASSERT_TRUE(alice.write_with_note(4, "in"));
+  EXPECT_EQ(t.pool().block(4)[0], 0x5a);
 }
 
 // The inodes of the TCP sockets this process has listening.

@@ -62,7 +62,7 @@ bool accepted(const Header& h) {
 
 TEST(TcpFrameHeader, LayoutIsLittleEndianWithMagicKVXT) {
   const Bytes expected = {
-      'K',  'V',  'X',  'T',  1,    3,    0x01, 0x00,  // magic, version 1, kWrite, kMore
+      'K',  'V',  'X',  'T',  2,    3,    0x01, 0x00,  // magic, version 2, kWrite, kMore
       0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // count (3 runs), status
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // seq
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // length
@@ -112,7 +112,7 @@ TEST(TcpFrameHeader, RoundTripsEveryFrameType) {
 }
 
 TEST(TcpFrameHeader, BodyLengthFollowsTheType) {
-  EXPECT_EQ(body_len(header(FrameType::kHello, 5, 0)), kHelloFixedLen + 5);
+  EXPECT_EQ(body_len(header(FrameType::kHello, 5, 0)), kHelloFixedLen + 5 + kHelloMacLen);
   EXPECT_EQ(body_len(header(FrameType::kWelcome, 0, 0)), 0u);
   EXPECT_EQ(body_len(header(FrameType::kWrite, 3, 12288)), 3 * wire::kRunLen);
   EXPECT_EQ(body_len(header(FrameType::kReadReq, kMaxRuns, 1)), kMaxRuns * wire::kRunLen);
@@ -140,7 +140,7 @@ TEST(TcpFrameHeader, RefusesWrongMagicOrVersion) {
     bytes[at] ^= 0x01;
     EXPECT_TRUE(refused(bytes)) << "byte " << at;
   }
-  for (const std::uint8_t version : {0, 2, 0xff}) {
+  for (const std::uint8_t version : {0, 1, 3, 0xff}) {
     Bytes bytes = good;
     bytes[4] = version;
     EXPECT_TRUE(refused(bytes)) << "version " << int{version};
@@ -233,11 +233,20 @@ TEST(TcpFrameHeader, ReadDataCarriesBytesOnlyWithStatusOk) {
 
 // -------------------------------------------------------------- the hello
 
-const Hello kHello{0x0102030405060708ull, 0x1112131415161718ull, 3, 0x2122232425262728ull, "ab"};
+Hello make_hello() {
+  Hello h{0x0102030405060708ull, 0x1112131415161718ull, 3, 0x2122232425262728ull, "ab"};
+  for (std::size_t i = 0; i < h.key.size(); ++i) h.key[i] = static_cast<std::uint8_t>(0x40 + i);
+  return h;
+}
+const Hello kHello = make_hello();
 
+// The body with a MAC of 0xa0, 0xa1, ... (the lane computes the real one).
 Bytes hello_body(const Hello& hello) {
-  Bytes out(kHelloFixedLen + hello.name.size());
+  Bytes out(kHelloFixedLen + hello.name.size() + kHelloMacLen);
   encode_hello_body(out.data(), hello);
+  for (std::size_t i = 0; i < kHelloMacLen; ++i) {
+    out[kHelloFixedLen + hello.name.size() + i] = static_cast<std::uint8_t>(0xa0 + i);
+  }
   return out;
 }
 
@@ -249,15 +258,20 @@ bool hello_refused(const Bytes& body, std::size_t name_len) {
          out.gen == 9 && out.epoch == 9 && out.name == "untouched";
 }
 
-TEST(TcpHello, BodyLayoutIsLittleEndianWithTheNameLast) {
-  const Bytes expected = {
+TEST(TcpHello, BodyLayoutIsLittleEndianWithTheKeyThenTheNameThenTheMac) {
+  Bytes expected = {
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // target token
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // lineage
       0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // gen
       0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // epoch
-      'a',  'b',                                       // name
   };
+  for (std::uint8_t b = 0x40; b < 0x60; ++b) expected.push_back(b);  // initiator key
+  expected.push_back('a');                                           // name
+  expected.push_back('b');
+  for (std::uint8_t b = 0xa0; b < 0xc0; ++b) expected.push_back(b);  // MAC
   EXPECT_EQ(hello_body(kHello), expected);
+  // The MAC covers everything before it.
+  EXPECT_EQ(hello_signed_part(expected).size(), kHelloFixedLen + 2);
 }
 
 TEST(TcpHello, RoundTripsIntoAViewOfTheBody) {
@@ -271,7 +285,10 @@ TEST(TcpHello, RoundTripsIntoAViewOfTheBody) {
     EXPECT_EQ(out.gen, in.gen);
     EXPECT_EQ(out.epoch, in.epoch);
     EXPECT_EQ(out.name, in.name);
+    EXPECT_EQ(out.key, in.key);
     EXPECT_EQ(reinterpret_cast<const std::uint8_t*>(out.name.data()), body.data() + kHelloFixedLen);
+    EXPECT_EQ(out.mac.data(), body.data() + kHelloFixedLen + in.name.size());
+    EXPECT_EQ(out.mac.size(), kHelloMacLen);
   }
 }
 
@@ -296,10 +313,13 @@ TEST(TcpHello, RefusesABodyOfAnotherSizeThanTheNameLengthSays) {
 }
 
 TEST(TcpHello, RefusesANameLengthThatWrapsTheSize) {
-  // kHelloFixedLen + name_len wraps to one byte short of the fixed part.
+  // kHelloFixedLen + name_len + kHelloMacLen wraps to one byte short of
+  // the fixed part and the MAC.
   const Bytes good = hello_body(kHello);
-  const Bytes short_body(good.begin(), good.begin() + kHelloFixedLen - 1);
+  const Bytes short_body(good.begin(), good.begin() + kHelloFixedLen + kHelloMacLen - 1);
   EXPECT_TRUE(hello_refused(short_body, std::numeric_limits<std::size_t>::max()));
+  // A name longer than any hello's, with a body to match, is refused too.
+  EXPECT_TRUE(hello_refused(Bytes(kHelloFixedLen + kMaxName + 1 + kHelloMacLen, 1), kMaxName + 1));
 }
 
 // -------------------------------------------------------------- runs_fit

@@ -43,6 +43,8 @@ Blob golden_value() {
   b.rkey = kRkey;
   b.notify_fd = 0x41424344;
   b.tcp_token = 0x5152535455565758ull;
+  for (std::size_t i = 0; i < b.tcp_key.size(); ++i)
+    b.tcp_key[i] = static_cast<std::uint8_t>(0x60 + i);
   b.tcp_port = 7000;
   b.tcp_addresses = {ipv4(10, 1, 2, 3), ipv6(0x01)};
   return b;
@@ -51,7 +53,7 @@ Blob golden_value() {
 // Written out by hand: peers built from other sources read and write these
 // bytes, so a change of layout must fail here, not only round trip.
 const std::vector<std::uint8_t> kGoldenBytes = {
-    'K',  'V',  'X',  'U',  0x03, 0x00, 0x0d, 0x00,  // magic, version 3, flags cma|gather|rdma
+    'K',  'V',  'X',  'U',  0x04, 0x00, 0x0d, 0x00,  // magic, version 4, flags cma|gather|rdma
     0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // pid namespace device
     0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // pid namespace inode
     0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // cookie address
@@ -60,6 +62,10 @@ const std::vector<std::uint8_t> kGoldenBytes = {
     0x02, 0x00, 0x00, 0x00, 0xb1, 0xb2,              // packed rkey
     0x44, 0x43, 0x42, 0x41,                          // notify fd
     0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51,  // tcp token
+    0x60, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67,  // tcp key (32 bytes)
+    0x68, 0x69, 0x6a, 0x6b, 0x6c, 0x6d, 0x6e, 0x6f,  //
+    0x70, 0x71, 0x72, 0x73, 0x74, 0x75, 0x76, 0x77,  //
+    0x78, 0x79, 0x7a, 0x7b, 0x7c, 0x7d, 0x7e, 0x7f,  //
     0x58, 0x1b,                                      // tcp port 7000
     0x02, 0x00,                                      // address count
     0x04,                                            // family 4
@@ -69,9 +75,10 @@ const std::vector<std::uint8_t> kGoldenBytes = {
     0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,  // 2001:db8::1
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,  //
 };
-constexpr std::size_t kTcpPortAt = 65;
-constexpr std::size_t kAddressCountAt = 67;
-constexpr std::size_t kFirstAddressAt = 69;
+constexpr std::size_t kTcpKeyAt = 65;
+constexpr std::size_t kTcpPortAt = 97;
+constexpr std::size_t kAddressCountAt = 99;
+constexpr std::size_t kFirstAddressAt = 101;
 constexpr std::size_t kAddressLen = 17;
 
 // A version-2 blob as the previous encoder wrote it: no tcp part.
@@ -123,6 +130,7 @@ TEST(UcxBlob, DecodesTheGoldenBytesIntoViewsOfThem) {
   EXPECT_EQ(b.rkey.data(), kGoldenBytes.data() + 51);
   EXPECT_EQ(b.notify_fd, 0x41424344u);
   EXPECT_EQ(b.tcp_token, 0x5152535455565758ull);
+  EXPECT_EQ(b.tcp_key, golden_value().tcp_key);
   EXPECT_EQ(b.tcp_port, 7000);
   EXPECT_EQ(b.tcp_addresses, (std::vector<TcpAddress>{ipv4(10, 1, 2, 3), ipv6(0x01)}));
 }
@@ -132,7 +140,7 @@ TEST(UcxBlob, RoundTripsEmptyFieldsWithoutATcpLane) {
   in.flags = kBlobAcceptsCma | kBlobAcceptsScatter;
   in.tcp_token = 0x1234;  // a token with no lane is carried, not judged
   const auto bytes = encode_blob(in);
-  EXPECT_EQ(bytes.size(), 64u);
+  EXPECT_EQ(bytes.size(), 96u);  // 64 fixed bytes besides the 32-byte tcp key
   Blob out;
   ASSERT_TRUE(decode_blob(bytes, &out));
   EXPECT_EQ(out.flags, in.flags);
@@ -199,7 +207,7 @@ TEST(UcxBlob, RefusesWrongMagic) {
 }
 
 TEST(UcxBlob, RefusesEveryOtherVersion) {
-  for (const std::uint16_t version : {0, 1, 2, 4, 0x0103, 0xffff}) {
+  for (const std::uint16_t version : {0, 1, 2, 3, 5, 0x0104, 0xffff}) {
     auto bytes = kGoldenBytes;
     wire::store_le(bytes.data() + 4, version);
     EXPECT_TRUE(refused(bytes)) << "version " << version;
@@ -213,6 +221,16 @@ TEST(UcxBlob, RefusesAVersion2BlobAsItsEncoderWroteIt) {
   auto as_v3 = kVersion2Bytes;
   as_v3[4] = 0x03;
   EXPECT_TRUE(refused(as_v3));
+}
+
+TEST(UcxBlob, RefusesAVersion3BlobAsItsEncoderWroteIt) {
+  // Version 3 had no tcp key: its peer cannot prove who it is to ours.
+  std::vector<std::uint8_t> v3 = kGoldenBytes;
+  v3.erase(v3.begin() + kTcpKeyAt, v3.begin() + kTcpPortAt);
+  v3[4] = 0x03;
+  EXPECT_TRUE(refused(v3));
+  v3[4] = 0x04;
+  EXPECT_TRUE(refused(v3));
 }
 
 TEST(UcxBlob, RefusesAnAddressFamilyOtherThan4Or6) {

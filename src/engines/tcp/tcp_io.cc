@@ -50,6 +50,9 @@ const char* detail_of(std::uint32_t wire_status) {
       return "the target refused the frame (runs outside its pool)";
     case kStatusQueueFull:
       return "the target's notification queue for this sender is full";
+    case kStatusNotYours:
+      return "the target registered a peer of our name with another key, and closed the "
+             "connection";
     default:
       return "the target answered an unknown status";
   }
@@ -192,7 +195,7 @@ void TcpLane::Io::accept_all() {
   for (;;) {
     const int fd = accept4(lane_.listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    if (stopping_ || conns_.size() >= kMaxConnections || pending_hellos_ >= kMaxPendingHellos) {
+    if (stopping_ || conns_.size() >= kMaxConnections) {
       lane_.counters_->refused_full.fetch_add(1, std::memory_order_relaxed);
       if (log_limit_.allow()) {
         log().warn("kvxfer tcp {}: refused a connection: {} open, {} without a hello yet",
@@ -200,6 +203,23 @@ void TcpLane::Io::accept_all() {
       }
       close(fd);
       continue;
+    }
+    if (pending_hellos_ >= kMaxPendingHellos) {
+      // The oldest connection still without a hello goes, not the new one:
+      // silent connections cannot keep a peer that says hello at once out.
+      // (It holds no state; drain_commands() drops it from conns_.)
+      Conn* oldest = nullptr;
+      for (auto& [c, conn] : conns_) {
+        if (conn->fd >= 0 && !conn->hello_done &&
+            (oldest == nullptr || conn->hello_deadline < oldest->hello_deadline)) {
+          oldest = c;
+        }
+      }
+      if (oldest != nullptr) {
+        refuse(oldest, lane_.counters_->refused_full,
+               "the oldest connection without a hello, to make room for a new one");
+        close_conn(oldest, "pushed out by a newer connection before its hello");
+      }
     }
     tune(fd);
     auto conn = std::make_unique<Conn>();
@@ -382,16 +402,36 @@ bool TcpLane::Io::on_body(Conn* c) {
       return true;
     }
     case FrameType::kNotify: {
+      // Where the sender stands now (our owner may have registered or
+      // removed peers since its hello).
+      const Standing standing = lane_.standing(c->sender, c->key);
+      if (standing == Standing::kImpostor) {
+        refuse(c, counters.refused_identity,
+               fmt::format("a notification under registered peer {}'s name from another key",
+                           c->sender));
+        // Answer, then close once the answer is out; read nothing more.
+        c->close_after_out = true;
+        c->paused = true;
+        answer(c, FrameType::kAck, h.seq, kStatusNotYours);
+        return false;
+      }
+      const bool registered = standing == Standing::kRegistered;
       bool queued = false;
       {
+        // A registered peer's share is its own; the others share
+        // kMaxQueuedNotifications besides their own share each.
         std::lock_guard lock(lane_.notes_mu_);
-        std::size_t& mine = lane_.notes_per_sender_[c->sender];
-        if (mine < kMaxQueuedPerSender && lane_.notes_.size() < kMaxQueuedNotifications) {
+        const auto sender = std::make_pair(c->sender, c->key);
+        std::size_t& mine = lane_.notes_per_sender_[sender];
+        if (mine < kMaxQueuedPerSender &&
+            (registered || lane_.unregistered_notes_ < kMaxQueuedNotifications)) {
           ++mine;
-          lane_.notes_.push_back(Notification{c->sender, std::vector<std::uint8_t>(c->body)});
+          if (!registered) ++lane_.unregistered_notes_;
+          lane_.notes_.push_back(Queued{Notification{c->sender, std::vector<std::uint8_t>(c->body)},
+                                        c->key, registered});
           queued = true;
         } else if (mine == 0) {
-          lane_.notes_per_sender_.erase(c->sender);
+          lane_.notes_per_sender_.erase(sender);
         }
       }
       if (!queued) {
@@ -490,19 +530,58 @@ bool TcpLane::Io::on_hello(Conn* c) {
     close_conn(c, "wrong token");
     return false;
   }
+  // The MAC proves the hello's key: whoever sent it holds the private half.
+  IdentityKey conn_key{};
+  Mac expected{};
+  if (!lane_.identity_.connection_key(hello.key, /*we_initiate=*/false, &conn_key) ||
+      !mac_of(conn_key, hello_signed_part(c->body), &expected) || !same_mac(expected, hello.mac)) {
+    refuse(c, counters.refused_identity, "a hello whose MAC does not prove its key");
+    close_conn(c, "unproven identity");
+    return false;
+  }
+  std::string name(hello.name);
+  const Standing standing = lane_.standing(name, hello.key);
+  if (standing == Standing::kImpostor) {
+    refuse(c, counters.refused_identity,
+           fmt::format("a hello presenting registered peer {}'s name with another key", name));
+    close_conn(c, "a registered peer's name with another key");
+    return false;
+  }
+  const bool registered = standing == Standing::kRegistered;
+  if (!registered && unregistered_conns_ >= kMaxUnregisteredConnections) {
+    refuse(c, counters.refused_full,
+           "a connection of no registered peer while their share is full");
+    close_conn(c, "connections of unregistered peers full");
+    return false;
+  }
   auto it = fences_.find(hello.lineage);
   if (it == fences_.end()) {
-    if (fences_.size() >= kMaxLineages) {
+    // Full means refusal, never forgetting; a registered peer still has
+    // room of its own (a few lineages per key).
+    const std::size_t of_key = lineages_per_key_[hello.key];
+    if (fences_.size() >= kMaxLineages && !(registered && of_key < kMaxLineagesPerPeer)) {
+      if (of_key == 0) lineages_per_key_.erase(hello.key);
       refuse(c, counters.refused_full, "a new initiator while the fence table is full");
       close_conn(c, "fence table full");
       return false;
     }
-    it = fences_.emplace(hello.lineage, Fence{hello.gen, hello.epoch, {}, {}}).first;
+    ++lineages_per_key_[hello.key];
+    it = fences_.emplace(hello.lineage, Fence{hello.gen, hello.epoch, hello.key, {}, {}}).first;
   }
   Fence& f = it->second;
+  if (f.key != hello.key) {
+    refuse(c, counters.refused_identity, "a hello of another identity's lineage");
+    close_conn(c, "another identity's lineage");
+    return false;
+  }
   if (hello.gen < f.gen || (hello.gen == f.gen && hello.epoch != f.epoch)) {
     refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
     close_conn(c, "stale fence");
+    return false;
+  }
+  if (hello.gen == f.gen && f.conns.size() >= kMaxConnectionsPerLineage) {
+    refuse(c, counters.refused_full, "one connection too many for one registration");
+    close_conn(c, "too many connections of one registration");
     return false;
   }
   if (hello.gen > f.gen) {
@@ -521,7 +600,12 @@ bool TcpLane::Io::on_hello(Conn* c) {
   --pending_hellos_;
   c->lineage = hello.lineage;
   c->gen = hello.gen;
-  c->sender = std::string(hello.name);
+  c->sender = std::move(name);
+  c->key = hello.key;
+  if (!registered) {
+    c->counted_unregistered = true;
+    ++unregistered_conns_;
+  }
   answer(c, FrameType::kWelcome, 0, kStatusOk);
   return c->fd >= 0;
 }
@@ -620,6 +704,10 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
   close(c->fd);
   c->fd = -1;
   if (!c->hello_done) --pending_hellos_;
+  if (c->counted_unregistered) {
+    c->counted_unregistered = false;
+    --unregistered_conns_;
+  }
   if (c->lineage != 0) {
     auto it = fences_.find(c->lineage);
     if (it != fences_.end()) {
@@ -662,6 +750,8 @@ void TcpLane::Io::expire() {
   }
   for (auto it = fences_.begin(); it != fences_.end();) {
     if (it->second.conns.empty() && now - it->second.idle_since > kLineageLinger) {
+      auto k = lineages_per_key_.find(it->second.key);
+      if (k != lineages_per_key_.end() && --k->second == 0) lineages_per_key_.erase(k);
       it = fences_.erase(it);
     } else {
       ++it;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -55,6 +56,7 @@ struct TcpLane::Counters {
   std::atomic<std::uint64_t> refused_stale_fence{0};
   std::atomic<std::uint64_t> refused_full{0};
   std::atomic<std::uint64_t> refused_notify{0};
+  std::atomic<std::uint64_t> refused_identity{0};
   std::atomic<std::uint64_t> fences_superseded{0};
 };
 
@@ -121,6 +123,8 @@ struct TcpLane::Conn {
   std::uint64_t lineage = 0;
   std::uint64_t gen = 0;
   std::string sender;
+  IdentityKey key{};                  // the identity key its hello proved
+  bool counted_unregistered = false;  // in Io::unregistered_conns_
   // What the next frame must continue (a transfer's kMore or
   // kNotifyFollows): its seq and type, or none.
   std::uint64_t cont_seq = 0;
@@ -198,10 +202,15 @@ class TcpLane::Io {
   struct Fence {
     std::uint64_t gen = 0;
     std::uint64_t epoch = 0;
+    IdentityKey key{};         // a lineage is one identity's: another key is refused
     std::vector<Conn*> conns;  // open connections of this lineage
     Clock::time_point idle_since{};
   };
   std::unordered_map<std::uint64_t, Fence> fences_;
+  // Lineages per identity key, and welcomed connections whose key was no
+  // registered peer's when they said hello.
+  std::map<IdentityKey, std::size_t> lineages_per_key_;
+  std::size_t unregistered_conns_ = 0;
   RateLimit log_limit_;
   std::vector<iovec> scratch_iov_;
   std::vector<Command> drained_;  // drain_commands(): the queue taken

@@ -117,8 +117,18 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerH
   if (fd < 0) {
     return fail(fmt::format("cannot reach peer {}'s tcp lane: {}", remote.agent_name, why));
   }
+  IdentityKey conn_key{};
+  if (!identity_.connection_key(blob.tcp_key, /*we_initiate=*/true, &conn_key)) {
+    close(fd);
+    if (reason != nullptr) {
+      *reason = fmt::format("peer {}'s metadata names a tcp key no connection key comes of",
+                            remote.agent_name);
+    }
+    return Status::kInvalidParam;
+  }
   Hello hello;
   hello.token = blob.tcp_token;
+  hello.key = identity_.public_key();
   hello.epoch = nonzero_random();
   {
     std::lock_guard lock(lineage_mu_);
@@ -130,10 +140,17 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerH
   const std::string_view name =
       std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), kMaxName));
   hello.name = name.empty() ? std::string_view("?") : name;
-  std::vector<std::uint8_t> frame(kHeaderLen + kHelloFixedLen + hello.name.size());
+  std::vector<std::uint8_t> frame(kHeaderLen + kHelloFixedLen + hello.name.size() + kHelloMacLen);
   encode_header(frame.data(), Header{FrameType::kHello, 0,
                                      static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
   encode_hello_body(frame.data() + kHeaderLen, hello);
+  const auto body = std::span<const std::uint8_t>(frame).subspan(kHeaderLen);
+  Mac mac{};
+  if (!mac_of(conn_key, hello_signed_part(body), &mac)) {
+    close(fd);
+    return fail("OpenSSL could not compute the hello's MAC");
+  }
+  std::copy(mac.begin(), mac.end(), frame.end() - static_cast<std::ptrdiff_t>(kHelloMacLen));
   std::array<std::uint8_t, kHeaderLen> welcome{};
   Header h;
   if (!write_all(fd, frame.data(), frame.size()) ||
@@ -384,12 +401,47 @@ void TcpLane::recycle(Xfer* x) {
 void TcpLane::take_notifications(std::vector<Notification>* out) {
   std::lock_guard lock(notes_mu_);
   while (!notes_.empty()) {
-    Notification& n = notes_.front();
-    auto it = notes_per_sender_.find(n.agent);
+    Queued& q = notes_.front();
+    auto it = notes_per_sender_.find({q.note.agent, q.key});
     if (it != notes_per_sender_.end() && --it->second == 0) notes_per_sender_.erase(it);
-    out->push_back(std::move(n));
+    if (!q.registered) --unregistered_notes_;
+    // Queued before our owner registered a peer of that name with another
+    // key: not that peer's, so not handed out under its name.
+    if (standing(q.note.agent, q.key) == Standing::kImpostor) {
+      counters_->refused_identity.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      out->push_back(std::move(q.note));
+    }
     notes_.pop_front();
   }
+}
+
+void TcpLane::vouch(PeerHandle handle, const std::string& agent_name, const IdentityKey& key) {
+  std::lock_guard lock(vouched_mu_);
+  vouched_[agent_name][handle] = key;
+  vouched_names_[handle] = agent_name;
+}
+
+void TcpLane::unvouch(PeerHandle handle) {
+  std::lock_guard lock(vouched_mu_);
+  auto it = vouched_names_.find(handle);
+  if (it == vouched_names_.end()) return;
+  auto name = vouched_.find(it->second);
+  if (name != vouched_.end()) {
+    name->second.erase(handle);
+    if (name->second.empty()) vouched_.erase(name);
+  }
+  vouched_names_.erase(it);
+}
+
+TcpLane::Standing TcpLane::standing(const std::string& agent_name, const IdentityKey& key) const {
+  std::lock_guard lock(vouched_mu_);
+  auto it = vouched_.find(agent_name);
+  if (it == vouched_.end()) return Standing::kUnregistered;
+  for (const auto& [handle, k] : it->second) {
+    if (k == key) return Standing::kRegistered;
+  }
+  return Standing::kImpostor;
 }
 
 void TcpLane::add_live(HandleCounts& counts) const {
@@ -420,6 +472,7 @@ void TcpLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["tcp_refused_stale_fence"] += get(c.refused_stale_fence);
   counters["tcp_refused_full"] += get(c.refused_full);
   counters["tcp_refused_notify"] += get(c.refused_notify);
+  counters["tcp_refused_identity"] += get(c.refused_identity);
   counters["tcp_fences_superseded"] += get(c.fences_superseded);
 }
 

@@ -32,6 +32,16 @@
 // new lineages, never forgets one early) and by time (an entry with no
 // connection left is forgotten after kLineageLinger, longer than any
 // connection may take to present its hello).
+//
+// Identities: the lane holds an X25519 key pair for its life and publishes
+// the public key in its metadata. A hello carries the initiator's public key
+// and a MAC that proves it holds the private half (common/identity.h). The
+// peers our owner registered (through any lane: lanes.cc vouches for them)
+// are known by agent name and key, so a connection that presents a
+// registered peer's name with another key is refused, a registered peer's
+// notifications are queued in a share nobody else can use up, and the
+// target's tables (lineages, connections) keep room for registered peers
+// however many other keys fill them.
 #pragma once
 
 #include <sys/uio.h>
@@ -51,6 +61,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/identity.h"
 #include "engine.h"
 #include "engines/lanes.h"
 #include "engines/tcp/tcp_config.h"
@@ -70,13 +81,26 @@ class TcpLane {
   // one whose connections are all closed.
   static constexpr std::size_t kMaxLineages = 4096;
   static constexpr std::chrono::seconds kLineageLinger{120};
-  // The most connections a target holds, and of those, the most that have
-  // not presented a hello yet: past either, new connections are closed.
+  // The most connections a target holds (past it, new connections are
+  // closed), and of those, the most that have not presented a hello yet
+  // (past it, the oldest of them is closed to make room, so silent
+  // connections cannot keep a peer that says hello at once out).
   static constexpr std::size_t kMaxConnections = 4096;
   static constexpr std::size_t kMaxPendingHellos = 256;
   // The most notifications a target queues from one sender (the agent name
-  // its connection presented); past that, that sender's are refused.
+  // and identity key its connection presented); past that, that sender's
+  // are refused. Senders the target's owner did not register share
+  // kMaxQueuedNotifications besides; a registered peer's share is its own.
   static constexpr std::size_t kMaxQueuedPerSender = kMaxQueuedNotificationsPerSender;
+  // A registered peer may hold this many lineages past kMaxLineages (one per
+  // instance of it that registered us), and any lineage this many open
+  // connections (an honest initiator keeps one per registration).
+  static constexpr std::size_t kMaxLineagesPerPeer = 16;
+  static constexpr std::size_t kMaxConnectionsPerLineage = 4;
+  // Of kMaxConnections, the most that connections whose key is no
+  // registered peer's may hold once welcomed; the rest stays for registered
+  // peers.
+  static constexpr std::size_t kMaxUnregisteredConnections = kMaxConnections / 2;
 
   // Opens the listener (throws std::runtime_error saying why it cannot) and
   // starts the I/O thread.
@@ -90,6 +114,23 @@ class TcpLane {
   [[nodiscard]] std::uint64_t token() const { return token_; }
   [[nodiscard]] std::uint16_t port() const { return port_; }
   [[nodiscard]] const std::vector<ucx::TcpAddress>& addresses() const { return addresses_; }
+  [[nodiscard]] const IdentityKey& identity_key() const { return identity_.public_key(); }
+
+  // The peers our owner registered (any lane) whose metadata names a tcp
+  // key: `handle` is the registration's, `agent_name` the peer's. A
+  // connection presenting that name must present that key; its
+  // notifications have the peer's own share. unvouch() when the
+  // registration goes; unknown handles are ignored.
+  void vouch(PeerHandle handle, const std::string& agent_name, const IdentityKey& key);
+  void unvouch(PeerHandle handle);
+
+  // Where a connection's name and key stand against those registrations.
+  enum class Standing : std::uint8_t {
+    kUnregistered,  // no registered peer has this name
+    kRegistered,    // a registered peer has this name and this key
+    kImpostor,      // registered peers have this name, none this key
+  };
+  [[nodiscard]] Standing standing(const std::string& agent_name, const IdentityKey& key) const;
 
   // Connects to the peer's tcp lane (blob's tcp part) and presents a hello;
   // kSuccess once the peer welcomed it. kRemoteDisconnect when no address
@@ -145,6 +186,7 @@ class TcpLane {
   Region region_;
   std::uint64_t pool_len_ = 0;
   std::uint64_t token_ = 0;
+  Identity identity_;
   std::uint16_t port_ = 0;
   std::vector<ucx::TcpAddress> addresses_;
   int listen_fd_ = -1;
@@ -176,11 +218,24 @@ class TcpLane {
   mutable std::mutex peers_mu_;
   std::unordered_map<PeerHandle, std::shared_ptr<Peer>> peers_;
 
-  // Notifications taken from peers, oldest first, and how many each sender
-  // has queued.
+  // Registrations vouched for: by agent name, each registration's key.
+  mutable std::mutex vouched_mu_;
+  std::map<std::string, std::map<PeerHandle, IdentityKey>> vouched_;
+  std::unordered_map<PeerHandle, std::string> vouched_names_;
+
+  // Notifications taken from peers, oldest first, with the key of the
+  // connection each came on and whether it was queued as a registered
+  // peer's; how many each sender (name and key) has queued, and how many
+  // all unregistered senders together.
+  struct Queued {
+    Notification note;
+    IdentityKey key{};
+    bool registered = false;
+  };
   std::mutex notes_mu_;
-  std::deque<Notification> notes_;
-  std::map<std::string, std::size_t> notes_per_sender_;
+  std::deque<Queued> notes_;
+  std::map<std::pair<std::string, IdentityKey>, std::size_t> notes_per_sender_;
+  std::size_t unregistered_notes_ = 0;
 
   std::atomic<std::uint64_t> live_xfers_{0};
   struct Counters;
