@@ -185,6 +185,11 @@ struct BenchReport {
   // both pools sent before (a first pass over pages never sent runs several
   // times slower on some VMs).
   std::uint64_t raw_tcp_warm_bytes = 0;
+  // The same timed stream again with one thread of the bench spinning
+  // beside it (as the bench's caller spins in poll()): what the same two
+  // copies between the same pools move when a third thread wants a core.
+  // Context for the x iperf3 column, never the baseline.
+  std::optional<double> raw_tcp_spinner_gbps;
   // Targets whose pool took the untimed warm-up stream before their first
   // case, and its bytes (the initiator's pool).
   std::size_t warmed_targets = 0;

@@ -216,6 +216,17 @@ void print_table(const BenchReport& report, std::FILE* out) {
                  *big->gbps / *report.raw_tcp_gbps);
     }
     fmt::print(out, "\n");
+    if (report.raw_tcp_spinner_gbps) {
+      fmt::print(out,
+                 "raw TCP stream beside one spinning thread (the same two copies between the "
+                 "same pools while the caller spins): {:.2f} GB/s ({:.2f}x the stream alone)",
+                 *report.raw_tcp_spinner_gbps,
+                 *report.raw_tcp_spinner_gbps / *report.raw_tcp_gbps);
+      if (big != report.cases.end() && big->gbps) {
+        fmt::print(out, "; big = {:.2f}x of it", *big->gbps / *report.raw_tcp_spinner_gbps);
+      }
+      fmt::print(out, "\n");
+    }
   } else if (!report.raw_tcp_error.empty()) {
     fmt::print(out, "raw TCP stream: no figure: {}\n", report.raw_tcp_error);
   }
@@ -357,6 +368,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"bytes", report.raw_tcp_bytes},
         {"warm_bytes", report.raw_tcp_warm_bytes},
         {"agrees_with_iperf3", opt(report.raw_tcp_agrees())},
+        {"beside_spinner_gbps", opt(report.raw_tcp_spinner_gbps)},
         {"error", report.raw_tcp_error.empty() ? json(nullptr) : json(report.raw_tcp_error)}}},
       {"pool_warm_pass",
        {{"targets", report.warmed_targets},

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # `kvxfer bench --tls tcp`, small: two cases against a spawned target over
-# TCP (on the tcp lane, checked), with the raw TCP stream, iperf3 (when
-# installed) and all-cores memcpy baselines in the JSON.
+# TCP (on the tcp lane, checked), with the raw TCP stream (alone and beside
+# a spinning thread), iperf3 (when installed: scripts/install-deps.sh
+# installs it) and all-cores memcpy baselines in the JSON.
 #   cmake -DKVXFER=path/to/kvxfer -DWORK_DIR=dir -P bench_smoke_tcp.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
@@ -15,6 +16,9 @@ if(NOT rc EQUAL 0)
 endif()
 if(NOT out MATCHES "raw TCP stream \\(one connection")
   message(FATAL_ERROR "the table lacks the raw TCP stream line")
+endif()
+if(NOT out MATCHES "raw TCP stream beside one spinning thread")
+  message(FATAL_ERROR "the table lacks the raw TCP stream line beside a spinning thread")
 endif()
 set(JSON "${WORK_DIR}/bench.json")
 set(CASES layer small)
