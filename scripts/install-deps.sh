@@ -14,7 +14,7 @@ packages=(
   python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
   python3-prometheus-client
   clang libclang-rt-14-dev clang-format
-  iproute2 procps gnuplot-nox
+  iproute2 procps gnuplot-nox iperf3
   python3-venv python3-setuptools python3-wheel python3-pip dpkg-dev file lintian
 )
 
