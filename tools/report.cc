@@ -220,8 +220,7 @@ void print_table(const BenchReport& report, std::FILE* out) {
       fmt::print(out,
                  "raw TCP stream beside one spinning thread (the same two copies between the "
                  "same pools while the caller spins): {:.2f} GB/s ({:.2f}x the stream alone)",
-                 *report.raw_tcp_spinner_gbps,
-                 *report.raw_tcp_spinner_gbps / *report.raw_tcp_gbps);
+                 *report.raw_tcp_spinner_gbps, *report.raw_tcp_spinner_gbps / *report.raw_tcp_gbps);
       if (big != report.cases.end() && big->gbps) {
         fmt::print(out, "; big = {:.2f}x of it", *big->gbps / *report.raw_tcp_spinner_gbps);
       }
