@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -272,6 +273,40 @@ TEST(TcpHostile, AWriteWithARunPastThePoolIsRefusedAndNothingLands) {
   EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
   EXPECT_EQ(t.pool().guard_mismatch(), -1);
   EXPECT_TRUE(pool_is_zero(t.pool()));
+}
+
+TEST(TcpHostile, ARefusalReachesThePeerBeforeTheConnectionCloses) {
+  TcpTarget t;
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  const std::uint64_t pool_len = kBlocks * kBlockLen;
+  // The refused frame's payload and more frames after it: bytes the target
+  // never reads as frames. A reset with them unread could discard the
+  // refusal; the target shuts its side down after the refusal instead and
+  // drops what follows until we close.
+  auto bytes = write_frame(1, pool_len - 128, 256, 0xab);
+  for (std::uint64_t seq = 2; seq < 40; ++seq) {
+    const auto more = write_frame(seq, 0, kBlockLen, 0xcd);
+    bytes.insert(bytes.end(), more.begin(), more.end());
+  }
+  ASSERT_TRUE(c.send_bytes(bytes));
+  const auto ack = c.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, tcp::kStatusRefused);
+  // Then an orderly end of stream (FIN), not a reset.
+  std::array<std::uint8_t, 64> buf{};
+  pollfd p{c.fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1);
+  errno = 0;
+  const ssize_t n = ::recv(c.fd(), buf.data(), buf.size(), 0);
+  EXPECT_EQ(n, 0) << "errno " << errno;
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+  EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
+  // Whatever we send now is dropped, never read as a frame.
+  c.send_bytes(write_frame(99, 0, kBlockLen, 0xef));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+  EXPECT_EQ(t.counter("tcp_refused_frame"), 0u);
 }
 
 TEST(TcpHostile, AWriteInsideThePoolLandsAndIsAckedAfterItsBytes) {

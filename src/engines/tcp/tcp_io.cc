@@ -245,6 +245,17 @@ void TcpLane::Io::on_ready(Conn* c, std::uint32_t events) {
 
 void TcpLane::Io::receive(Conn* c) {
   std::uint64_t budget = kTurnBytes;
+  while (c->closing && budget > 0) {
+    const ssize_t n = recv(c->fd, drain_buf_.data(), drain_buf_.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      close_conn(c, "refused");
+      return;
+    }
+    budget -= std::min<std::uint64_t>(budget, static_cast<std::uint64_t>(n));
+  }
+  if (c->closing) return;
   while (c->fd >= 0 && !c->paused && budget > 0) {
     ssize_t n = 0;
     switch (c->rx) {
@@ -667,10 +678,31 @@ void TcpLane::Io::send(Conn* c) {
   }
   if (c->fd < 0) return;
   if (c->out.empty() && c->close_after_out) {
-    close_conn(c, "refused");
+    begin_closing(c);
     return;
   }
   rearm(c);
+}
+
+// A reset now could discard the refusal still in our socket's send queue
+// (off loopback it may not have reached the peer yet), and would make the
+// peer's kernel drop what it had not read of it. So: FIN after the last
+// answer, then read and drop whatever the peer still sends until it closes
+// (kClosingGrace at most: expire()). Nothing it sends is looked at.
+void TcpLane::Io::begin_closing(Conn* c) {
+  c->close_after_out = false;
+  c->closing = true;
+  c->closing_deadline = Clock::now() + kClosingGrace;
+  c->paused = false;
+  c->waiting_out = false;
+  if (shutdown(c->fd, SHUT_WR) != 0) {
+    close_conn(c, "refused");
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = c;
+  epoll_ctl(lane_.epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
 // Arms EPOLLOUT while something waits to go out, and EPOLLIN unless the
@@ -746,6 +778,14 @@ void TcpLane::Io::expire() {
   for (Conn* c : late) {
     refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
     close_conn(c, "no hello in time");
+    conns_.erase(c);
+  }
+  late.clear();
+  for (auto& [c, conn] : conns_) {
+    if (conn->closing && conn->fd >= 0 && now > conn->closing_deadline) late.push_back(c);
+  }
+  for (Conn* c : late) {
+    close_conn(c, "refused, and the peer did not close within the grace");
     conns_.erase(c);
   }
   for (auto it = fences_.begin(); it != fences_.end();) {

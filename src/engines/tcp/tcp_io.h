@@ -158,6 +158,12 @@ struct TcpLane::Conn {
   bool waiting_out = false;  // EPOLLOUT armed
   bool paused = false;       // target: not reading (answers queued)
   bool close_after_out = false;
+  // Target: the last answer (a refusal) is out and our side is shut down
+  // for writing; what the peer still sends is read and dropped until it
+  // closes too, or until closing_deadline, so the refusal reaches it
+  // before any reset (Io::begin_closing).
+  bool closing = false;
+  Clock::time_point closing_deadline{};
 
   // Initiator: answers we wait for, in the order they come.
   struct Await {
@@ -194,6 +200,7 @@ class TcpLane::Io {
   void close_conn(Conn* c, const char* why, Status status = Status::kRemoteDisconnect);
   void refuse(Conn* c, std::atomic<std::uint64_t>& counter, const std::string& what);
   void rearm(Conn* c);
+  void begin_closing(Conn* c);
   void expire();
 
   TcpLane& lane_;

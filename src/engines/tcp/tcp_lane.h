@@ -74,6 +74,9 @@ class TcpLane {
  public:
   // How long an accepted connection may take to present its hello.
   static constexpr std::chrono::milliseconds kHelloTimeout{5000};
+  // How long a target waits, after its refusal went out and it shut down
+  // its side, for the peer to close before it resets the connection.
+  static constexpr std::chrono::milliseconds kClosingGrace{2000};
   // How long connect() waits for a peer to answer (per address) and to
   // welcome our hello.
   static constexpr std::chrono::milliseconds kConnectTimeout{5000};
