@@ -18,7 +18,12 @@
 //              the body before it under the key both ends derive
 //              (common/identity.h), proves the initiator holds its private
 //              half.
-//   kWelcome   target -> initiator, the answer to an accepted hello.
+//   kWelcome   target -> initiator, the answer to a hello that carried the
+//              target's token: status kStatusOk, welcomed; any other status,
+//              refused (why: kStatusNotYours, kStatusStaleFence,
+//              kStatusTableFull, kStatusUnproven), and the target closes
+//              the connection after it. A hello without the token gets no
+//              answer.
 //   kWrite     count = runs (1..kMaxRuns), length = payload bytes (the sum of
 //              the runs' lengths); body: the runs (wire/runs.h), then the
 //              payload, received straight into the target's pool. flags
@@ -81,7 +86,7 @@ enum FrameFlags : std::uint16_t {
   kNotifyFollows = 1u << 1,
 };
 
-// A kAck's or kReadData's status.
+// A kAck's, kReadData's or kWelcome's status.
 enum WireStatus : std::uint32_t {
   kStatusOk = 0,
   // The frame's runs do not lie in the target's pool, or its payload does
@@ -95,6 +100,13 @@ enum WireStatus : std::uint32_t {
   // identity key: the notification is dropped, and the target closes the
   // connection after this answer.
   kStatusNotYours = 3,
+  // Welcome only, each a refused hello: a newer registration of the same
+  // initiator replaced this one; the target's room for initiators (or for
+  // this registration's connections) is full, and it refuses rather than
+  // forgets; the hello's MAC does not prove its key.
+  kStatusStaleFence = 4,
+  kStatusTableFull = 5,
+  kStatusUnproven = 6,
 };
 
 struct Header {
@@ -183,7 +195,7 @@ inline void encode_header(std::uint8_t* out, const Header& h) {
       ok = h.count >= 1 && h.count <= kMaxName && h.length == 0 && h.flags == 0 && h.status == 0;
       break;
     case FrameType::kWelcome:
-      ok = h.count == 0 && h.length == 0 && h.flags == 0 && h.status == 0;
+      ok = h.count == 0 && h.length == 0 && h.flags == 0;
       break;
     case FrameType::kWrite:
       ok = h.count >= 1 && h.count <= kMaxRuns && h.length > 0 && h.status == 0 &&

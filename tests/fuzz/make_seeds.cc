@@ -639,6 +639,8 @@ void tcp_frame_seeds() {
   write_seed(t, true, "hello", hello_frame("agent-0"));
   write_seed(t, true, "hello_longest_name", hello_frame(std::string(tcp::kMaxName, 'n')));
   write_seed(t, true, "welcome", frame(frame_header(FrameType::kWelcome, 0, 0)));
+  write_seed(t, true, "welcome_refused_stale",
+             frame(frame_header(FrameType::kWelcome, 0, 0, 0, tcp::kStatusStaleFence)));
   write_seed(t, true, "write_1run", write_frame({{4096, 4096}}));
   Bytes with_payload = write_frame(three);
   const Bytes payload = pattern(total_of(three), 5);

@@ -51,7 +51,7 @@ bool in_bounds(const Header& h) {
     case FrameType::kHello:
       return h.count >= 1 && h.count <= kMaxName && h.length == 0 && no_flags && h.status == 0;
     case FrameType::kWelcome:
-      return h.count == 0 && h.length == 0 && no_flags && h.status == 0;
+      return h.count == 0 && h.length == 0 && no_flags;
     case FrameType::kWrite:
       return h.count >= 1 && h.count <= kMaxRuns && h.length != 0 && h.status == 0 &&
              (h.flags == 0 || h.flags == kMore || h.flags == kNotifyFollows);

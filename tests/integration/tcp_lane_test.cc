@@ -417,6 +417,11 @@ TEST(TcpHostile, AnOlderRegistrationArrivingLateIsRefused) {
   Client late(t.port());
   ASSERT_TRUE(late.send_bytes(hello(t, t.token(), 42, 1, 100, "mallory")));
   late.send_bytes(write_frame(1, 0, kBlockLen, 0xee));
+  // Told why (it held the token), then closed.
+  const auto refusal = late.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->type, tcp::FrameType::kWelcome);
+  EXPECT_EQ(refusal->status, tcp::kStatusStaleFence);
   EXPECT_TRUE(late.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_stale_fence", 1));
   EXPECT_EQ(t.pool().block(0)[0], 0);
@@ -471,6 +476,9 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   // Full: a new lineage is refused rather than an old one forgotten.
   Client newcomer(t.port());
   ASSERT_TRUE(newcomer.send_bytes(hello(t, t.token(), 999999, 1, 1, "newcomer")));
+  const auto refusal = newcomer.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, tcp::kStatusTableFull);
   EXPECT_TRUE(newcomer.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
   // The honest lineage's older generation is still refused...
@@ -494,6 +502,9 @@ TEST(TcpHostile, AHelloWhoseMacDoesNotProveItsKeyIsRefused) {
   Client c(t.port());
   ASSERT_TRUE(c.send_bytes(hello(t, t.token(), 7, 1, 11, "mallory", client_identity(), &forger)));
   c.send_bytes(write_frame(1, 0, kBlockLen, 0xee));
+  const auto refusal = c.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, tcp::kStatusUnproven);
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
   EXPECT_TRUE(pool_is_zero(t.pool()));
@@ -535,6 +546,9 @@ TEST(TcpHostile, OneRegistrationHoldsAFewConnectionsAtMost) {
   }
   Client extra(t.port());
   ASSERT_TRUE(extra.send_bytes(hello(t, t.token(), 42, 1, 100, "mallory")));
+  const auto refusal = extra.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, tcp::kStatusTableFull);
   EXPECT_TRUE(extra.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
 }
@@ -605,8 +619,21 @@ TEST(TcpHostile, ARegisteredPeersNameWithAnotherKeyIsRefused) {
   alice.register_both_ways(t);
   Client impostor(t.port());
   ASSERT_TRUE(impostor.send_bytes(hello(t, t.token(), 7, 1, 11, "alice")));
+  const auto refusal = impostor.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, tcp::kStatusNotYours);
   EXPECT_TRUE(impostor.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
+  // A transport of that name with its own key is refused, and told why.
+  MappedPool other_pool(kBlocks, kBlockLen, kGuard);
+  Transport other("alice", Region{other_pool.base(), kBlocks, kBlockLen}, tcp_options());
+  try {
+    other.add_remote_peer("target", t.transport().agent_metadata(),
+                          reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks, kBlockLen);
+    ADD_FAILURE() << "a second alice was welcomed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("another identity key"), std::string::npos) << e.what();
+  }
   // The real alice is heard under her name.
   ASSERT_TRUE(alice.write_with_note(3, "from alice"));
   EXPECT_EQ(t.pool().block(3)[0], 0x5a);

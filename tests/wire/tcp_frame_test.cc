@@ -166,11 +166,18 @@ TEST(TcpFrameHeader, AHelloCarriesANameOf1ToKMaxNameBytesAndNothingElse) {
   EXPECT_TRUE(refused(header(FrameType::kHello, 5, 0, 0, 1)));
 }
 
-TEST(TcpFrameHeader, AWelcomeCarriesNothing) {
+TEST(TcpFrameHeader, AWelcomeCarriesOnlyItsStatus) {
   EXPECT_TRUE(refused(header(FrameType::kWelcome, 1, 0)));
   EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 1)));
   EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 0, kMore)));
-  EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 0, 0, 1)));
+  // A refused hello's answer: the status says why, and comes through.
+  for (const std::uint32_t status :
+       {std::uint32_t{kStatusOk}, std::uint32_t{kStatusNotYours}, std::uint32_t{kStatusStaleFence},
+        std::uint32_t{kStatusTableFull}, std::uint32_t{kStatusUnproven}}) {
+    Header h;
+    ASSERT_TRUE(decode_header(bytes_of(header(FrameType::kWelcome, 0, 0, 0, status)), &h));
+    EXPECT_EQ(h.status, status);
+  }
 }
 
 TEST(TcpFrameHeader, AWriteCarries1ToKMaxRunsAndANonzeroLength) {

@@ -547,23 +547,20 @@ bool TcpLane::Io::on_hello(Conn* c) {
   if (!lane_.identity_.connection_key(hello.key, /*we_initiate=*/false, &conn_key) ||
       !mac_of(conn_key, hello_signed_part(c->body), &expected) || !same_mac(expected, hello.mac)) {
     refuse(c, counters.refused_identity, "a hello whose MAC does not prove its key");
-    close_conn(c, "unproven identity");
-    return false;
+    return refuse_hello(c, kStatusUnproven);
   }
   std::string name(hello.name);
   const Standing standing = lane_.standing(name, hello.key);
   if (standing == Standing::kImpostor) {
     refuse(c, counters.refused_identity,
            fmt::format("a hello presenting registered peer {}'s name with another key", name));
-    close_conn(c, "a registered peer's name with another key");
-    return false;
+    return refuse_hello(c, kStatusNotYours);
   }
   const bool registered = standing == Standing::kRegistered;
   if (!registered && unregistered_conns_ >= kMaxUnregisteredConnections) {
     refuse(c, counters.refused_full,
            "a connection of no registered peer while their share is full");
-    close_conn(c, "connections of unregistered peers full");
-    return false;
+    return refuse_hello(c, kStatusTableFull);
   }
   auto it = fences_.find(hello.lineage);
   if (it == fences_.end()) {
@@ -573,8 +570,7 @@ bool TcpLane::Io::on_hello(Conn* c) {
     if (fences_.size() >= kMaxLineages && !(registered && of_key < kMaxLineagesPerPeer)) {
       if (of_key == 0) lineages_per_key_.erase(hello.key);
       refuse(c, counters.refused_full, "a new initiator while the fence table is full");
-      close_conn(c, "fence table full");
-      return false;
+      return refuse_hello(c, kStatusTableFull);
     }
     ++lineages_per_key_[hello.key];
     it = fences_.emplace(hello.lineage, Fence{hello.gen, hello.epoch, hello.key, {}, {}}).first;
@@ -582,18 +578,15 @@ bool TcpLane::Io::on_hello(Conn* c) {
   Fence& f = it->second;
   if (f.key != hello.key) {
     refuse(c, counters.refused_identity, "a hello of another identity's lineage");
-    close_conn(c, "another identity's lineage");
-    return false;
+    return refuse_hello(c, kStatusNotYours);
   }
   if (hello.gen < f.gen || (hello.gen == f.gen && hello.epoch != f.epoch)) {
     refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
-    close_conn(c, "stale fence");
-    return false;
+    return refuse_hello(c, kStatusStaleFence);
   }
   if (hello.gen == f.gen && f.conns.size() >= kMaxConnectionsPerLineage) {
     refuse(c, counters.refused_full, "one connection too many for one registration");
-    close_conn(c, "too many connections of one registration");
-    return false;
+    return refuse_hello(c, kStatusTableFull);
   }
   if (hello.gen > f.gen) {
     // A newer registration: the older connections go, with whatever they
@@ -619,6 +612,19 @@ bool TcpLane::Io::on_hello(Conn* c) {
   }
   answer(c, FrameType::kWelcome, 0, kStatusOk);
   return c->fd >= 0;
+}
+
+// A hello that carried our token, refused: the initiator learns why (a
+// welcome with that status), then the connection ends as after any
+// refusal (begin_closing). It holds no state meanwhile: no lineage, no
+// name, and it no longer counts as waiting for its hello.
+bool TcpLane::Io::refuse_hello(Conn* c, std::uint32_t status) {
+  c->hello_done = true;
+  --pending_hellos_;
+  c->close_after_out = true;
+  c->paused = true;
+  answer(c, FrameType::kWelcome, 0, status);
+  return false;
 }
 
 void TcpLane::Io::answer(Conn* c, FrameType type, std::uint64_t seq, std::uint32_t status,

@@ -27,6 +27,24 @@
 namespace kvxfer::internal::tcp {
 namespace {
 
+// Why a target refused our hello, from its welcome's status.
+const char* hello_refusal(std::uint32_t status) {
+  switch (status) {
+    case kStatusNotYours:
+      return "it registered a peer of our agent name with another identity key (another "
+             "transport of that name), or the lineage we presented is another key's";
+    case kStatusStaleFence:
+      return "a newer registration of ours replaced this one";
+    case kStatusTableFull:
+      return "its room for initiators is full (it refuses new ones rather than forget a fence); "
+             "peers it registered keep room of their own";
+    case kStatusUnproven:
+      return "our hello's MAC did not prove our identity key against the key in its metadata";
+    default:
+      return "a status this build does not know";
+  }
+}
+
 static_assert(kMaxMessage == kMaxNotificationBytes, "the frame bound is the public bound");
 
 std::uint64_t nonzero_random() {
@@ -158,9 +176,14 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerH
       !decode_header(welcome, &h) || h.type != FrameType::kWelcome) {
     close(fd);
     return fail(fmt::format(
-        "peer {}'s tcp lane closed the connection instead of welcoming it (its token is not the "
-        "one in the metadata, or a newer registration of ours replaced this one)",
+        "peer {}'s tcp lane closed the connection without an answer to our hello (its token is "
+        "not the one in the metadata)",
         remote.agent_name));
+  }
+  if (h.status != kStatusOk) {
+    close(fd);
+    return fail(fmt::format("peer {}'s tcp lane refused our hello: {}", remote.agent_name,
+                            hello_refusal(h.status)));
   }
   set_nonblocking(fd, true);
   auto peer = std::make_shared<Peer>();

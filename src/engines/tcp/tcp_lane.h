@@ -136,7 +136,8 @@ class TcpLane {
   [[nodiscard]] Standing standing(const std::string& agent_name, const IdentityKey& key) const;
 
   // Connects to the peer's tcp lane (blob's tcp part) and presents a hello;
-  // kSuccess once the peer welcomed it. kRemoteDisconnect when no address
+  // kSuccess once the peer welcomed it (a refusal's reason, from the
+  // welcome's status, goes to *reason). kRemoteDisconnect when no address
   // answered or the peer closed the connection (wrong token, a newer
   // registration of ours); *reason says which.
   [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerHandle* out,
