@@ -384,12 +384,9 @@ bool TcpLane::Io::on_body(Conn* c) {
     case FrameType::kReadReq: {
       if (!runs_fit(h, c->body, lane_.pool_len_)) {
         refuse(c, counters.refused_runs, "runs outside this pool");
-        // Answer, then close once the answer is out; read nothing more.
-        c->close_after_out = true;
-        c->paused = true;
-        answer(c, h.type == FrameType::kWrite ? FrameType::kAck : FrameType::kReadData, h.seq,
-               kStatusRefused);
-        return false;
+        return answer_and_close(
+            c, h.type == FrameType::kWrite ? FrameType::kAck : FrameType::kReadData, h.seq,
+            kStatusRefused);
       }
       auto* base = static_cast<std::uint8_t*>(lane_.region_.base);
       const wire::RunList list{c->body};
@@ -420,11 +417,7 @@ bool TcpLane::Io::on_body(Conn* c) {
         refuse(c, counters.refused_identity,
                fmt::format("a notification under registered peer {}'s name from another key",
                            c->sender));
-        // Answer, then close once the answer is out; read nothing more.
-        c->close_after_out = true;
-        c->paused = true;
-        answer(c, FrameType::kAck, h.seq, kStatusNotYours);
-        return false;
+        return answer_and_close(c, FrameType::kAck, h.seq, kStatusNotYours);
       }
       const bool registered = standing == Standing::kRegistered;
       bool queued = false;
@@ -621,9 +614,17 @@ bool TcpLane::Io::on_hello(Conn* c) {
 bool TcpLane::Io::refuse_hello(Conn* c, std::uint32_t status) {
   c->hello_done = true;
   --pending_hellos_;
+  return answer_and_close(c, FrameType::kWelcome, 0, status);
+}
+
+// A refusal's answer: nothing more is read as frames, and once the answer
+// is out the connection ends in order (send(), begin_closing). False, for
+// the frame handlers to return.
+bool TcpLane::Io::answer_and_close(Conn* c, FrameType type, std::uint64_t seq,
+                                   std::uint32_t status) {
   c->close_after_out = true;
   c->paused = true;
-  answer(c, FrameType::kWelcome, 0, status);
+  answer(c, type, seq, status);
   return false;
 }
 

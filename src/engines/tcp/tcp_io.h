@@ -191,6 +191,7 @@ class TcpLane::Io {
   bool on_payload_done(Conn* c);
   bool on_hello(Conn* c);
   bool refuse_hello(Conn* c, std::uint32_t status);
+  bool answer_and_close(Conn* c, FrameType type, std::uint64_t seq, std::uint32_t status);
   void send(Conn* c);
   void answer(Conn* c, FrameType type, std::uint64_t seq, std::uint32_t status,
               std::uint64_t length = 0, std::vector<iovec> pool = {});
