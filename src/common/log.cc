@@ -6,6 +6,7 @@
 
 #include <spdlog/sinks/sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -139,7 +140,18 @@ Logger& logger() {
 
 namespace internal {
 
-spdlog::logger& log() { return *logger().logger; }
+bool Log::should_log(LogLevel level) const noexcept {
+  return logger().logger->should_log(to_spdlog(level));
+}
+
+void Log::write(LogLevel level, std::string_view message) {
+  logger().logger->log(to_spdlog(level), spdlog::string_view_t(message.data(), message.size()));
+}
+
+Log& log() {
+  static Log instance;
+  return instance;
+}
 
 std::optional<LogLevel> parse_log_level(std::string_view text) {
   // The names spdlog::level::from_str accepts; it turns any other text into
@@ -156,9 +168,9 @@ std::optional<LogLevel> parse_log_level(std::string_view text) {
 
 }  // namespace internal
 
-void set_log_level(LogLevel level) { internal::log().set_level(to_spdlog(level)); }
+void set_log_level(LogLevel level) { logger().logger->set_level(to_spdlog(level)); }
 
-LogLevel log_level() { return from_spdlog(internal::log().level()); }
+LogLevel log_level() { return from_spdlog(logger().logger->level()); }
 
 void set_log_sink(LogSink sink) { logger().sink->set_user_sink(std::move(sink)); }
 

@@ -11,7 +11,7 @@ namespace {
 
 Ticks read_ticks() noexcept {
 #if defined(__x86_64__)
-  return __rdtsc();
+  return __builtin_ia32_rdtsc();
 #else
   return 0;
 #endif

@@ -11,10 +11,6 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
-
 namespace kvxfer::internal {
 
 using Ticks = std::uint64_t;
@@ -31,7 +27,9 @@ extern const TickCalibration g_tick_calibration;
 
 [[nodiscard]] inline Ticks ticks_now() noexcept {
 #if defined(__x86_64__)
-  if (g_tick_calibration.tsc) return __rdtsc();
+  // The builtin, not <x86intrin.h>'s __rdtsc: that header costs 1.3 s of
+  // compile time in every file that includes this one.
+  if (g_tick_calibration.tsc) return __builtin_ia32_rdtsc();
 #endif
   return static_cast<Ticks>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::steady_clock::now().time_since_epoch())
