@@ -101,8 +101,9 @@ clean:
 # (their parsers have no threads for TSan to watch), and only TSan runs the
 # netns program (about 30 s, alone: its link cuts and freezes are thread
 # races first; under ASan the integration program covers the same lane code
-# on loopback). UCX's memory hooks
-# fight ASan's allocator, so they are off in these runs.
+# on loopback). The integration program runs as three gtest shards beside
+# the other programs (tests/CMakeLists.txt, kvxfer_test_program). UCX's
+# memory hooks fight ASan's allocator, so they are off in these runs.
 SAN_ENV = UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DKVXFER_BUILD_PYTHON=OFF -DKVXFER_BUILD_BENCH=OFF \
   -DKVXFER_BUILD_TOOLS=OFF -DKVXFER_BUILD_SOAK=OFF
