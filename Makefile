@@ -97,8 +97,9 @@ clean:
 # Sanitizer runs of the C++ suites (unit + integration), built without the
 # command, the benchmarks, the Python module or the soak, which they do not
 # test. Neither runs the slow tier (CI runs it once, in the release build)
-# or the timing tests; only ASan replays the wire tests and fuzz corpora
-# (their parsers have no threads for TSan to watch), and only TSan runs the
+# or the timing tests; only ASan runs the wire tests (their parsers have no
+# threads for TSan to watch; the fuzz corpora run under ASan and UBSan in
+# `make fuzz`, their verdicts in `make test`), and only TSan runs the
 # netns program (about 30 s, alone: its link cuts and freezes are thread
 # races first; under ASan the integration program covers the same lane code
 # on loopback). The integration program runs as three gtest shards beside
@@ -110,7 +111,7 @@ SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DKVXFER_BUILD_PYTHON=OFF -DKVXFER_BUILD_BE
 
 .PHONY: test-asan test-tsan fuzz
 test-asan: deps
-	cmake -S . -B build-asan $(SAN_FLAGS) -DKVXFER_SANITIZE=address
+	cmake -S . -B build-asan $(SAN_FLAGS) -DKVXFER_BUILD_CORPUS_REPLAYS=OFF -DKVXFER_SANITIZE=address
 	cmake --build build-asan -j$(JOBS)
 	$(SAN_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build-asan --output-on-failure -j$(CTEST_JOBS) -L 'unit|integration|wire' \
