@@ -324,6 +324,42 @@ TEST(TcpHostile, AWriteInsideThePoolLandsAndIsAckedAfterItsBytes) {
   EXPECT_EQ(t.pool().block(4)[0], 0);
 }
 
+// The target waits for a payload's bytes in bulk (SO_RCVLOWAT): a payload
+// that trickles in still lands, and the frames after it, smaller than what
+// it waited for, still wake the target.
+TEST(TcpLane, APayloadThatTricklesInLandsAndTheSmallFramesAfterItAreHeard) {
+  TcpTarget t;
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t, 7, 1, 11, "alice"));
+  const std::vector<std::uint8_t> frame = write_frame(5, 0, 8 * kBlockLen, 0x33);
+  const std::size_t cuts[] = {tcp::kHeaderLen + wire::kRunLen + 1000, 20'000, frame.size()};
+  std::size_t at = 0;
+  for (const std::size_t cut : cuts) {
+    ASSERT_TRUE(c.send_bytes(std::vector<std::uint8_t>(frame.begin() + static_cast<long>(at),
+                                                       frame.begin() + static_cast<long>(cut))));
+    at = cut;
+    std::this_thread::sleep_for(50ms);
+  }
+  auto ack = c.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->seq, 5u);
+  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  for (std::uint64_t i = 0; i < 8 * kBlockLen; ++i) ASSERT_EQ(t.pool().base()[i], 0x33) << i;
+  // One block, then a notification: each far less than the payload's rest
+  // the target last waited for.
+  ASSERT_TRUE(c.send_bytes(write_frame(6, 9 * kBlockLen, kBlockLen, 0x44)));
+  ack = c.next_header(2s);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->seq, 6u);
+  EXPECT_EQ(t.pool().block(9)[kBlockLen - 1], 0x44);
+  ASSERT_TRUE(c.send_bytes(notify_frame(7, "after the bytes")));
+  ack = c.next_header(2s);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->seq, 7u);
+  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(t.transport().get_notifications().count("alice"), 1u);
+}
+
 TEST(TcpHostile, AHeaderWithAHugeRunCountIsRefusedBeforeAnythingIsAllocated) {
   TcpTarget t;
   Client c(t.port());

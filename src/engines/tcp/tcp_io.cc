@@ -32,6 +32,14 @@ constexpr std::uint64_t kTurnBytes = std::uint64_t{8} << 20;
 constexpr std::size_t kMaxQueuedAnswers = 64;
 // The most iovecs one sendmsg/readv takes.
 constexpr std::size_t kIovMax = IOV_MAX;
+// While a payload arrives, the socket wakes the thread only once this many
+// of its bytes (or all that are left of it) are waiting (SO_RCVLOWAT), not
+// for every segment: fewer wakes, epoll_waits and readvs per byte. The
+// kernel grows the receive buffer to hold it and still wakes us early under
+// memory pressure. Measured (bench-ab, --tls tcp, 2 vCPU): 256 KiB gave
+// 1.08-1.21x the GB/s of no threshold, 1 MiB 1.21-1.51x with 15-36% less
+// target CPU per GB, 4 MiB less than 1 MiB.
+constexpr std::uint64_t kPayloadLowat = std::uint64_t{1} << 20;
 
 Status status_of(std::uint32_t wire_status) {
   switch (wire_status) {
@@ -282,7 +290,10 @@ void TcpLane::Io::receive(Conn* c) {
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        set_lowat(c);
+        return;
+      }
       close_conn(c, "the connection failed");
       return;
     }
@@ -317,6 +328,18 @@ void TcpLane::Io::receive(Conn* c) {
     }
     if (!ok) return;
   }
+  // Out of budget, or paused: the next wake must still come for the state
+  // the connection is in now.
+  if (c->fd >= 0) set_lowat(c);
+}
+
+void TcpLane::Io::set_lowat(Conn* c) {
+  // A payload's rest (bounded), else any byte: a header, a body, an answer.
+  const int want = c->rx == Conn::Rx::kPayload && !c->closing
+                       ? static_cast<int>(std::min(c->rx_left, kPayloadLowat))
+                       : 1;
+  if (want == c->lowat || want < 1) return;
+  if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0) c->lowat = want;
 }
 
 void TcpLane::Io::refuse(Conn* c, std::atomic<std::uint64_t>& counter, const std::string& what) {
@@ -706,6 +729,7 @@ void TcpLane::Io::begin_closing(Conn* c) {
     close_conn(c, "refused");
     return;
   }
+  set_lowat(c);  // every byte it still sends wakes us, to be dropped
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = c;

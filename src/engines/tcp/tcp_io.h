@@ -143,6 +143,7 @@ struct TcpLane::Conn {
   std::size_t rx_at = 0;
   std::uint64_t rx_left = 0;
   bool rx_drain = false;    // receiving bytes nobody wants (a released read)
+  int lowat = 1;            // the socket's SO_RCVLOWAT (Io::set_lowat)
   Xfer* rx_xfer = nullptr;  // initiator: the read whose reply is arriving
 
   // Sending: transfers (initiator) or answers (target), oldest first. An
@@ -185,6 +186,8 @@ class TcpLane::Io {
   void accept_all();
   void on_ready(Conn* c, std::uint32_t events);
   void receive(Conn* c);
+  // Before the thread waits on `c`: how many bytes must arrive to wake it.
+  void set_lowat(Conn* c);
   bool receive_header(Conn* c);
   bool on_header(Conn* c);
   bool on_body(Conn* c);
