@@ -290,10 +290,7 @@ void TcpLane::Io::receive(Conn* c) {
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        set_lowat(c);
-        return;
-      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       close_conn(c, "the connection failed");
       return;
     }
@@ -328,8 +325,8 @@ void TcpLane::Io::receive(Conn* c) {
     }
     if (!ok) return;
   }
-  // Out of budget, or paused: the next wake must still come for the state
-  // the connection is in now.
+  // All read for now, out of budget, or paused: the next wake must come for
+  // the state the connection is in now.
   if (c->fd >= 0) set_lowat(c);
 }
 
@@ -338,7 +335,7 @@ void TcpLane::Io::set_lowat(Conn* c) {
   const int want = c->rx == Conn::Rx::kPayload && !c->closing
                        ? static_cast<int>(std::min(c->rx_left, kPayloadLowat))
                        : 1;
-  if (want == c->lowat || want < 1) return;
+  if (want == c->lowat) return;
   if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0) c->lowat = want;
 }
 

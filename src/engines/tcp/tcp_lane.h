@@ -136,10 +136,11 @@ class TcpLane {
   [[nodiscard]] Standing standing(const std::string& agent_name, const IdentityKey& key) const;
 
   // Connects to the peer's tcp lane (blob's tcp part) and presents a hello;
-  // kSuccess once the peer welcomed it (a refusal's reason, from the
-  // welcome's status, goes to *reason). kRemoteDisconnect when no address
-  // answered or the peer closed the connection (wrong token, a newer
-  // registration of ours); *reason says which.
+  // kSuccess once the peer welcomed it. kRemoteDisconnect when no address
+  // answered, the peer refused the hello (its welcome's status says why: a
+  // newer registration of ours, another key's name or lineage, no room, an
+  // unproven MAC) or closed the connection without an answer (our token is
+  // not its own); *reason says which.
   [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerHandle* out,
                                std::string* reason);
   // Closes the peer's connection at once; its transfers still in flight end
