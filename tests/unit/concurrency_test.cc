@@ -75,7 +75,11 @@ TEST(ConcurrencyTest, ThreadsWritingPollingAndCancellingReportEveryIdAtMostOnce)
       // Each worker writes its own remote blocks, so the copies never race.
       const std::int64_t first = w * kBlocksPerWorker;
       std::vector<TransferId> mine;
-      for (int n = 0; n < kIterations || !stop.load(); ++n) {
+      // Until the registrar is done and this worker issued a write (every
+      // peer is registered by then; on a loaded machine the removals can
+      // have refused all of its first iterations' writes), within a bound.
+      for (int n = 0; n < kIterations || !stop.load() || (mine.empty() && n < 20 * kIterations);
+           ++n) {
         const std::string& peer_id = peer_ids[static_cast<std::size_t>(n + w) % 3];
         if (n % 11 == 0) a.plan().hold_next();
         if (n % 13 == 0) a.plan().fail_next_posts(Status::kBackend);
