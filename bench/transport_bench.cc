@@ -30,6 +30,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -312,16 +313,16 @@ BENCHMARK(BM_WritePoll_Int32)->Arg(16)->Arg(4096);
 // The caller's share of a UCX write over TCP (the reference workloads' TCP
 // lane): write_blocks alone is timed, on a real pair in this process over
 // the loopback interface; the wait for writes to land is not. This is where
-// a post copies and checks the lists and builds the scatter messages before
-// handing them to the progress thread, and wakes that thread when it sleeps.
+// a post copies and checks the lists, copies its runs into a pooled
+// transfer and queues it for the lane's driver thread, and wakes that
+// thread when it sleeps.
 struct PostCase {
   Order order = Order::kRandom;
-  int depth = 1;         // writes kept in flight: 1 waits for each to land
-  bool cold = false;     // this core's caches emptied before each call
-  const char* nap = "";  // engine_config KVXFER_NAP_US ("": the default)
-  const char* linger = "";  // engine_config KVXFER_LINGER_US ("": the default)
-  // KVXFER_LANES of both sides: the UCX lane over UCX's tcp transport, or
-  // kvxfer's own tcp lane (BM_TcpLanePost_*).
+  int depth = 1;      // writes kept in flight: 1 waits for each to land
+  bool cold = false;  // this core's caches emptied before each call
+  // KVXFER_LANES of both sides: the UCX lane's puts over UCX's tcp transport
+  // (KVXFER_RMA=on: no RDMA device needed), or kvxfer's own tcp lane
+  // (BM_TcpLanePost_*).
   const char* lane = "ucx";
 };
 
@@ -330,14 +331,13 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
   kvxfer::Options options;
   options.backends = {"UCX"};
   options.engine_config = {{"TLS", "tcp"}, {"KVXFER_LANES", c.lane}};
-  kvxfer::Options initiator_options = options;
-  if (*c.nap != '\0') initiator_options.engine_config["KVXFER_NAP_US"] = c.nap;
-  if (*c.linger != '\0') initiator_options.engine_config["KVXFER_LINGER_US"] = c.linger;
+  const bool ucx = std::string_view(c.lane) == "ucx";
+  if (ucx) options.engine_config["KVXFER_RMA"] = "on";
   Mapping initiator_pool(kNumBlocks * kBlockLen);
   Mapping target_pool(kNumBlocks * kBlockLen);
   kvxfer::Transport target("bench-target", {target_pool.data(), kNumBlocks, kBlockLen}, options);
   kvxfer::Transport initiator("bench-initiator", {initiator_pool.data(), kNumBlocks, kBlockLen},
-                              initiator_options);
+                              options);
   initiator.add_remote_peer(kPeer, target.agent_metadata(), target.base_addr(), target.num_blocks(),
                             target.block_len());
   constexpr std::size_t kLists = 64;
@@ -377,7 +377,7 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
   for (std::size_t i = 0; i < 2 * kLists; ++i) {
     if (!one(nullptr)) return;
   }
-  const auto wakes = [&] { return initiator.metrics().engine_counters["progress_wakes"]; };
+  const auto wakes = [&] { return initiator.metrics().engine_counters["ucx_progress_wakes"]; };
   const std::uint64_t allocs0 = g_allocs.load();
   const std::uint64_t wakes0 = wakes();
   for (auto _ : state) {
@@ -390,27 +390,14 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
   state.counters["ns/block"] = benchmark::Counter(
       static_cast<double>(n) * iters, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["allocs/write"] = static_cast<double>(g_allocs.load() - allocs0) / iters;
-  state.counters["wakes/write"] = static_cast<double>(wakes() - wakes0) / iters;
+  if (ucx) state.counters["wakes/write"] = static_cast<double>(wakes() - wakes0) / iters;
   while (inflight > 0) inflight -= initiator.poll(kPeer).done.size();
 }
 
 void BM_UcxTcpPost_Random(benchmark::State& state) { ucx_tcp_post(state, {}); }
 void BM_UcxTcpPost_Runs(benchmark::State& state) { ucx_tcp_post(state, {.order = Order::kRuns}); }
-// One write at a time, the progress thread lingering after each (the
-// default) or sleeping at once, so that every post wakes it.
-void BM_UcxTcpPost_RandomNoLinger(benchmark::State& state) {
-  ucx_tcp_post(state, {.linger = "0"});
-}
-void BM_UcxTcpPost_RunsNoLinger(benchmark::State& state) {
-  ucx_tcp_post(state, {.order = Order::kRuns, .linger = "0"});
-}
-// Two writes in flight, as a streaming caller keeps them: the thread naps
-// on the first one's events and the next post need not wake it; and the
-// same with the nap off (KVXFER_NAP_US=0), where it does.
+// Two writes in flight, as a streaming caller keeps them.
 void BM_UcxTcpPost_Depth2(benchmark::State& state) { ucx_tcp_post(state, {.depth = 2}); }
-void BM_UcxTcpPost_Depth2NoNap(benchmark::State& state) {
-  ucx_tcp_post(state, {.depth = 2, .nap = "0"});
-}
 // Caches emptied before each call, as a busy 2-core host does between a
 // scheduler's calls: the figure the p99 of `kvxfer bench` over TCP sees.
 void BM_UcxTcpPost_RandomCold(benchmark::State& state) {
@@ -421,10 +408,7 @@ void BM_UcxTcpPost_RunsCold(benchmark::State& state) {
 }
 BENCHMARK(BM_UcxTcpPost_Random)->Arg(16)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_Runs)->Arg(4096)->UseManualTime()->Iterations(2000);
-BENCHMARK(BM_UcxTcpPost_RandomNoLinger)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
-BENCHMARK(BM_UcxTcpPost_RunsNoLinger)->Arg(4096)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_Depth2)->Arg(1024)->UseManualTime()->Iterations(2000);
-BENCHMARK(BM_UcxTcpPost_Depth2NoNap)->Arg(1024)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_UcxTcpPost_RandomCold)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(300);
 BENCHMARK(BM_UcxTcpPost_RunsCold)->Arg(4096)->UseManualTime()->Iterations(300);
 

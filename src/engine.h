@@ -102,7 +102,9 @@ class Engine {
   virtual void take_notifications(std::vector<Notification>* out) = 0;
 
   // Lets the engine make progress once before a batch of checks (a no-op
-  // when a progress thread does it).
+  // when a progress thread does it). Never called with the core's lock held,
+  // and possibly from several threads at once, beside any other call except
+  // shutdown().
   virtual void progress() {}
 
   // The state of a transfer. Returns kSuccess and writes *state (kSuccess:

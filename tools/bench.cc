@@ -145,7 +145,7 @@ std::map<std::string, std::uint64_t> lane_transfers(
     return it != counters.end() ? it->second : 0;
   };
   return {{"tcp", get("tcp_writes") + get("tcp_reads")},
-          {"ucx", get("put_writes") + get("scatter_writes") + get("gather_reads")},
+          {"ucx", get("ucx_writes") + get("ucx_reads")},
           {"cma", get("cma_writes") + get("cma_reads")}};
 }
 
@@ -982,7 +982,7 @@ Options bench_transport_options(const BenchArgs& args, const std::string& lane) 
   Options options;
   options.config_fields = bench_config_fields(args.tls);
   options.engine_config = engine_config_for(args.tls);
-  if (!lane.empty()) options.engine_config[kLanesKey] = lane;
+  add_lane_config(options.engine_config, lane);
   for (const auto& [key, value] : args.engine) options.engine_config[key] = value;
   options.progress_thread = args.progress_thread;
   options.num_threads = args.num_threads;
@@ -1013,14 +1013,15 @@ std::string lanes_text(const BenchArgs& args, const std::vector<std::string>& la
   if (lanes.size() == 2) {
     return fmt::format(
         "lanes tcp and ucx, side by side (each case with {}=tcp, then with "
-        "{}=ucx, on both sides)",
-        kLanesKey, kLanesKey);
+        "{}=ucx, {}=on and 1M tcp segments, on both sides)",
+        kLanesKey, kLanesKey, kRmaKey);
   }
   if (!lanes.front().empty()) {
-    return fmt::format("lane {} ({}={} on both sides{})", lanes.front(), kLanesKey, lanes.front(),
-                       args.peer.empty()
-                           ? ""
-                           : fmt::format("; the remote target must run --lane {}", lanes.front()));
+    return fmt::format(
+        "lane {} ({}={}{} on both sides{})", lanes.front(), kLanesKey, lanes.front(),
+        lanes.front() == "ucx" ? fmt::format(", {}=on and 1M tcp segments", kRmaKey) : "",
+        args.peer.empty() ? ""
+                          : fmt::format("; the remote target must run --lane {}", lanes.front()));
   }
   if (const char* env = std::getenv(kLanesKey); env != nullptr) {
     return fmt::format("lanes as the environment's {}={}", kLanesKey, env);
@@ -1082,13 +1083,13 @@ int run_bench(const BenchArgs& args) {
   }
 
   // One target per lane: a target runs only the lanes its KVXFER_LANES
-  // names (without RDMA, a UCX lane only where tcp is not among them). The
+  // names (the UCX lane only with an RDMA device or KVXFER_RMA=on). The
   // first now, the others when their lane's first case runs: a fresh target
   // gives up on a first command that takes over 10 s to come.
   std::vector<std::unique_ptr<TargetProcess>> targets(report.lanes.size());
   const auto spawn_target = [&](std::size_t i) {
     std::map<std::string, std::string> engine = args.target_engine;
-    if (!report.lanes[i].empty()) engine[kLanesKey] = report.lanes[i];
+    add_lane_config(engine, report.lanes[i]);
     targets[i] = TargetProcess::spawn(target_command(args.tls, args.region, engine));
   };
   if (args.peer.empty()) {

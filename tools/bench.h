@@ -23,11 +23,12 @@ struct BenchArgs {
   std::vector<std::string> cases = {"big", "layer", "small", "runs", "reg"};
   std::string tls = "sm";  // sm | tcp | a UCX_TLS string
   // --lane: which kvxfer lane carries the transfers of a TCP run. "tcp"
-  // (kvxfer's own TCP lane, KVXFER_LANES=tcp), "ucx" (the UCX lane over
-  // UCX's tcp transport, KVXFER_LANES=ucx with UCX_TLS=tcp), "both" (every
+  // (kvxfer's own TCP lane, KVXFER_LANES=tcp), "ucx" (the UCX lane's puts
+  // and gets over UCX's tcp transport: KVXFER_LANES=ucx and KVXFER_RMA=on
+  // with UCX_TLS=tcp), "both" (every
   // case on the tcp lane, then on the ucx lane, side by side), or "" (not
   // given: "tcp" when --tls is TCP-only, else the library's own choice).
-  // Set on both sides (engine_config KVXFER_LANES) and checked after each
+  // Set on both sides (engine_config, add_lane_config) and checked after each
   // case against the initiator's lane counters.
   std::string lane;
   // "write" (write_blocks into the target, verified there) or "read"
@@ -90,7 +91,8 @@ struct BenchArgs {
 
 // The initiator's Options for these arguments: the bench's config fields,
 // --tls, --engine, --no-progress-thread, --num-threads; and for a `lane`
-// ("tcp" or "ucx"; "" leaves it out) engine_config KVXFER_LANES=lane.
+// ("tcp" or "ucx"; "" leaves it out) engine_config KVXFER_LANES=lane (and
+// for ucx KVXFER_RMA=on).
 Options bench_transport_options(const BenchArgs& args, const std::string& lane = "");
 
 // The lanes a bench run forces, one pass of the cases each: {"tcp"},
@@ -104,8 +106,8 @@ struct CaseResult {
   // "ucx", "cma", "mixed", or "" when none counted any).
   std::string lane;
   std::string lane_seen;
-  // Transfers each lane counted: tcp_writes/tcp_reads, put_writes +
-  // scatter_writes / gather_reads, cma_writes/cma_reads.
+  // Transfers each lane counted: tcp_writes + tcp_reads, ucx_writes +
+  // ucx_reads, cma_writes + cma_reads.
   std::map<std::string, std::uint64_t> lane_transfers;
   std::uint64_t num_blocks = 0;  // of each side's region
   std::uint64_t writes = 0;

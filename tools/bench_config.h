@@ -43,6 +43,30 @@ inline std::map<std::string, std::string> engine_config_for(const std::string& t
 // sets it on both sides.
 inline constexpr const char* kLanesKey = "KVXFER_LANES";
 
+// The engine_config key of whether the UCX lane runs at all
+// (src/engines/ucx/ucx_config.h): "auto" (the default) runs it only where
+// an RDMA device is, since it writes with RDMA puts; "on" forces it, over
+// UCX's tcp transport on a host without one.
+inline constexpr const char* kRmaKey = "KVXFER_RMA";
+
+// Adds to `engine_config` what forces `lane` ("tcp" or "ucx"; "" adds
+// nothing): KVXFER_LANES=lane, and for ucx KVXFER_RMA=on unless the
+// configuration already sets KVXFER_RMA. `kvxfer bench --lane` applies it on
+// both sides.
+inline void add_lane_config(std::map<std::string, std::string>& engine_config,
+                            const std::string& lane) {
+  if (lane.empty()) return;
+  engine_config[kLanesKey] = lane;
+  if (lane != "ucx") return;
+  engine_config.try_emplace(kRmaKey, "on");
+  // UCX's tcp transport carries the puts here (hosts without RDMA): in
+  // segments of 1M instead of UCX's 8K, which moved 1.6-1.8x more here. The
+  // bench's choice for a test transport, not the lane's: on RDMA no segment
+  // applies. Both sides need it (a receive segment must hold the sender's).
+  engine_config.try_emplace("TX_SEG_SIZE", "1M");
+  engine_config.try_emplace("RX_SEG_SIZE", "1M");
+}
+
 // Config fields of the tool's Transports. The transports are part of them:
 // an sm initiator and a tcp target would not measure what either asked for.
 inline std::map<std::string, std::string> bench_config_fields(const std::string& tls) {

@@ -198,9 +198,11 @@ int main(int argc, char** argv) {
           "TCP runs: the kvxfer lane that carries the transfers, set as KVXFER_LANES on both "
           "sides and checked after each case against the initiator's lane counters (a case on "
           "another lane fails): tcp (kvxfer's own TCP lane; the default with --tls tcp), ucx "
-          "(the UCX lane over UCX_TLS=tcp), or both (every case on the tcp lane, then on the "
-          "ucx lane, a target each, with a tcp/ucx column). Implies --tls tcp when --tls is not "
-          "given. With --role target: the lane this target runs (tcp or ucx)")
+          "(the UCX lane's puts and gets over UCX_TLS=tcp, with KVXFER_RMA=on and 1M tcp "
+          "segments), or both (every "
+          "case on the tcp lane, then on the ucx lane, a target each, with a tcp/ucx column). "
+          "Implies --tls tcp when --tls is not given. With --role target: the lane this target "
+          "runs (tcp or ucx)")
       ->check(CLI::IsMember({"tcp", "ucx", "both"}));
   bench_cmd
       ->add_option("--op", bench.op,
@@ -248,14 +250,13 @@ int main(int argc, char** argv) {
   bench_cmd
       ->add_option("--engine", engine_knobs,
                    "initiator engine_config (each, with --initiators) KEY=VALUE, e.g. "
-                   "KVXFER_SCATTER_MAX_RUN=0 (scatter "
-                   "writes off) or KVXFER_SCATTER_CHUNK=1M; repeatable")
+                   "KVXFER_CMA_SLICE=64K or KVXFER_RMA=on; repeatable")
       ->allow_extra_args(false);
   std::vector<std::string> target_engine_knobs;
   bench_cmd
       ->add_option("--target-engine", target_engine_knobs,
                    "engine_config KEY=VALUE of every target the bench spawns (with --role "
-                   "target: of this target), e.g. KVXFER_PROGRESS_NICE=-10; repeatable")
+                   "target: of this target), e.g. KVXFER_CMA_SLICE=64K; repeatable")
       ->allow_extra_args(false);
   bench_cmd->add_flag(
       "--no-progress-thread", no_progress_thread,
@@ -427,7 +428,7 @@ int main(int argc, char** argv) {
           if (config.engine.contains(kLanesKey)) {
             throw CLI::ValidationError("--lane", "sets KVXFER_LANES: not in --target-engine too");
           }
-          config.engine[kLanesKey] = bench.lane;
+          add_lane_config(config.engine, bench.lane);
           // The environment wins over engine_config.
           ::unsetenv(kLanesKey);
         }

@@ -111,7 +111,7 @@ struct TargetConfig {
   std::uint64_t max_region = 1ull << 30;  // largest pool an initiator may ask for
   std::uint64_t block_len = 0;            // 0: any block length; else only this one
   // Extra Options::engine_config of the target's Transport (bench
-  // --target-engine, target --engine), e.g. KVXFER_PROGRESS_NICE=-10.
+  // --target-engine, target --engine), e.g. KVXFER_CMA_SLICE=64K.
   std::map<std::string, std::string> engine;
 };
 

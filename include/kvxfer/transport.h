@@ -158,10 +158,10 @@ struct Stats {
   std::uint64_t inflight = 0;
   std::uint64_t registrations_pending = 0;
   std::vector<PeerStats> peers;  // sorted by peer_id
-  // The engine's own running totals since construction (UCX engine:
-  // cma_writes, put_writes, scatter_writes, scatter_messages,
-  // scatter_refused, scatter_acks_ignored; as a target: scatter_received,
-  // scatter_rejected, scatter_fenced, fences_received, fences_ignored).
+  // The engine's own running totals since construction, named by lane
+  // (UCX engine: cma_writes, tcp_writes, ucx_writes, ucx_puts; as a target:
+  // ucx_fences_received, ucx_notifications_received...; every name:
+  // docs/metrics.md).
   std::map<std::string, std::uint64_t> engine_counters;
 };
 

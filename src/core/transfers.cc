@@ -324,16 +324,22 @@ void TransportState::poll_peer(Peer* peer, PollResult& out,
   }
 }
 
+void TransportState::drive_engine() {
+  engine_drivers_.fetch_add(1);
+  if (!engine_closing_.load()) engine_->progress();
+  engine_drivers_.fetch_sub(1);
+}
+
 PollResult TransportState::poll(std::optional<std::string_view> peer_id, Ticks started) {
   PollResult out;
+  // Always, even with nothing of ours in flight: without a progress thread
+  // this call is all that drives the engine, and a target receives what
+  // peers send only while its worker is progressed.
+  drive_engine();
   std::lock_guard lock(mu_);
   const CallTimer timer(&poll_duration_, started);
   throw_if_closing();
   Peer* scoped = nullptr;
-  // Always, even with nothing of ours in flight: without a progress thread
-  // this call is all that drives the engine, and a target receives WRITEs
-  // (over TCP, say) only while its worker is progressed.
-  engine_->progress();
   if (peer_id) {
     auto it = peers_.find(*peer_id);
     if (it == peers_.end()) return out;
@@ -377,6 +383,7 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id, Ticks s
 
 std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, CancelMode mode) {
   std::vector<TransferId> still;
+  if (mode != CancelMode::kImmediate) drive_engine();
   std::lock_guard lock(mu_);
   throw_if_closing();
   if (mode == CancelMode::kImmediate) {
@@ -392,7 +399,6 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
     }
     return still;
   }
-  engine_->progress();
   Ticks now = 0;
   for (const TransferId id : ids) {
     auto it = inflight_.find(id);

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -185,6 +186,9 @@ void TransportState::close() {
     shutdown_counters_ = engine_->counters();
     shutting_down_ = true;
   }
+  // No poll drives the engine from here on (drive_engine()).
+  engine_closing_.store(true);
+  while (engine_drivers_.load() != 0) std::this_thread::yield();
   engine_->shutdown();
   std::lock_guard lock(mu_);
   shutting_down_ = false;

@@ -239,6 +239,13 @@ class TransportState {
   // Strikes, faults and the stall rule: every judgement of a peer goes here.
   const PeerPolicy policy_;
 
+  // Lets the engine make progress outside mu_, so that nothing the engine
+  // runs then (the UCX lane's callbacks) runs under the transport's lock.
+  // close() waits for these calls to end before it shuts the engine down.
+  void drive_engine();
+  std::atomic<int> engine_drivers_{0};
+  std::atomic<bool> engine_closing_{false};
+
   mutable std::mutex mu_;
   // Signalled when the last connect or disconnect running outside mu_ is
   // done: close() waits for them before it shuts the engine down.

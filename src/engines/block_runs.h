@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Runs of blocks consecutive on both sides of a transfer (local and remote
-// indices), as both lanes post them: one put or one copy per run, and the
-// runs a scatter write sends (as wire/runs.h's byte runs).
+// indices), as the lanes post them: one put or one copy per run, and the
+// runs a tcp write frame sends (as wire/runs.h's byte runs).
 #pragma once
 
 #include <cstddef>

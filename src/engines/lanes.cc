@@ -25,7 +25,7 @@
 #include "engines/cma/cma_lane.h"
 #include "engines/tcp/tcp_lane.h"
 #include "engines/ucx/ucx_config.h"
-#include "engines/ucx/ucx_engine.h"
+#include "engines/ucx/ucx_lane.h"
 #include "wire/ucx_blob.h"
 
 namespace kvxfer::internal {
@@ -106,14 +106,14 @@ class Lanes final : public Engine {
         // UCX lane starts.
         ucx_settings_(
             ucx::compute_ucx_settings(config.options->engine_config, &ucx::process_env, has_rdma_)),
-        // UCX only where a peer can need it: an RDMA device here, or the tcp
-        // lane not allowed (UCX's tcp transport then serves remote peers).
+        // UCX only where it writes with puts: an RDMA device here, or
+        // KVXFER_RMA=on (tests: UCX's tcp transport then carries the puts).
         // Otherwise no UCX context exists, so no UCX listener either: its
-        // tcp transport would execute any client's PUT anywhere in the
+        // tcp transport would carry out any client's put anywhere in the
         // process (docs/reliability.md).
-        ucx_(allows(allowed_, Lane::kUcx) && (has_rdma_ || tcp_ == nullptr)
+        ucx_(allows(allowed_, Lane::kUcx) && ucx_settings_.rma
                  ? std::make_unique<ucx::UcxLane>(agent_name_, config.region, *config.options,
-                                                  cma_.cookie_epoch())
+                                                  cma_.cookie_epoch(), ucx_settings_)
                  : nullptr),
         // Same-host writes need the lane allowed on both sides: ours is
         // KVXFER_LANES, the peer's is its blob's flag. UCX_TLS speaks for
@@ -129,7 +129,9 @@ class Lanes final : public Engine {
     }
     if (tcp_ == nullptr && ucx_ == nullptr && !accepts_cma_) {
       throw std::runtime_error(fmt::format(
-          "kvxfer UCX: KVXFER_LANES={} leaves no lane this engine can run", lanes_text()));
+          "kvxfer UCX: KVXFER_LANES={} leaves no lane this engine can run (the ucx lane needs "
+          "an RDMA device, or KVXFER_RMA=on)",
+          lanes_text()));
     }
   }
   ~Lanes() override { shutdown(); }
@@ -348,9 +350,10 @@ class Lanes final : public Engine {
   // (after `after`, when connect() falls back) that qualifies:
   // - cma: the peer shares our kernel (boot id) and pid namespace, has a
   //   pid, and both sides allow shared memory;
-  // - ucx: both sides have an RDMA device, or the tcp lane cannot serve the
-  //   peer (not allowed here, or the peer has none): UCX's tcp transport is
-  //   then what remains, and forcing it stays possible for tests;
+  // - ucx: both sides run it (an RDMA device, or KVXFER_RMA=on), and both
+  //   have an RDMA device or the tcp lane cannot serve the peer (not
+  //   allowed here, or the peer has none): forcing UCX's tcp transport stays
+  //   possible for tests;
   // - tcp: the peer publishes a tcp lane.
   // kNone when no lane qualifies.
   [[nodiscard]] Lane lane_for(const RemoteRegion& remote, const ucx::Blob& blob, Lane after) const {
@@ -372,7 +375,8 @@ class Lanes final : public Engine {
           if (same_host && accepts_cma_ && peer_accepts_cma) return Lane::kCma;
           break;
         case Lane::kUcx:
-          if (ucx_ != nullptr && !blob.worker_address.empty() && (both_rdma || !tcp_serves)) {
+          if (ucx_ != nullptr && !blob.worker_address.empty() && !blob.rkey.empty() &&
+              (both_rdma || !tcp_serves)) {
             return Lane::kUcx;
           }
           break;
@@ -438,8 +442,7 @@ class Lanes final : public Engine {
   [[nodiscard]] std::vector<std::uint8_t> make_blob() const {
     ucx::Blob blob;
     blob.flags = static_cast<std::uint16_t>((accepts_cma_ ? ucx::kBlobAcceptsCma : 0) |
-                                            (has_rdma_ ? ucx::kBlobHasRdma : 0) |
-                                            ucx::kBlobAcceptsScatter | ucx::kBlobAcceptsGather);
+                                            (has_rdma_ ? ucx::kBlobHasRdma : 0));
     blob.pidns_dev = cma_.pid_namespace().dev;
     blob.pidns_ino = cma_.pid_namespace().ino;
     blob.cookie_addr = cma_.cookie_addr();

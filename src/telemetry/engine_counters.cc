@@ -30,32 +30,6 @@ constexpr EngineCounterInfo kEngineCounters[] = {
     {"cma_notifications_sent", kCounter, kPublic},
     {"cma_reads", kCounter, kPublic},
     {"cma_writes", kCounter, kPublic},
-    // The UCX lane (engines/ucx/).
-    {"fences_ignored", kCounter, kPublic},
-    {"fences_received", kCounter, kPublic},
-    {"gather_fenced", kCounter, kPublic},
-    {"gather_handed_off", kCounter, kUnstable},
-    {"gather_messages", kCounter, kUnstable},  // messages per read: chunking
-    {"gather_reads", kCounter, kPublic},
-    {"gather_received", kCounter, kUnstable},
-    {"gather_rejected", kCounter, kPublic},
-    {"gather_replies_ignored", kCounter, kUnstable},  // late replies, dropped
-    {"handed_off_as_pairs", kCounter, kUnstable},
-    {"notifications_received", kCounter, kPublic},
-    {"notifications_refused", kCounter, kPublic},
-    {"notifications_sent", kCounter, kPublic},
-    {"progress_linger_hits", kCounter, kUnstable},
-    {"progress_lingers", kCounter, kUnstable},
-    {"progress_wakes", kCounter, kUnstable},
-    {"put_writes", kCounter, kPublic},
-    {"scatter_acks_ignored", kCounter, kUnstable},  // late acks, dropped
-    {"scatter_fenced", kCounter, kPublic},
-    {"scatter_handed_off", kCounter, kUnstable},
-    {"scatter_messages", kCounter, kUnstable},  // messages per write: chunking
-    {"scatter_received", kCounter, kUnstable},
-    {"scatter_refused", kCounter, kPublic},
-    {"scatter_rejected", kCounter, kPublic},
-    {"scatter_writes", kCounter, kPublic},
     // The tcp lane (engines/tcp/). Bytes are wire bytes, frame headers included.
     {"tcp_bytes_received", kCounter, kPublic},
     {"tcp_bytes_sent", kCounter, kPublic},
@@ -72,6 +46,19 @@ constexpr EngineCounterInfo kEngineCounters[] = {
     {"tcp_refused_stale_fence", kCounter, kPublic},
     {"tcp_refused_token", kCounter, kPublic},
     {"tcp_writes", kCounter, kPublic},
+    // The UCX lane (engines/ucx/): puts and gets over RDMA.
+    {"ucx_acks_ignored", kCounter, kUnstable},     // late acks, dropped
+    {"ucx_driver_overlaps", kCounter, kUnstable},  // debug check: stays 0
+    {"ucx_fences_received", kCounter, kPublic},
+    {"ucx_fences_refused", kCounter, kPublic},
+    {"ucx_gets", kCounter, kUnstable},  // gets per read: runs
+    {"ucx_notifications_received", kCounter, kPublic},
+    {"ucx_notifications_refused", kCounter, kPublic},
+    {"ucx_notifications_sent", kCounter, kPublic},
+    {"ucx_progress_wakes", kCounter, kUnstable},
+    {"ucx_puts", kCounter, kUnstable},  // puts per write: runs
+    {"ucx_reads", kCounter, kPublic},
+    {"ucx_writes", kCounter, kPublic},
 };
 
 constexpr bool sorted_by_name() {

@@ -4,9 +4,10 @@
 // the bytes are the same on any host and no access is ever unaligned.
 //
 // ByteWriter appends to a std::vector, or writes in place into a buffer of
-// known size without allocating (the scatter header's path). ByteReader
-// walks peer bytes: a read past the end fails softly (std::nullopt, ok()
-// turns false for good, the cursor stays), never UB and never an exception.
+// known size without allocating (the fence's, the notification's and the
+// tcp frames' path). ByteReader walks peer bytes: a read past the end fails
+// softly (std::nullopt, ok() turns false for good, the cursor stays), never
+// UB and never an exception.
 #pragma once
 
 #include <bit>
@@ -109,7 +110,7 @@ class ByteWriter {
  private:
   // Makes room for `n` bytes at *at. Says whether it could by a bool, not a
   // null pointer: with a fixed buffer of constant size the answer is a
-  // constant, and the scatter header's stores then carry no check at all.
+  // constant, and a fixed-size message's stores then carry no check at all.
   bool claim(std::size_t n, std::uint8_t** at) {
     if (grow_ != nullptr) {
       const std::size_t end = grow_->size();

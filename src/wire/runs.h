@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runs of a peer's region, as scatter writes (wire/scatter.h) and gather
-// reads (wire/gather.h) carry them after their fixed header: run count x
-// (u64 offset into the target's region | u64 length), little-endian. One
-// definition of the run layout and of the check that every run lies inside
-// the region, for both messages.
+// Runs of a peer's region, as the tcp lane's write and read-request frames
+// (wire/tcp_frame.h) carry them after their header: run count x (u64 offset
+// into the target's region | u64 length), little-endian. One definition of
+// the run layout and of the check that every run lies inside the region.
 #pragma once
 
 #include <cstddef>

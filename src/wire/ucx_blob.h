@@ -49,11 +49,8 @@ enum BlobFlags : std::uint16_t {
   // The agent takes same-host writes through process_vm_writev (its UCX_TLS
   // allows shared memory).
   kBlobAcceptsCma = 1u << 0,
-  // The agent's worker takes scatter-write active messages (wire/scatter.h).
-  kBlobAcceptsScatter = 1u << 1,
-  // The agent's worker answers gather requests (wire/gather.h): it can be
-  // read from.
-  kBlobAcceptsGather = 1u << 2,
+  // Bits 1 and 2 are unused (they were messages the UCX lane no longer
+  // sends); a blob may set them.
   // The agent has an RDMA device UCX can use (the ucx lane serves peers
   // that have one too).
   kBlobHasRdma = 1u << 3,

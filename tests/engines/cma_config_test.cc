@@ -48,8 +48,8 @@ TEST(CmaConfigTest, CmaMapIsOnUnlessSetToPopulateOrOff) {
 }
 
 TEST(CmaConfigTest, OtherLanesKeysAreLeftAloneAndAnUnknownCmaKeyIsRejected) {
-  const CopyPolicy s = compute_copy_policy(
-      {{"KVXFER_SCATTER_CHUNK", "x"}, {"TLS", "sm,self"}, {"RNDV_THRESH", "8K"}});
+  const CopyPolicy s =
+      compute_copy_policy({{"KVXFER_RMA", "x"}, {"TLS", "sm,self"}, {"RNDV_THRESH", "8K"}});
   EXPECT_EQ(s.map, PoolMapping::kOn);
   EXPECT_EQ(s.caller_slice, kDefaultCallerSlice);
   EXPECT_NE(error_of({{"KVXFER_CMA_SLOTS", "4"}}).find("KVXFER_CMA_SLOTS=4 rejected"),

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// fresh_random: the UCX lane's sequences, lineages and epochs. Drawn from
-// getrandom in batches per thread; never 0, never repeated in practice, and
-// a forked child never replays the values its parent draws next.
+// fresh_random (common/random.h): the lanes' sequences, lineages and
+// epochs. Drawn from getrandom in batches per thread; never 0, never
+// repeated in practice, and a forked child never replays the values its
+// parent draws next.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "engines/ucx/ucx_engine.h"
+#include "common/random.h"
 
-namespace kvxfer::internal::ucx {
+namespace kvxfer::internal {
 namespace {
 
 TEST(FreshRandomTest, NeverZeroAndNoRepeatsAcrossManyBatches) {
@@ -67,4 +68,4 @@ TEST(FreshRandomTest, AForkedChildDoesNotReplayItsParentsNextValues) {
 }
 
 }  // namespace
-}  // namespace kvxfer::internal::ucx
+}  // namespace kvxfer::internal

@@ -136,7 +136,7 @@ TEST(TcpConfigTest, OtherLanesKeysAreLeftAlone) {
   const TcpSettings s = compute_tcp_settings(
       {{"KVXFER_CMA_SLICE", "x"},
        {"KVXFER_LANES", "tcp"},
-       {"KVXFER_SCATTER_CHUNK", "x"},
+       {"KVXFER_RMA", "x"},
        {"TLS", "sm,self"},
        {"RNDV_THRESH", "8K"},
        {"KVXFER_TCPX", "y"}},

@@ -20,12 +20,10 @@
 #include "wire/bytes.h"
 #include "wire/cookie.h"
 #include "wire/fence.h"
-#include "wire/gather.h"
 #include "wire/loopback_blob.h"
 #include "wire/metadata.h"
 #include "wire/notify.h"
 #include "wire/runs.h"
-#include "wire/scatter.h"
 #include "wire/tcp_frame.h"
 #include "wire/ucx_blob.h"
 
@@ -122,15 +120,17 @@ Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flag
 void ucx_blob_seeds() {
   const std::string t = "ucx_blob";
   const std::vector<TcpAddress> both = {ipv4(10, 1, 2, 3), ipv6(1)};
-  const Bytes valid = ucx_blob(72, 16, kBlobAcceptsCma | kBlobAcceptsScatter, both);
-  const Bytes no_tcp = ucx_blob(72, 16, kBlobAcceptsCma | kBlobAcceptsScatter);
+  const Bytes valid = ucx_blob(72, 16, kBlobAcceptsCma, both);
+  const Bytes no_tcp = ucx_blob(72, 16, kBlobAcceptsCma);
   write_seed(t, true, "valid", valid);
   write_seed(t, true, "valid_no_tcp_lane", no_tcp);
   write_seed(t, true, "valid_empty_fields", ucx_blob(0, 0, 0));
-  write_seed(t, true, "valid_4k_address", ucx_blob(4096, 75, kBlobAcceptsScatter, both));
+  write_seed(t, true, "valid_4k_address", ucx_blob(4096, 75, kBlobAcceptsCma, both));
   write_seed(t, true, "valid_max_field", ucx_blob(kMaxBlobField, 1, 0));
-  write_seed(t, true, "valid_rdma",
-             ucx_blob(72, 16, kBlobAcceptsScatter | kBlobAcceptsGather | kBlobHasRdma, both));
+  write_seed(t, true, "valid_rdma", ucx_blob(72, 16, kBlobAcceptsCma | kBlobHasRdma, both));
+  // Bits 1 and 2, which blobs of the retired message protocols set: unused,
+  // and still accepted.
+  write_seed(t, true, "valid_unused_flag_bits", ucx_blob(72, 16, 0x06 | kBlobHasRdma, both));
   std::vector<TcpAddress> most;
   for (std::uint8_t i = 0; i < kMaxTcpAddresses; ++i) {
     most.push_back(i % 2 == 0 ? ipv4(192, 168, i, 1) : ipv6(i));
@@ -219,7 +219,7 @@ wire::AgentMetadata agent(const std::string& engine, Bytes blob) {
 
 void metadata_seeds() {
   const std::string t = "metadata";
-  const Bytes valid = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsScatter)));
+  const Bytes valid = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsCma)));
   write_seed(t, true, "valid_ucx", valid);
   write_seed(t, true, "valid_loopback",
              wire::encode(agent("LOOPBACK", wire::encode_loopback_blob({1, 2}))));
@@ -245,7 +245,7 @@ void metadata_seeds() {
 
 void handshake_seeds() {
   const std::string t = "handshake";
-  const Bytes meta = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsScatter)));
+  const Bytes meta = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsCma)));
   std::string hex;
   for (const std::uint8_t b : meta) hex += fmt::format("{:02x}", b);
   const auto ready = [&](const std::string& metadata_hex, const std::string& rest) {
@@ -268,189 +268,50 @@ void handshake_seeds() {
   write_seed(t, false, "hostport_v6", text("[::1]:7000"));
 }
 
-// ---------------------------------------------------------------- scatter
-
-struct Run {
-  std::uint64_t offset;
-  std::uint64_t length;
-};
-
-Bytes scatter_header(const std::vector<Run>& runs, std::uint64_t token = 0x1234567890abcdef) {
-  Bytes b(scatter_header_len(runs.size()));
-  put_scatter_fixed(b.data(), static_cast<std::uint16_t>(runs.size()), token, 7, 3,
-                    0x0102030405060708, 0x1122334455667788);
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    put_scatter_run(b.data(), i, runs[i].offset, runs[i].length);
-  }
-  return b;
-}
-
-std::vector<Run> runs_of(std::size_t count, std::uint64_t length) {
-  std::vector<Run> runs;
-  for (std::size_t i = 0; i < count; ++i) runs.push_back({i * 2 * length, length});
-  return runs;
-}
-
-Bytes ack(std::int32_t status) {
-  Bytes b(kAckLen);
-  encode_ack(b.data(), ScatterAck{3, 7, status});
-  return b;
-}
-
-void scatter_seeds() {
-  const std::string t = "scatter";
-  const Bytes three = scatter_header({{0, 4096}, {65536, 8192}, {1 << 20, 4096}});
-  write_seed(t, true, "valid_1run", scatter_header({{4096, 4096}}));
-  write_seed(t, true, "valid_3runs", three);
-  write_seed(t, true, "valid_64runs", scatter_header(runs_of(64, 4096)));
-  write_seed(t, true, "valid_max_runs", scatter_header(runs_of(kMaxScatterRuns, 4096)));
-  write_seed(t, true, "valid_runs_past_any_region", scatter_header({{~0ull - 1, 4096}}));
-  write_seed(t, false, "empty", {});
-  write_seed(t, false, "truncated_fixed", Bytes(three.begin(), three.begin() + 47));
-  write_seed(t, false, "truncated_run", cut(three, 1));
-  write_seed(t, false, "trailing_byte", plus_byte(three));
-  write_seed(t, false, "bad_magic", flip(three, 0));
-  write_seed(t, false, "bad_version", set_u16(three, 4, kScatterVersion + 1));
-  write_seed(t, false, "zero_runs", set_u16(Bytes(three.begin(), three.begin() + 48), 6, 0));
-  // Version 1 (no lineage and epoch: its writes could not be fenced), as the
-  // old encoder wrote it: the v2 header without its last 16 fixed bytes.
-  Bytes v1 = set_u16(three, 4, 1);
-  v1.erase(v1.begin() + 32, v1.begin() + 48);
-  write_seed(t, false, "version_1", v1);
-  write_seed(t, false, "count_says_more", set_u16(three, 6, 4));
-  write_seed(t, false, "count_says_fewer", set_u16(three, 6, 2));
-  write_seed(t, false, "too_many_runs", scatter_header(runs_of(kMaxScatterRuns + 1, 16)));
-  write_seed(t, false, "reserved_set", set_u32(three, 28, 1));
-  write_seed(t, false, "an_ack", ack(0));
-}
-
-Bytes fit_input(std::uint64_t region_len, std::uint64_t payload_len, const Bytes& header) {
-  Bytes b(16);
-  wire::store_le(b.data(), region_len);
-  wire::store_le(b.data() + 8, payload_len);
-  b.insert(b.end(), header.begin(), header.end());
-  return b;
-}
-
-void scatter_fit_seeds() {
-  const std::string t = "scatter_fit";
-  constexpr std::uint64_t kRegion = 1 << 30;
-  const Bytes three = scatter_header({{0, 4096}, {65536, 8192}, {1 << 20, 4096}});
-  write_seed(t, true, "fit_3runs", fit_input(kRegion, 16384, three));
-  write_seed(t, true, "fit_at_region_end",
-             fit_input(kRegion, 8192, scatter_header({{0, 4096}, {kRegion - 4096, 4096}})));
-  write_seed(t, true, "fit_whole_region",
-             fit_input(kRegion, kRegion, scatter_header({{0, kRegion}})));
-  write_seed(
-      t, true, "fit_max_runs",
-      fit_input(kRegion, kMaxScatterRuns * 4096, scatter_header(runs_of(kMaxScatterRuns, 4096))));
-  write_seed(t, false, "short_input", Bytes(15, 0));
-  write_seed(t, false, "lengths_only", fit_input(kRegion, 0, {}));
-  write_seed(t, false, "bad_header", fit_input(kRegion, 16384, flip(three, 0)));
-  write_seed(t, false, "run_past_region_end",
-             fit_input(kRegion, 8192, scatter_header({{kRegion - 4096, 8192}})));
-  write_seed(t, false, "overflow_run",
-             fit_input(kRegion, 4096, scatter_header({{~0ull - 100, 4096}})));
-  write_seed(t, false, "payload_short", fit_input(kRegion, 16383, three));
-  write_seed(t, false, "payload_long", fit_input(kRegion, 16385, three));
-  write_seed(t, false, "zero_length_run",
-             fit_input(kRegion, 4096, scatter_header({{0, 4096}, {8192, 0}})));
-  // Two runs whose lengths wrap to the payload in 64 bits.
-  write_seed(t, false, "overflow_sum",
-             fit_input(~0ull, 4096, scatter_header({{0, 1ull << 63}, {0, (1ull << 63) + 4096}})));
-  write_seed(t, false, "empty_region", fit_input(0, 4096, scatter_header({{0, 4096}})));
-}
-
-// ---------------------------------------------------------------- gather
-
-Bytes gather_request(const std::vector<Run>& runs, std::uint64_t token = 0x1234567890abcdef) {
-  Bytes b(gather_request_len(runs.size()));
-  put_gather_fixed(b.data(), static_cast<std::uint16_t>(runs.size()), token, 7, 3, 2,
-                   0x0102030405060708, 0x1122334455667788);
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    put_gather_run(b.data(), i, runs[i].offset, runs[i].length);
-  }
-  return b;
-}
-
-Bytes gather_reply(const GatherReply& r) {
-  Bytes b(kGatherReplyLen);
-  encode_gather_reply(b.data(), r);
-  return b;
-}
-
-void gather_seeds() {
-  const std::string t = "gather";
-  const Bytes three = gather_request({{0, 4096}, {65536, 8192}, {1 << 20, 4096}});
-  write_seed(t, true, "valid_1run", gather_request({{4096, 4096}}));
-  write_seed(t, true, "valid_3runs", three);
-  write_seed(t, true, "valid_64runs", gather_request(runs_of(64, 4096)));
-  write_seed(t, true, "valid_max_runs", gather_request(runs_of(kMaxGatherRuns, 4096)));
-  // Decodes; gather_runs_fit is what refuses these.
-  write_seed(t, true, "valid_runs_past_any_region", gather_request({{~0ull - 1, 4096}}));
-  write_seed(t, true, "valid_empty_run", gather_request({{0, 0}}));
-  write_seed(t, true, "valid_sum_overflows", gather_request({{0, 1ull << 63}, {0, 1ull << 63}}));
-  write_seed(t, false, "empty", {});
-  write_seed(t, false, "address_only", Bytes(three.begin(), three.begin() + kGatherAddressLen));
-  write_seed(t, false, "truncated_fixed", Bytes(three.begin(), three.begin() + 47));
-  write_seed(t, false, "truncated_run", cut(three, 1));
-  write_seed(t, false, "trailing_byte", plus_byte(three));
-  write_seed(t, false, "bad_magic", flip(three, 0));
-  write_seed(t, false, "bad_version", set_u16(three, 4, kGatherVersion + 1));
-  write_seed(t, false, "zero_runs", set_u16(Bytes(three.begin(), three.begin() + 48), 6, 0));
-  write_seed(t, false, "count_says_more", set_u16(three, 6, 4));
-  write_seed(t, false, "count_says_fewer", set_u16(three, 6, 2));
-  write_seed(t, false, "too_many_runs", gather_request(runs_of(kMaxGatherRuns + 1, 16)));
-  write_seed(t, false, "a_scatter_header", scatter_header({{0, 4096}, {8192, 4096}}));
-  write_seed(t, false, "a_reply", gather_reply(GatherReply{3, 2, 7, 0, 4096}));
-}
-
-void gather_reply_seeds() {
-  const std::string t = "gather_reply";
-  const Bytes valid = gather_reply(GatherReply{3, 2, 7, 0, 16384});
-  write_seed(t, true, "reply", valid);
-  write_seed(t, true, "refusal", gather_reply(GatherReply{3, 2, 7, -25, 0}));
-  write_seed(t, true, "max_fields",
-             gather_reply(GatherReply{0xffffffff, 0xffffffff, ~0ull, 0, ~0ull}));
-  write_seed(t, false, "empty", {});
-  write_seed(t, false, "truncated", cut(valid, 1));
-  write_seed(t, false, "trailing_byte", plus_byte(valid));
-  write_seed(t, false, "bad_magic", flip(valid, 0));
-  write_seed(t, false, "bad_version", set_u16(valid, 4, kGatherVersion + 1));
-  write_seed(t, false, "reserved_set", set_u16(valid, 6, 1));
-  write_seed(t, false, "reserved_2_set", set_u32(valid, 28, 1));
-  write_seed(t, false, "refusal_with_bytes",
-             set_u32(gather_reply(GatherReply{3, 2, 7, -25, 0}), 32, 4096));
-  write_seed(t, false, "request_magic", set_u32(valid, 0, kGatherMagic));
-  write_seed(t, false, "an_ack", ack(0));
-}
-
 // ---------------------------------------------------------------- fence
 
 Bytes fence(const Fence& f) {
-  Bytes b(kFenceLen);
+  Bytes b(fence_len(f.name.size()));
   encode_fence(b.data(), f);
   return b;
 }
 
 void fence_seeds() {
   const std::string t = "fence";
-  const Bytes valid = fence(Fence{0x1234567890abcdef, 0x0102030405060708, 1, 0xa1a2a3a4a5a6a7a8});
+  const Bytes valid =
+      fence(Fence{0x1234567890abcdef, 0x0102030405060708, 1, 0xa1a2a3a4a5a6a7a8, "initiator"});
+  constexpr std::size_t kVersionAt = 4;
+  constexpr std::size_t kNameLenAt = 6;
   write_seed(t, true, "valid", valid);
-  write_seed(t, true, "valid_gen_2", fence(Fence{0x1234567890abcdef, 0x0102030405060708, 2, 9}));
-  write_seed(t, true, "valid_zero_token", fence(Fence{0, 1, 1, 1}));
-  write_seed(t, true, "valid_max_fields", fence(Fence{~0ull, ~0ull, ~0ull, ~0ull}));
+  write_seed(t, true, "valid_gen_2",
+             fence(Fence{0x1234567890abcdef, 0x0102030405060708, 2, 9, "initiator"}));
+  write_seed(t, true, "valid_zero_token", fence(Fence{0, 1, 1, 1, "initiator"}));
+  write_seed(t, true, "valid_one_char_name", fence(Fence{1, 1, 1, 1, "a"}));
+  const std::string longest(kMaxFenceName, 'n');
+  write_seed(t, true, "valid_max_fields", fence(Fence{~0ull, ~0ull, ~0ull, ~0ull, longest}));
   write_seed(t, false, "empty", {});
-  write_seed(t, false, "truncated", cut(valid, 1));
+  write_seed(t, false, "fixed_only", Bytes(valid.begin(), valid.begin() + kFenceFixedLen));
+  write_seed(t, false, "truncated_fixed", Bytes(valid.begin(), valid.begin() + kFenceFixedLen - 1));
+  write_seed(t, false, "truncated_name", cut(valid, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
-  write_seed(t, false, "bad_version", set_u16(valid, 4, kFenceVersion + 1));
-  write_seed(t, false, "reserved_set", set_u16(valid, 6, 1));
-  write_seed(t, false, "zero_lineage", fence(Fence{1, 0, 1, 1}));
-  write_seed(t, false, "zero_gen", fence(Fence{1, 1, 0, 1}));
-  write_seed(t, false, "zero_epoch", fence(Fence{1, 1, 1, 0}));
-  write_seed(t, false, "scatter_magic", set_u32(valid, 0, kScatterMagic));
-  write_seed(t, false, "an_ack", ack(0));
+  write_seed(t, false, "bad_version", set_u16(valid, kVersionAt, kFenceVersion + 1));
+  // Version 1 (no name: a zero where its length is), as its encoder wrote
+  // it, and its number on a version-2 fence.
+  write_seed(t, false, "version_1",
+             set_u16(set_u16(Bytes(valid.begin(), valid.begin() + kFenceFixedLen), kVersionAt, 1),
+                     kNameLenAt, 0));
+  write_seed(t, false, "version_1_number", set_u16(valid, kVersionAt, 1));
+  write_seed(t, false, "zero_name_length",
+             set_u16(Bytes(valid.begin(), valid.begin() + kFenceFixedLen), kNameLenAt, 0));
+  write_seed(t, false, "name_too_long",
+             fence(Fence{1, 1, 1, 1, std::string(kMaxFenceName + 1, 'n')}));
+  write_seed(t, false, "name_length_says_more", set_u16(valid, kNameLenAt, 10));
+  write_seed(t, false, "name_length_says_fewer", set_u16(valid, kNameLenAt, 8));
+  write_seed(t, false, "zero_lineage", fence(Fence{1, 0, 1, 1, "initiator"}));
+  write_seed(t, false, "zero_gen", fence(Fence{1, 1, 0, 1, "initiator"}));
+  write_seed(t, false, "zero_epoch", fence(Fence{1, 1, 1, 0, "initiator"}));
+  write_seed(t, false, "notify_magic", set_u32(valid, 0, kNotifyMagic));
 }
 
 // ---------------------------------------------------------------- notify
@@ -458,6 +319,12 @@ void fence_seeds() {
 Bytes notify_header(const NotifyHeader& h) {
   Bytes b(notify_header_len(h.name.size()));
   encode_notify_header(b.data(), h);
+  return b;
+}
+
+Bytes ack(const NotifyAck& a) {
+  Bytes b(kAckLen);
+  encode_ack(b.data(), a);
   return b;
 }
 
@@ -478,25 +345,25 @@ void notify_seeds() {
   write_seed(t, false, "name_too_long",
              notify_header(NotifyHeader{1, 2, 3, 4, 5, std::string(kMaxNotifyName + 1, 'n')}));
   write_seed(t, false, "reserved_set", set_u32(valid, 28, 1));
-  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1}));
-  write_seed(t, false, "an_ack", ack(0));
+  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "initiator"}));
+  write_seed(t, false, "an_ack", ack(NotifyAck{3, 7, 0}));
 }
 
 void ack_seeds() {
   const std::string t = "ack";
-  write_seed(t, true, "ack", ack(0));
-  write_seed(t, true, "ack_error", ack(-25));
-  Bytes max(kAckLen);
-  encode_ack(max.data(), ScatterAck{0xffffffff, ~0ull, -1});
-  write_seed(t, true, "ack_max_fields", max);
-  const Bytes valid = ack(0);
+  const Bytes valid = ack(NotifyAck{3, 7, 0});
+  write_seed(t, true, "ack", valid);
+  write_seed(t, true, "ack_error", ack(NotifyAck{3, 7, -25}));
+  write_seed(t, true, "ack_max_fields", ack(NotifyAck{0xffffffff, ~0ull, -1}));
   write_seed(t, false, "empty", {});
   write_seed(t, false, "truncated", cut(valid, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
-  write_seed(t, false, "scatter_magic", set_u32(valid, 0, kScatterMagic));
+  write_seed(t, false, "notify_magic", set_u32(valid, 0, kNotifyMagic));
+  write_seed(t, false, "fence_magic", set_u32(valid, 0, kFenceMagic));
   write_seed(t, false, "reserved_set", set_u32(valid, 20, 1));
-  write_seed(t, false, "a_write_header", scatter_header({{0, 8}}));
+  write_seed(t, false, "a_notification", notify_header(NotifyHeader{1, 2, 3, 4, 5, "a"}));
+  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "a"}));
 }
 
 // ---------------------------------------------------------------- cookie
@@ -557,12 +424,23 @@ void cookie_seeds() {
     wire::store_le(native.data() + 8 * i, word[i]);
   }
   write_seed(t, false, "native_layout", native);
-  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1}));
+  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "initiator"}));
 }
 
 // ---------------------------------------------------------------- tcp frames
 
 namespace tcp = kvxfer::internal::tcp;
+
+struct Run {
+  std::uint64_t offset;
+  std::uint64_t length;
+};
+
+std::vector<Run> runs_of(std::size_t count, std::uint64_t length) {
+  std::vector<Run> runs;
+  for (std::size_t i = 0; i < count; ++i) runs.push_back({i * 2 * length, length});
+  return runs;
+}
 
 // The pool tcp_frame_fuzz.cc checks runs against (its kPool).
 constexpr std::uint64_t kTcpPool = 1 << 20;
@@ -731,7 +609,7 @@ void tcp_frame_seeds() {
   write_seed(t, false, "read_data_refusal_with_bytes",
              frame(frame_header(FrameType::kReadData, 0, 8192, 0, tcp::kStatusRefused)));
   write_seed(t, false, "a_ucx_blob", ucx_blob(72, 16, 0, {ipv4(10, 1, 2, 3)}));
-  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1}));
+  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "initiator"}));
 }
 
 }  // namespace
@@ -746,13 +624,9 @@ int main(int argc, char** argv) {
   loopback_blob_seeds();
   metadata_seeds();
   handshake_seeds();
-  scatter_seeds();
-  scatter_fit_seeds();
-  ack_seeds();
-  gather_seeds();
-  gather_reply_seeds();
   fence_seeds();
   notify_seeds();
+  ack_seeds();
   cookie_seeds();
   tcp_frame_seeds();
   std::printf("seeds written under %s\n", g_root.c_str());

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A bare UCP worker over TCP for the hostile-peer tests: it speaks the UCX
-// lane's wire formats (wire/scatter.h, wire/fence.h) by hand, or UCP's own
+// lane's wire formats (wire/fence.h, wire/notify.h) by hand, or UCP's own
 // RMA, as a broken or hostile peer could. Single-threaded: the test thread
 // drives it. Every wait is bounded.
 #pragma once
@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "engine.h"
+#include "engines/ucx/ucx_compat.h"
 #include "wire/fence.h"
-#include "wire/scatter.h"
+#include "wire/notify.h"
 #include "wire/ucx_blob.h"
 
 namespace kvxfer::it {
@@ -136,59 +138,88 @@ class RawWorker {
   std::vector<ucp_ep_h> eps_;
 };
 
-// A target that takes fences and scatter writes but writes nothing: it
+// A target that takes fences and notifications but queues nothing: it
 // records what came (and through which reply endpoint) and acks only when
-// told, with whatever the test says.
+// told, with whatever the test says. It publishes an rkey of a small buffer
+// of its own, as a kvxfer agent with RMA does (the lane refuses a peer
+// without one); nobody puts to it.
 class RawTarget {
  public:
-  struct Write {
-    ucx::ScatterHeader header;  // runs cleared: they point into UCX's buffer
+  struct Note {
+    ucx::NotifyHeader header;  // name cleared: it points into UCX's buffer
     ucp_ep_h reply_ep = nullptr;
   };
+  struct SeenFence {
+    ucx::Fence fence;  // name cleared, kept in `name`
+    std::string name;
+  };
 
-  explicit RawTarget(std::uint64_t token) : token_(token) {
-    raw_.set_handler(ucx::kScatterAmId, &RawTarget::on_write, this);
+  explicit RawTarget(std::uint64_t token)
+      : raw_(UCP_FEATURE_AM | UCP_FEATURE_RMA), token_(token), buffer_(kBufferLen) {
+    raw_.set_handler(ucx::kNotifyAmId, &RawTarget::on_note, this);
     raw_.set_handler(ucx::kFenceAmId, &RawTarget::on_fence, this);
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = buffer_.data();
+    mp.length = buffer_.size();
+    RawWorker::check(ucp_mem_map(raw_.context(), &mp, &memh_), "mem_map");
+    void* packed = nullptr;
+    std::size_t len = 0;
+    RawWorker::check(internal::ucx_compat::pack_rkey(raw_.context(), memh_, &packed, &len),
+                     "rkey_pack");
+    rkey_.assign(static_cast<std::uint8_t*>(packed), static_cast<std::uint8_t*>(packed) + len);
+    internal::ucx_compat::release_packed_rkey(packed);
   }
+  ~RawTarget() { ucp_mem_unmap(raw_.context(), memh_); }
+  RawTarget(const RawTarget&) = delete;
+  RawTarget& operator=(const RawTarget&) = delete;
+
+  static constexpr std::uint64_t kBlocks = 4;
+  static constexpr std::uint64_t kBlockLen = 16 * 1024;  // as the tests' own pools
+  static constexpr std::size_t kBufferLen = kBlocks * kBlockLen;
 
   RawWorker& raw() { return raw_; }
-  // The engine blob a kvxfer initiator connects to: takes scatter writes,
-  // publishes no rkey.
-  [[nodiscard]] std::vector<std::uint8_t> blob(
-      std::uint16_t flags = ucx::kBlobAcceptsScatter) const {
+  // The engine blob a kvxfer initiator connects to.
+  [[nodiscard]] std::vector<std::uint8_t> blob() const {
     ucx::Blob b;
-    b.flags = flags;
     b.cookie_epoch = token_;
     b.worker_address = raw_.address();
+    b.rkey = rkey_;
     return ucx::encode_blob(b);
   }
-  [[nodiscard]] const std::vector<Write>& writes() const { return writes_; }
-  [[nodiscard]] const std::vector<ucx::Fence>& fences() const { return fences_; }
+  // The region that blob describes, under `name`.
+  [[nodiscard]] internal::RemoteRegion region(const std::string& name) const {
+    return {name, reinterpret_cast<std::uintptr_t>(buffer_.data()), kBlocks, kBlockLen, 0, ""};
+  }
+  [[nodiscard]] const std::vector<Note>& notes() const { return notes_; }
+  [[nodiscard]] const std::vector<SeenFence>& fences() const { return fences_; }
 
-  // Acks `w` through the endpoint it came by, as the lane's handler does.
-  ucs_status_t ack(const Write& w, std::int32_t status) {
+  // Acks `n` through the endpoint it came by, as the lane's handler does.
+  ucs_status_t ack(const Note& n, std::int32_t status) {
     std::vector<std::uint8_t> bytes(ucx::kAckLen);
-    ucx::encode_ack(bytes.data(), ucx::ScatterAck{w.header.slot, w.header.sequence, status});
-    return raw_.send(w.reply_ep, ucx::kScatterAckAmId, bytes, {}, UCP_AM_SEND_FLAG_REPLY);
+    ucx::encode_ack(bytes.data(), ucx::NotifyAck{n.header.slot, n.header.sequence, status});
+    return raw_.send(n.reply_ep, ucx::kNotifyAckAmId, bytes, {}, UCP_AM_SEND_FLAG_REPLY);
   }
 
  private:
-  static ucs_status_t on_write(void* arg, const void* header, std::size_t header_length, void*,
-                               std::size_t, const ucp_am_recv_param_t* param) {
-    Write w;
-    if (!ucx::decode_scatter_header({static_cast<const std::uint8_t*>(header), header_length},
-                                    &w.header)) {
+  static ucs_status_t on_note(void* arg, const void* header, std::size_t header_length, void*,
+                              std::size_t, const ucp_am_recv_param_t* param) {
+    Note n;
+    if (!ucx::decode_notify_header({static_cast<const std::uint8_t*>(header), header_length},
+                                   &n.header)) {
       return UCS_OK;
     }
-    w.header.runs = {};
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) w.reply_ep = param->reply_ep;
-    static_cast<RawTarget*>(arg)->writes_.push_back(w);
+    n.header.name = {};
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) n.reply_ep = param->reply_ep;
+    static_cast<RawTarget*>(arg)->notes_.push_back(n);
     return UCS_OK;
   }
   static ucs_status_t on_fence(void* arg, const void* header, std::size_t header_length, void*,
                                std::size_t, const ucp_am_recv_param_t*) {
-    ucx::Fence f;
-    if (ucx::decode_fence({static_cast<const std::uint8_t*>(header), header_length}, &f)) {
+    SeenFence f;
+    if (ucx::decode_fence({static_cast<const std::uint8_t*>(header), header_length}, &f.fence)) {
+      f.name.assign(f.fence.name);
+      f.fence.name = {};
       static_cast<RawTarget*>(arg)->fences_.push_back(f);
     }
     return UCS_OK;
@@ -196,8 +227,11 @@ class RawTarget {
 
   RawWorker raw_;
   std::uint64_t token_;
-  std::vector<Write> writes_;
-  std::vector<ucx::Fence> fences_;
+  std::vector<std::uint8_t> buffer_;
+  ucp_mem_h memh_ = nullptr;
+  std::vector<std::uint8_t> rkey_;
+  std::vector<Note> notes_;
+  std::vector<SeenFence> fences_;
 };
 
 }  // namespace kvxfer::it

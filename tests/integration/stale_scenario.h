@@ -209,10 +209,8 @@ class StaleScenario {
     }
   }
 
-  // The next write of the OLD stream. Shapes alternate so that, where the
-  // UCX lane sends single runs as puts, both of its write paths carry old
-  // bytes: one block, 16 consecutive blocks (one run), eight scattered
-  // blocks (a scatter write).
+  // The next write of the OLD stream. Shapes alternate: one block, 16
+  // consecutive blocks (one run), eight scattered blocks (eight runs).
   std::vector<std::int64_t> next_old_shape() {
     const std::size_t n = config_.blocks;
     std::vector<std::int64_t> remote;

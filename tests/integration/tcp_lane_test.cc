@@ -809,17 +809,17 @@ TEST(TcpLane, ByDefaultTheOnlyListenerIsTheTcpLanes) {
   EXPECT_EQ(opened.size(), 1u);
   EXPECT_EQ(t.stats().live.memory_registrations, 1u);
   for (const auto& [name, value] : t.stats().engine_counters) {
-    EXPECT_FALSE(name.starts_with("scatter_") || name.starts_with("put_")) << name;
+    EXPECT_FALSE(name.starts_with("ucx_")) << name;
   }
 }
 
-// UCX's own tcp transport is still there for tests that force the UCX lane,
-// and then it does listen.
+// UCX's own tcp transport is still there for tests that force the UCX lane
+// (KVXFER_RMA=on), and then it does listen.
 TEST(TcpLane, ForcingTheUcxLaneOpensUcxsListener) {
   const std::set<std::string> before = listening_socket_inodes();
   MappedPool pool(kBlocks, kBlockLen);
   Options options;
-  options.engine_config = {{"KVXFER_LANES", "ucx"}, {"TLS", "tcp"}};
+  options.engine_config = {{"KVXFER_LANES", "ucx"}, {"TLS", "tcp"}, {"KVXFER_RMA", "on"}};
   Transport t("forced", Region{pool.base(), kBlocks, kBlockLen}, options);
   std::size_t opened = 0;
   for (const std::string& inode : listening_socket_inodes()) opened += before.count(inode) == 0;

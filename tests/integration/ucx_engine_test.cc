@@ -180,9 +180,9 @@ TEST_P(UcxEngineTest, DisconnectOfAnUnknownHandleIsNotFound) {
   EXPECT_EQ(a.engine->disconnect(12345), Status::kNotFound);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxEngineTest, ::testing::Values("sm,self", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Tls, UcxEngineTest, ::testing::Values("sm,self", "tcp", "ucx"),
                          [](const ::testing::TestParamInfo<std::string>& tls) {
-                           return tls.param == "tcp" ? std::string("tcp") : std::string("sm");
+                           return tls.param == "sm,self" ? std::string("sm") : tls.param;
                          });
 
 TEST(UcxBlobTest, RoundTripsAndRejectsEveryTruncation) {

@@ -111,19 +111,18 @@ TEST_P(UcxNotifyTest, EveryNotificationArrivesAfterItsBytesInOrder) {
   done.insert(rest.begin(), rest.end());
   EXPECT_EQ(done, posted);
   EXPECT_TRUE(failed.empty());
-  // Over TCP, messages arrive in the order the writes were posted (one
+  // Between hosts, messages arrive in the order the writes were posted (one
   // endpoint, acks in order). On the same host each is sent when its copy
   // ends, and copiers finish transfers in any order: its sender's completion
   // order, which the test cannot know; the bytes are there all the same.
   const std::string watched = target_->reply();
-  if (GetParam() == "tcp") {
+  if (remote_lane(GetParam())) {
     EXPECT_EQ(watched, "watched 2000 bad=0 out_of_order=0");
   } else {
     EXPECT_EQ(watched.substr(0, watched.find(" out_of_order")), "watched 2000 bad=0");
   }
   const auto counters = transport_->stats().engine_counters;
-  EXPECT_EQ(counters.at(GetParam() == "tcp" ? "tcp_notifications_sent" : "cma_notifications_sent"),
-            kWrites);
+  EXPECT_EQ(counters.at(lane_counter(GetParam(), "notifications_sent")), kWrites);
 }
 
 TEST_P(UcxNotifyTest, SendNotificationAndReadNotifyReachTheTarget) {
@@ -143,7 +142,7 @@ TEST_P(UcxNotifyTest, SendNotificationAndReadNotifyReachTheTarget) {
   EXPECT_EQ(done, (std::set<TransferId>{*id, *rid}));
   // Over TCP in posting order; on the same host in completion order.
   const std::string notes = target_->request("notes");
-  if (GetParam() == "tcp") {
+  if (remote_lane(GetParam())) {
     EXPECT_EQ(notes, "notes 2 initiator=hello initiator=read");
   } else {
     EXPECT_TRUE(notes == "notes 2 initiator=hello initiator=read" ||
@@ -201,7 +200,7 @@ TEST_P(UcxNotifyTest, AFloodIsBoundedAtTheTarget) {
   std::size_t failed = 0;
   std::size_t posted = 0;
   const std::size_t total =
-      (GetParam() == "tcp" ? kMaxQueuedNotificationsPerSender : kMaxQueuedNotifications) + 64;
+      (remote_lane(GetParam()) ? kMaxQueuedNotificationsPerSender : kMaxQueuedNotifications) + 64;
   const auto deadline = Clock::now() + 60s;
   while (done + failed < total && Clock::now() < deadline) {
     while (posted < total && posted - done - failed < 256) {
@@ -216,7 +215,7 @@ TEST_P(UcxNotifyTest, AFloodIsBoundedAtTheTarget) {
   const auto [rest, rest_failed] = drain();
   done += rest.size();
   failed += rest_failed.size();
-  if (GetParam() == "tcp") {
+  if (remote_lane(GetParam())) {
     EXPECT_EQ(done, kMaxQueuedNotificationsPerSender);
   } else {
     EXPECT_GT(done, 100u);
@@ -245,9 +244,9 @@ TEST_P(UcxNotifyTest, ASigkilledTargetFailsTheTransfersAndTheInitiatorGoesOn) {
   EXPECT_EQ(transport_->stats().live.transfers, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxNotifyTest, ::testing::Values("sm,self", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Tls, UcxNotifyTest, ::testing::Values("sm,self", "tcp", "ucx"),
                          [](const ::testing::TestParamInfo<std::string>& tls) {
-                           return tls.param == "tcp" ? std::string("tcp") : std::string("sm");
+                           return tls.param == "sm,self" ? std::string("sm") : tls.param;
                          });
 
 }  // namespace

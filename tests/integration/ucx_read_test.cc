@@ -3,7 +3,7 @@
 // initiator pulls blocks of a kvxfer_it_target process (whose pool holds the
 // pattern of generation kTargetGen) into its own pool and checks every byte
 // itself, over shared memory (the same-host lane, process_vm_readv) and over
-// TCP (UCX gather requests answered by the target's handler).
+// TCP (the tcp lane, and the ucx lane's gets over UCX's tcp transport).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,10 +123,10 @@ class UcxReadTest : public ::testing::TestWithParam<std::string> {
     const Outcome out = wait({*id});
     ASSERT_EQ(out.done, std::set<TransferId>{*id});
     EXPECT_EQ(check(local, remote), "ok");
-    // The lane the read took: process_vm_readv on this host over shared
-    // memory, UCX gather requests over TCP.
+    // The lane the read took: process_vm_readv on this host, the tcp lane,
+    // or gets on the ucx lane.
     const auto counters = transport_->stats().engine_counters;
-    EXPECT_EQ(counters.at(tls() == "tcp" ? "tcp_reads" : "cma_reads"), 1u);
+    EXPECT_EQ(counters.at(lane_counter(tls(), "reads")), 1u);
   }
 
   std::unique_ptr<MappedPool> pool_;
@@ -308,9 +308,9 @@ TEST_P(UcxReadTest, RemovingThePeerEndsItsReadsAndGivesEveryHandleBack) {
   EXPECT_TRUE(std::equal(before.begin(), before.end(), pool_->base()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxReadTest, ::testing::Values("sm,self", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Tls, UcxReadTest, ::testing::Values("sm,self", "tcp", "ucx"),
                          [](const ::testing::TestParamInfo<std::string>& tls) {
-                           return tls.param == "tcp" ? std::string("tcp") : std::string("sm");
+                           return tls.param == "sm,self" ? std::string("sm") : tls.param;
                          });
 
 }  // namespace

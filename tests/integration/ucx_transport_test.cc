@@ -397,7 +397,8 @@ TEST_P(UcxTransportTest, EveryHandleIsGivenBackWhenPeersAreRemoved) {
   EXPECT_EQ(live.requests, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("sm,self", "tcp", "shared"),
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest,
+                         ::testing::Values("sm,self", "tcp", "shared", "ucx"),
                          [](const ::testing::TestParamInfo<std::string>& tls) {
                            return tls.param == "sm,self" ? std::string("sm") : tls.param;
                          });

@@ -65,9 +65,10 @@ def test_async_registration_fails_its_future_with_the_reason(make_agent):
 
 @pytest.mark.parametrize("cls", [kvxfer.Transport, kvxfer.NixlTransport], ids=lambda c: c.__name__)
 def test_ucx_peer_no_transport_reaches_names_what_must_reach_it(cls):
-    # No tcp lane, UCX with shared memory only, and a peer on "another host":
-    # no transport with peer-failure support reaches it.
-    config = {"TLS": "sm,self", "KVXFER_LANES": "cma,ucx"}
+    # No tcp lane, UCX with shared memory only (KVXFER_RMA=on runs the UCX
+    # lane without an RDMA device), and a peer on "another host": no UCX
+    # transport reaches it, and the reason says what must.
+    config = {"TLS": "sm,self", "KVXFER_LANES": "cma,ucx", "KVXFER_RMA": "on"}
     pools = [np.zeros((8, 64), np.uint8) for _ in range(2)]
     try:
         b = cls("reason-b", pools[0], backends=["UCX"], engine_config=config)
@@ -79,6 +80,6 @@ def test_ucx_peer_no_transport_reaches_names_what_must_reach_it(cls):
             a.add_remote_peer("b", meta, b.base_addr, b.num_blocks, b.block_len)
         text = str(info.value)
         assert "cannot register peer b" in text
-        assert "a transport with peer-failure support, e.g. tcp, must reach it" in text
-        assert 'UCX_TLS here is "sm,self"' in text
+        assert "creating the endpoint failed" in text
+        assert "UCX must reach it over an RDMA transport, or tcp with KVXFER_RMA=on" in text
         assert a.peers() == []

@@ -187,7 +187,7 @@ def test_engine_counters_are_exposed_as_the_table_declares(pair):
     a, _ = pair
     m = a.metrics()
     # A loopback transport has no engine counters: these stand for a UCX one's.
-    m["engine_counters"] = {"cma_writes": 5, "progress_wakes": 7, "a_new_debug_counter": 1}
+    m["engine_counters"] = {"cma_writes": 5, "ucx_progress_wakes": 7, "a_new_debug_counter": 1}
 
     class Snapshot:
         def collect(self):
@@ -202,5 +202,5 @@ def test_engine_counters_are_exposed_as_the_table_declares(pair):
     # A tuning counter, and one the table does not know, are no family of their own.
     assert not any("progress_wakes" in name or "new_debug" in name for name in types)
     assert types["kvxfer_engine_unstable"] == "unknown"  # TYPE untyped in the text
-    assert value(values, "kvxfer_engine_unstable", agent=agent, counter="progress_wakes") == 7
+    assert value(values, "kvxfer_engine_unstable", agent=agent, counter="ucx_progress_wakes") == 7
     assert value(values, "kvxfer_engine_unstable", agent=agent, counter="a_new_debug_counter") == 1

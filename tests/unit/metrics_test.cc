@@ -453,20 +453,20 @@ namespace {
 TEST(PrometheusTextTest, APublicEngineCounterKeepsItsOwnFamily) {
   Metrics m;
   m.agent = "x";
-  m.engine_counters = {{"cma_writes", 5}, {"scatter_rejected", 2}};
+  m.engine_counters = {{"cma_writes", 5}, {"ucx_fences_refused", 2}};
   const Exposition e = parse(prometheus_text(m));
   expect_well_formed(e);
   EXPECT_EQ(e.types.at("kvxfer_engine_cma_writes_total"), "counter");
   EXPECT_EQ(e.value("kvxfer_engine_cma_writes_total", {{"agent", "x"}}), 5);
-  EXPECT_EQ(e.types.at("kvxfer_engine_scatter_rejected_total"), "counter");
-  EXPECT_EQ(e.value("kvxfer_engine_scatter_rejected_total", {{"agent", "x"}}), 2);
+  EXPECT_EQ(e.types.at("kvxfer_engine_ucx_fences_refused_total"), "counter");
+  EXPECT_EQ(e.value("kvxfer_engine_ucx_fences_refused_total", {{"agent", "x"}}), 2);
   EXPECT_FALSE(e.types.contains("kvxfer_engine_unstable"));
 }
 
 TEST(PrometheusTextTest, ATuningCounterIsNotItsOwnFamily) {
   Metrics m;
   m.agent = "x";
-  m.engine_counters = {{"progress_wakes", 7}, {"cma_caller_slice_max_bytes", 65536}};
+  m.engine_counters = {{"ucx_progress_wakes", 7}, {"cma_caller_slice_max_bytes", 65536}};
   const Exposition e = parse(prometheus_text(m));
   expect_well_formed(e);
   for (const auto& [family, type] : e.types) {
@@ -475,7 +475,8 @@ TEST(PrometheusTextTest, ATuningCounterIsNotItsOwnFamily) {
   }
   EXPECT_EQ(e.types.at("kvxfer_engine_unstable"), "untyped");
   EXPECT_NE(e.helps.at("kvxfer_engine_unstable").find("unstable"), std::string::npos);
-  EXPECT_EQ(e.value("kvxfer_engine_unstable", {{"agent", "x"}, {"counter", "progress_wakes"}}), 7);
+  EXPECT_EQ(e.value("kvxfer_engine_unstable", {{"agent", "x"}, {"counter", "ucx_progress_wakes"}}),
+            7);
   EXPECT_EQ(e.value("kvxfer_engine_unstable",
                     {{"agent", "x"}, {"counter", "cma_caller_slice_max_bytes"}}),
             65536);

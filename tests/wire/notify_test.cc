@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The notification header (wire/notify.h): round trip, golden layout, and
-// every malformed variant refused with the output left alone.
+// The notification header and its ack (wire/notify.h): round trip, golden
+// layout, and every malformed variant refused with the output left alone.
 #include "wire/notify.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,83 @@ TEST(NotifyHeaderTest, MalformedHeadersAreRefusedAndLeaveTheOutputAlone) {
   NotifyHeader h;
   EXPECT_TRUE(decode_notify_header(
       encode(NotifyHeader{1, 2, 3, 4, 5, std::string(kMaxNotifyName, 'n')}), &h));
+}
+
+std::vector<std::uint8_t> encode(const NotifyAck& a) {
+  std::vector<std::uint8_t> b(kAckLen);
+  encode_ack(b.data(), a);
+  return b;
+}
+
+// True when `bytes` is refused as an ack and the output, filled beforehand,
+// is left as it was.
+bool ack_refused(const std::vector<std::uint8_t>& bytes) {
+  NotifyAck a{9, 9, 9};
+  if (decode_ack(bytes, &a)) return false;
+  return a.slot == 9 && a.sequence == 9 && a.status == 9;
+}
+
+TEST(NotifyAckTest, RoundTrips) {
+  constexpr std::int32_t kMin = std::numeric_limits<std::int32_t>::min();
+  for (const NotifyAck in : {NotifyAck{3, 7, 0}, NotifyAck{0, 0, -25},
+                             NotifyAck{0xffffffff, ~0ull, -1}, NotifyAck{1, 2, kMin}}) {
+    NotifyAck out;
+    ASSERT_TRUE(decode_ack(encode(in), &out));
+    EXPECT_EQ(out.slot, in.slot);
+    EXPECT_EQ(out.sequence, in.sequence);
+    EXPECT_EQ(out.status, in.status);
+  }
+}
+
+TEST(NotifyAckTest, LayoutIsLittleEndianWithMagicKVXA) {
+  const std::vector<std::uint8_t> expected = {
+      'K',  'V',  'X',  'A',  0x04, 0x03, 0x02, 0x01,  // magic, slot
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // sequence
+      0xe7, 0xff, 0xff, 0xff, 0,    0,    0,    0,     // status -25, zero
+  };
+  EXPECT_EQ(encode(NotifyAck{0x01020304, 0x1112131415161718ull, -25}), expected);
+  EXPECT_EQ(kAckLen, expected.size());
+}
+
+TEST(NotifyAckTest, RefusesEveryOtherLength) {
+  const auto good = encode(NotifyAck{3, 7, 0});
+  for (std::size_t len = 0; len < good.size(); ++len) {
+    EXPECT_TRUE(ack_refused({good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)}))
+        << len;
+  }
+  auto longer = good;
+  longer.push_back(0);
+  EXPECT_TRUE(ack_refused(longer));
+  auto doubled = good;
+  doubled.insert(doubled.end(), good.begin(), good.end());
+  EXPECT_TRUE(ack_refused(doubled));
+}
+
+TEST(NotifyAckTest, RefusesABadMagic) {
+  for (std::size_t at = 0; at < 4; ++at) {
+    auto bytes = encode(NotifyAck{3, 7, 0});
+    bytes[at] ^= 0x01;
+    EXPECT_TRUE(ack_refused(bytes)) << "byte " << at;
+  }
+  // The other messages' magics.
+  auto notify = encode(NotifyAck{3, 7, 0});
+  notify[3] = 'N';
+  EXPECT_TRUE(ack_refused(notify));
+  auto fence = encode(NotifyAck{3, 7, 0});
+  fence[3] = 'F';
+  EXPECT_TRUE(ack_refused(fence));
+}
+
+TEST(NotifyAckTest, RefusesANonzeroReservedWord) {
+  for (std::size_t at = 20; at < kAckLen; ++at) {
+    auto bytes = encode(NotifyAck{3, 7, 0});
+    bytes[at] = 0x80;
+    EXPECT_TRUE(ack_refused(bytes)) << "byte " << at;
+  }
+}
+
+TEST(NotifyAckTest, RefusesANotificationHeader) {
+  EXPECT_TRUE(ack_refused(encode(NotifyHeader{1, 2, 3, 4, 5, "a"})));
 }
 
 }  // namespace

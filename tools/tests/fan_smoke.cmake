@@ -48,38 +48,38 @@ endif()
 # --target-engine reaches the spawned target's Transport: a value it must
 # refuse fails the run, naming it; one it takes is in the JSON.
 set(bad_args bench --tls ${TLS} --no-iperf3 --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
-  --target-engine KVXFER_PROGRESS_NICE=99)
+  --target-engine KVXFER_RMA=99)
 execute_process(COMMAND "${KVXFER}" ${bad_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
-if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "refused.*KVXFER_PROGRESS_NICE=99")
-  message(FATAL_ERROR "fan_smoke: --target-engine KVXFER_PROGRESS_NICE=99 gave rc=${rc}:\n${out}${err}")
+if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "refused.*KVXFER_RMA=99")
+  message(FATAL_ERROR "fan_smoke: --target-engine KVXFER_RMA=99 gave rc=${rc}:\n${out}${err}")
 endif()
-set(nice_args bench --tls ${TLS} --no-iperf3 --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
-  --target-engine KVXFER_PROGRESS_NICE=1 --engine KVXFER_PROGRESS_NICE=2 --json "${json}")
-execute_process(COMMAND "${KVXFER}" ${nice_args}
+set(rma_args bench --tls ${TLS} --no-iperf3 --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
+  --target-engine KVXFER_RMA=off --engine KVXFER_RMA=auto --json "${json}")
+execute_process(COMMAND "${KVXFER}" ${rma_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "fan_smoke: ${nice_args} exited with ${rc}:\n${out}${err}")
+  message(FATAL_ERROR "fan_smoke: ${rma_args} exited with ${rc}:\n${out}${err}")
 endif()
 file(READ "${json}" doc)
-string(JSON target_nice GET "${doc}" target_engine_config KVXFER_PROGRESS_NICE)
-string(JSON initiator_nice GET "${doc}" engine_config KVXFER_PROGRESS_NICE)
-if(NOT target_nice STREQUAL "1" OR NOT initiator_nice STREQUAL "2")
-  message(FATAL_ERROR "fan_smoke: JSON engine configs ${initiator_nice} / ${target_nice}")
+string(JSON target_rma GET "${doc}" target_engine_config KVXFER_RMA)
+string(JSON initiator_rma GET "${doc}" engine_config KVXFER_RMA)
+if(NOT target_rma STREQUAL "off" OR NOT initiator_rma STREQUAL "auto")
+  message(FATAL_ERROR "fan_smoke: JSON engine configs ${initiator_rma} / ${target_rma}")
 endif()
 
 # --engine, --num-threads and --no-progress-thread reach every incast
 # initiator's Transport: a value it must refuse fails the run, named by the
 # initiator; the others run and verify.
 set(bad_args bench --tls ${TLS} --no-iperf3 --initiators 1 --region 32M --total 16M --batch 16 --depth 2 --quiet
-  --engine KVXFER_PROGRESS_NICE=99)
+  --engine KVXFER_RMA=99)
 execute_process(COMMAND "${KVXFER}" ${bad_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
-if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "kvxfer initiator: [^\n]*KVXFER_PROGRESS_NICE=99")
-  message(FATAL_ERROR "fan_smoke: --engine KVXFER_PROGRESS_NICE=99 with --initiators gave rc=${rc}:\n${out}${err}")
+if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "kvxfer initiator: [^\n]*KVXFER_RMA=99")
+  message(FATAL_ERROR "fan_smoke: --engine KVXFER_RMA=99 with --initiators gave rc=${rc}:\n${out}${err}")
 endif()
 set(knob_args bench --tls ${TLS} --no-iperf3 --initiators 1,2 --region 32M --total 16M --batch 16 --depth 2 --quiet
-  --engine KVXFER_PROGRESS_NICE=2 --num-threads 1 --no-progress-thread --json "${json}")
+  --engine KVXFER_RMA=auto --num-threads 1 --no-progress-thread --json "${json}")
 execute_process(COMMAND "${KVXFER}" ${knob_args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 if(NOT rc EQUAL 0)

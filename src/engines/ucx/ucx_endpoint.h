@@ -1,73 +1,87 @@
 // SPDX-License-Identifier: Apache-2.0
-// A peer reached through a UCP endpoint: what the lane knows of it and the
-// endpoint's state, set in one place each (connect, the error callback,
-// close) instead of being inferred from which fields happen to be set.
+// A peer of the UCX lane: its UCP endpoint and rkey, what the lane knows of
+// the peer, and the endpoint's state, which moves one way only:
+//   connecting -> connected -> failed;  any of these -> closing -> closed.
+// Only the driver calls into UCX through it or moves its state; any thread
+// reads the state and the error.
 #pragma once
 
-#include <array>
+#include <ucp/api/ucp.h>
+
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "engines/ucx/ucx_handles.h"
-#include "wire/fence.h"
 
 namespace kvxfer::internal::ucx {
 
 class UcxLane;
 
-enum class EndpointState : std::uint8_t {
-  kConnecting,  // being created; its error callback may already fire
-  kConnected,   // endpoint and rkey ready
-  kFailed,      // the endpoint failed or the peer was found gone: nothing more lands
-  kClosed,      // closed by disconnect() without having failed
-};
+enum class EpState : std::uint8_t { kConnecting, kConnected, kFailed, kClosing, kClosed };
 
-struct UcxPeer {
-  UcxLane* lane = nullptr;
-  std::string agent_name;
-  std::uint64_t remote_base = 0;
-  std::uint64_t remote_block_len = 0;
-  // The peer's cookie epoch: its scatter handler only takes messages that
-  // carry it.
-  std::uint64_t token = 0;
-  bool scatter = false;  // its worker takes scatter writes (and we can send them)
-  bool gather = false;   // its worker answers gather requests (and we can send them)
-  bool puts = false;     // we may write it with ucp_put_nbx (RMA on, rkey unpacked)
-  // This registration of the peer (wire/fence.h): the lane's lineage for the
-  // peer, this registration's number in it and its random epoch. Every
-  // scatter write carries lineage and epoch; the fence sent first on `ep`
-  // makes the peer take no other epoch of the lineage.
+class Endpoint {
+ public:
+  Endpoint(UcxLane* owner, std::string name, std::uint64_t base, std::uint64_t block_len,
+           std::uint64_t peer_token)
+      : lane(owner),
+        agent_name(std::move(name)),
+        remote_base(base),
+        remote_block_len(block_len),
+        token(peer_token) {}
+
+  // Creates the endpoint in peer-failure mode (a failed peer completes our
+  // requests with an error and calls on_error(arg)) and unpacks the rkey.
+  // On failure nothing is left open and *what names the step.
+  ucs_status_t open(ucp_worker_h worker, std::span<const std::uint8_t> address,
+                    std::span<const std::uint8_t> packed_rkey, ucp_err_handler_cb_t on_error,
+                    void* arg, const char** what);
+  // Moves to closing and force-closes the endpoint (its requests end with
+  // UCS_ERR_CANCELED). True when on_closed(request, status, arg) will end
+  // the close (and free the request); false when it ended at once.
+  bool close(ucp_send_nbx_callback_t on_closed, void* arg);
+  void closed();     // the close ended: the rkey goes
+  bool connected();  // connecting -> connected; false when it failed meanwhile
+  // connecting or connected -> failed, keeping the first error; true for
+  // the call that made it so.
+  bool fail(ucs_status_t status);
+
+  [[nodiscard]] EpState state() const { return state_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool usable() const { return state() == EpState::kConnected; }
+  [[nodiscard]] ucs_status_t error() const {  // UCS_OK while it has not failed
+    return static_cast<ucs_status_t>(error_.load(std::memory_order_acquire));
+  }
+
+  UcxLane* const lane;
+  const std::string agent_name;
+  const std::uint64_t remote_base;
+  const std::uint64_t remote_block_len;
+  const std::uint64_t token;  // the peer's: its handlers take only messages with it
+  // This registration (wire/fence.h): our lineage for the peer, its number
+  // in it, its random epoch, and the fence (UCX reads it until sent).
   std::uint64_t lineage = 0;
   std::uint64_t gen = 0;
   std::uint64_t epoch = 0;
-  std::array<std::uint8_t, kFenceLen> fence_bytes{};  // UCX reads it until the send completes
-  EndpointHandle ep;
-  // ep's handle as created, never cleared: what acks' reply endpoints are
-  // compared with (ep itself is cleared by the close, on another thread).
-  ucp_ep_h ep_id = nullptr;
+  std::vector<std::uint8_t> fence;
+  // Driver only: the endpoint, the rkey, and the slots of the transfers
+  // whose notification awaits its ack.
+  ucp_ep_h ep = nullptr;
   RkeyHandle rkey;
-  // Set by disconnect() under the lane's send_mu_: handed-off writes not yet
-  // sent are failed instead of sent.
-  bool closing = false;
-  // Written from UCX callbacks, read anywhere.
-  std::atomic<EndpointState> state{EndpointState::kConnecting};
-  // The ucs_status_t the endpoint failed with (UCS_OK until then).
-  std::atomic<int> error{UCS_OK};
+  std::vector<std::uint32_t> awaiting;
+  // Held from disconnect() until the close ends (UCX calls back with this
+  // endpoint until then); close_done is under the driver's lock.
+  std::shared_ptr<Endpoint> keep;
+  bool close_done = false;
 
-  [[nodiscard]] bool failed() const {
-    return state.load(std::memory_order_acquire) == EndpointState::kFailed;
+ private:
+  bool move(EpState from, EpState to) {
+    return state_.compare_exchange_strong(from, to, std::memory_order_acq_rel);
   }
-  // Connecting or connected -> failed. True for the call that made it so.
-  bool mark_failed() {
-    EndpointState s = state.load(std::memory_order_acquire);
-    while (s == EndpointState::kConnecting || s == EndpointState::kConnected) {
-      if (state.compare_exchange_weak(s, EndpointState::kFailed, std::memory_order_acq_rel)) {
-        return true;
-      }
-    }
-    return false;
-  }
+  std::atomic<EpState> state_{EpState::kConnecting};
+  std::atomic<int> error_{UCS_OK};
 };
 
 }  // namespace kvxfer::internal::ucx

@@ -1,0 +1,652 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engines/ucx/ucx_lane.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "common/log.h"
+#include "common/random.h"
+#include "engines/ucx/ucx_compat.h"
+#include "wire/fence.h"
+
+namespace kvxfer::internal::ucx {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long disconnect() and shutdown wait for UCX to end a close or drain.
+constexpr auto kCloseTimeout = std::chrono::seconds(10);
+// Acks in flight to one lineage, and in all: past these, a notification is
+// dropped unanswered (its sender does not take its acks).
+constexpr std::uint32_t kMaxAcksPerLineage = 256;
+constexpr std::size_t kMaxAcks = 16384;
+
+// Statuses that say the peer's endpoint is gone: nothing more can land.
+bool is_disconnect(ucs_status_t status) {
+  return status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+         status == UCS_ERR_UNREACHABLE || status == UCS_ERR_REJECTED;
+}
+
+// The status an ack carries, as one the target's handler sends; anything
+// else is an I/O error.
+ucs_status_t peer_status(std::int32_t sent) {
+  for (const ucs_status_t known :
+       {UCS_OK, UCS_ERR_INVALID_PARAM, UCS_ERR_CANCELED, UCS_ERR_NO_RESOURCE}) {
+    if (sent == static_cast<std::int32_t>(known)) return known;
+  }
+  return UCS_ERR_IO_ERROR;
+}
+
+// An eager active message that lets the receiver reply, ended by `cb`.
+ucp_request_param_t am_param(ucp_send_nbx_callback_t cb, void* user_data) {
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = cb;
+  param.user_data = user_data;
+  param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  return param;
+}
+
+ucp_ep_h reply_ep(const ucp_am_recv_param_t* param) {
+  return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
+}
+
+std::span<const std::uint8_t> bytes_of(const void* data, std::size_t length) {
+  return {static_cast<const std::uint8_t*>(data), length};
+}
+
+}  // namespace
+
+UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& options,
+                 std::uint64_t token, const UcxSettings& settings)
+    : agent_name_(std::move(agent_name)),
+      region_(region),
+      token_(token),
+      threaded_(options.progress_thread),
+      driver_(agent_name_, settings.overrides) {
+  driver_.set_am_handler(kFenceAmId, &UcxLane::on_fence, this);
+  driver_.set_am_handler(kNotifyAmId, &UcxLane::on_note, this);
+  driver_.set_am_handler(kNotifyAckAmId, &UcxLane::on_ack, this);
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = region_.base;
+  params.length = region_.num_blocks * region_.block_len;
+  ucs_status_t st = ucp_mem_map(driver_.context(), &params, &memh_);
+  void* rkey = nullptr;
+  std::size_t rkey_len = 0;
+  if (st != UCS_OK ||
+      (st = ucx_compat::pack_rkey(driver_.context(), memh_, &rkey, &rkey_len)) != UCS_OK) {
+    throw std::runtime_error(
+        fmt::format("kvxfer UCX: registering the pool failed: {}", ucs_status_string(st)));
+  }
+  packed_rkey_.assign(static_cast<std::uint8_t*>(rkey),
+                      static_cast<std::uint8_t*>(rkey) + rkey_len);
+  ucx_compat::release_packed_rkey(rkey);
+  if (threaded_) driver_.start_thread();
+}
+
+UcxLane::~UcxLane() {
+  stop();
+  release_pool();
+  destroy_worker();
+}
+
+// Peers ---------------------------------------------------------------------
+
+struct UcxLane::ConnectJob {
+  UcxLane* lane = nullptr;
+  std::shared_ptr<Endpoint> ep;
+  const Blob* blob = nullptr;
+  Status status = Status::kSuccess;
+  std::string reason;
+  bool done = false;  // under the driver's lock
+};
+
+Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out,
+                        std::string* reason) {
+  ConnectJob job;
+  job.lane = this;
+  job.blob = &blob;
+  if (blob.worker_address.empty() || blob.rkey.empty()) {
+    job.status = Status::kNotSupported;
+    job.reason = fmt::format(
+        "peer {} has no UCX lane (no {} in its metadata): it has no RDMA "
+        "device, or KVXFER_RMA=off",
+        remote.agent_name, blob.rkey.empty() ? "rkey" : "worker address");
+  } else {
+    job.ep = std::make_shared<Endpoint>(this, remote.agent_name, remote.base_addr, remote.block_len,
+                                        blob.cookie_epoch);
+    driver_.submit({&UcxLane::run_connect, &job});
+    static_cast<void>(driver_.wait([&] { return job.done; }, Clock::time_point::max()));
+  }
+  if (job.status != Status::kSuccess) {
+    log().warn("kvxfer UCX {}: {}", agent_name_, job.reason);
+    if (reason != nullptr) *reason = std::move(job.reason);
+    return job.status;
+  }
+  live_peers_.fetch_add(1, std::memory_order_relaxed);
+  *out = reinterpret_cast<PeerHandle>(job.ep.get());
+  std::lock_guard lock(mu_);
+  peers_.emplace(*out, std::move(job.ep));
+  return Status::kSuccess;
+}
+
+void UcxLane::run_connect(void* arg) {
+  auto& job = *static_cast<ConnectJob*>(arg);
+  UcxLane& lane = *job.lane;
+  Endpoint& ep = *job.ep;
+  lane.driver_.check_turn();
+  const auto end = [&](Status st, std::string why) {
+    job.status = st;
+    job.reason = std::move(why);
+    lane.driver_.finish([&] { job.done = true; });
+  };
+  const char* what = "";
+  const ucs_status_t st = ep.open(lane.driver_.worker(), job.blob->worker_address, job.blob->rkey,
+                                  &UcxLane::on_ep_error, &ep, &what);
+  if (st != UCS_OK) {
+    return end(st == UCS_ERR_UNREACHABLE ? Status::kNotSupported : Status::kInvalidParam,
+               fmt::format("peer {}: {} failed: {} (UCX must reach it over an RDMA transport, "
+                           "or tcp with KVXFER_RMA=on)",
+                           ep.agent_name, what, ucs_status_string(st)));
+  }
+  // The fence goes first on the endpoint, before any notification.
+  Lineage& lineage = lane.lineages_[{ep.agent_name, ep.token}];
+  if (lineage.id == 0) lineage.id = fresh_random();
+  ep.lineage = lineage.id;
+  ep.gen = ++lineage.gen;
+  ep.epoch = fresh_random();
+  const std::string_view name = std::string_view(lane.agent_name_).substr(0, kMaxFenceName);
+  ep.fence.resize(fence_len(name.size()));
+  encode_fence(ep.fence.data(), Fence{ep.token, ep.lineage, ep.gen, ep.epoch, name});
+  const ucp_request_param_t param = am_param(&UcxLane::on_sent, &lane);
+  const ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep.ep, kFenceAmId, ep.fence.data(), ep.fence.size(), nullptr, 0, &param);
+  if (UCS_PTR_IS_PTR(request)) lane.live_requests_.fetch_add(1, std::memory_order_relaxed);
+  const ucs_status_t failed = UCS_PTR_IS_ERR(request) ? UCS_PTR_STATUS(request) : ep.error();
+  if (failed == UCS_OK && ep.connected()) return end(Status::kSuccess, {});
+  ep.keep = job.ep;
+  if (!ep.close(&UcxLane::on_closed, &ep)) lane.end_close(ep);
+  end(is_disconnect(failed) ? Status::kRemoteDisconnect : Status::kBackend,
+      fmt::format("peer {}: sending the fence failed: {}", ep.agent_name,
+                  ucs_status_string(failed)));
+}
+
+Status UcxLane::disconnect(PeerHandle handle) {
+  std::shared_ptr<Endpoint> ep;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = peers_.find(handle);
+    if (it == peers_.end()) return Status::kNotFound;
+    ep = std::move(it->second);
+    peers_.erase(it);
+  }
+  live_peers_.fetch_sub(1, std::memory_order_relaxed);
+  ep->keep = ep;  // the driver's until the close ends
+  driver_.submit({&UcxLane::run_close, ep.get()});
+  if (driver_.wait([&] { return ep->close_done; }, Clock::now() + kCloseTimeout)) {
+    return Status::kSuccess;
+  }
+  log().error("kvxfer UCX {}: closing the endpoint to peer {} did not end in {} s", agent_name_,
+              ep->agent_name, kCloseTimeout.count());
+  return Status::kBackend;
+}
+
+void UcxLane::run_close(void* arg) {
+  auto& ep = *static_cast<Endpoint*>(arg);
+  ep.lane->driver_.check_turn();
+  // Acks will not come; the forced close ends the endpoint's flushes and
+  // sends with UCS_ERR_CANCELED.
+  ep.lane->fail_awaiting(ep, UCS_ERR_CANCELED);
+  if (!ep.close(&UcxLane::on_closed, &ep)) ep.lane->end_close(ep);
+}
+
+void UcxLane::on_closed(void* request, ucs_status_t /*status*/, void* arg) {
+  auto& ep = *static_cast<Endpoint*>(arg);
+  ep.lane->driver_.check_turn();
+  ucp_request_free(request);
+  ep.lane->end_close(ep);
+}
+
+void UcxLane::end_close(Endpoint& ep) {
+  ep.closed();
+  driver_.finish([&] { ep.close_done = true; });
+  const std::shared_ptr<Endpoint> last = std::move(ep.keep);  // may be the last reference
+}
+
+void UcxLane::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto& ep = *static_cast<Endpoint*>(arg);
+  ep.lane->driver_.check_turn();
+  if (!ep.fail(status)) return;
+  log().warn("kvxfer UCX {}: endpoint to peer {} failed: {}", ep.lane->agent_name_, ep.agent_name,
+             ucs_status_string(status));
+  // Its flushes end with the error (peer-failure mode); acks will not come.
+  ep.lane->fail_awaiting(ep, status);
+}
+
+// Transfers: the callers' side ----------------------------------------------
+
+Status UcxLane::post(PeerHandle handle, TransferId id, Op op, std::span<const std::int64_t> local,
+                     std::span<const std::int64_t> remote, std::span<const std::uint8_t> note,
+                     XferHandle* out) {
+  Xfer* x = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = peers_.find(handle);
+    if (it == peers_.end()) return Status::kNotFound;
+    if (it->second->error() != UCS_OK) return Status::kRemoteDisconnect;
+    if (free_xfers_.empty()) {
+      x = &xfers_.emplace_back();
+      x->lane = this;
+      x->slot = static_cast<std::uint32_t>(xfers_.size() - 1);
+    } else {
+      x = free_xfers_.back();
+      free_xfers_.pop_back();
+    }
+    x->ep = it->second;
+  }
+  x->id = id;
+  x->op = op;
+  if (x->runs.size() < local.size()) x->runs.resize(local.size());
+  x->run_count = encode_runs(local, remote, x->runs.data());
+  x->note.assign(note.begin(), note.end());
+  x->sequence = fresh_random();
+  x->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
+  x->held.store(true, std::memory_order_relaxed);
+  x->refs.store(2, std::memory_order_relaxed);  // the core's and the driver's
+  live_transfers_.fetch_add(1, std::memory_order_relaxed);
+  if (op != Op::kNotify) count(op == Op::kRead ? kReads : kWrites);
+  *out = reinterpret_cast<XferHandle>(static_cast<LaneXfer*>(x));
+  driver_.submit({&UcxLane::run_post, x});
+  return Status::kSuccess;
+}
+
+void UcxLane::unref(Xfer* x) {
+  if (x->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  x->ep.reset();
+  std::lock_guard lock(mu_);
+  free_xfers_.push_back(x);
+}
+
+void UcxLane::progress() {
+  if (!threaded_) static_cast<void>(driver_.drive(std::chrono::milliseconds(1)));
+}
+
+Status UcxLane::check(XferHandle handle, Status* state) {
+  const Xfer* x = from_handle(handle);
+  if (!x->held.load(std::memory_order_relaxed)) return Status::kInvalidParam;
+  const auto result = static_cast<ucs_status_t>(x->result.load(std::memory_order_acquire));
+  const bool peer_failed = x->ep->error() != UCS_OK;
+  if (result == UCS_INPROGRESS) {
+    // A read ends only when its gets did (no byte lands after its end is
+    // reported); a write to a failed peer can land no more.
+    if (peer_failed && x->op != Op::kRead) return Status::kRemoteDisconnect;
+    *state = Status::kInProgress;
+  } else if (result == UCS_OK) {
+    *state = Status::kSuccess;
+  } else if (peer_failed || is_disconnect(result)) {
+    return Status::kRemoteDisconnect;
+  } else {
+    *state = result == UCS_ERR_CANCELED ? Status::kCanceled : Status::kBackend;
+  }
+  return Status::kSuccess;
+}
+
+Status UcxLane::release(XferHandle handle) {
+  Xfer* x = from_handle(handle);
+  if (!x->held.exchange(false, std::memory_order_acq_rel)) return Status::kInvalidParam;
+  live_transfers_.fetch_sub(1, std::memory_order_relaxed);
+  unref(x);
+  return Status::kSuccess;
+}
+
+const char* UcxLane::detail(XferHandle handle) const {
+  const Xfer* x = from_handle(handle);
+  if (!x->held.load(std::memory_order_relaxed)) return nullptr;
+  const auto result = static_cast<ucs_status_t>(x->result.load(std::memory_order_acquire));
+  if (result != UCS_OK && result != UCS_INPROGRESS) return ucs_status_string(result);
+  return x->ep->error() != UCS_OK ? ucs_status_string(x->ep->error()) : nullptr;
+}
+
+void UcxLane::take_notifications(std::vector<Notification>* out) {
+  std::lock_guard lock(mu_);
+  for (Notification& n : notes_) out->push_back(std::move(n));
+  notes_.clear();
+  queued_.clear();
+}
+
+// Transfers: the driver's side ----------------------------------------------
+
+void UcxLane::run_post(void* arg) {
+  auto* x = static_cast<Xfer*>(arg);
+  UcxLane& lane = *x->lane;
+  Endpoint& ep = *x->ep;
+  lane.driver_.check_turn();
+  if (x->slot >= lane.slots_.size()) lane.slots_.resize(x->slot + 1, nullptr);
+  lane.slots_[x->slot] = x;
+  x->error = UCS_OK;
+  x->ended = false;
+  x->sending = false;
+  x->await_index = kNotAwaiting;
+  // A read released before it started reads nothing (engine.h).
+  if (x->op == Op::kRead && !x->held.load(std::memory_order_acquire)) {
+    return lane.complete(x, UCS_ERR_CANCELED);
+  }
+  if (!ep.usable()) return lane.complete(x, ep.error() != UCS_OK ? ep.error() : UCS_ERR_CANCELED);
+  // No callback per put or get: the flush after them covers each. A
+  // notification alone flushes too, so it goes after every earlier one.
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_MULTI_SEND;
+  param.memh = lane.memh_;
+  auto* const base = static_cast<std::uint8_t*>(lane.region_.base);
+  const std::uint64_t block_len = lane.region_.block_len;
+  for (std::size_t i = 0; i < x->run_count; ++i) {
+    const BlockRun& run = x->runs[i];
+    std::uint8_t* local = base + static_cast<std::uint64_t>(run.local) * block_len;
+    const std::uint64_t remote =
+        ep.remote_base + static_cast<std::uint64_t>(run.remote) * ep.remote_block_len;
+    const ucs_status_ptr_t request =
+        x->op == Op::kWrite
+            ? ucp_put_nbx(ep.ep, local, run.count * block_len, remote, ep.rkey.get(), &param)
+            : ucp_get_nbx(ep.ep, local, run.count * block_len, remote, ep.rkey.get(), &param);
+    if (UCS_PTR_IS_ERR(request)) {
+      x->error = UCS_PTR_STATUS(request);
+      log().warn("kvxfer UCX {}: a {} of transfer {} to peer {} failed: {}", lane.agent_name_,
+                 x->op == Op::kWrite ? "put" : "get", x->id, ep.agent_name,
+                 ucs_status_string(x->error));
+      break;  // the flush still covers what was posted
+    }
+    if (request != nullptr) ucp_request_free(request);
+  }
+  lane.count(x->op == Op::kWrite ? kPuts : kGets, x->run_count);
+  ucp_request_param_t flush{};
+  flush.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  flush.cb.send = &UcxLane::on_flush;
+  flush.user_data = x;
+  const ucs_status_ptr_t request = ucp_ep_flush_nbx(ep.ep, &flush);
+  if (!UCS_PTR_IS_PTR(request)) return on_flush(nullptr, UCS_PTR_STATUS(request), x);
+  lane.live_requests_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void UcxLane::on_flush(void* request, ucs_status_t status, void* arg) {
+  auto* x = static_cast<Xfer*>(arg);
+  UcxLane& lane = *x->lane;
+  lane.driver_.check_turn();
+  if (request != nullptr) {
+    ucp_request_free(request);
+    lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (x->error != UCS_OK) status = x->error;
+  if (is_disconnect(status) && x->ep->fail(status)) lane.fail_awaiting(*x->ep, status);
+  // The bytes are in place: now the notification, unless the transfer was
+  // released meanwhile (engine.h: it then delivers nothing).
+  if (status != UCS_OK || x->note.empty() || !x->held.load(std::memory_order_acquire)) {
+    return lane.complete(x, status);
+  }
+  Endpoint& ep = *x->ep;
+  if (!ep.usable()) return lane.complete(x, ep.error() != UCS_OK ? ep.error() : UCS_ERR_CANCELED);
+  // The target labels it with the fence's name, not this one.
+  const std::string_view name = std::string_view(lane.agent_name_).substr(0, kMaxNotifyName);
+  x->note_header.resize(notify_header_len(name.size()));
+  encode_notify_header(x->note_header.data(),
+                       NotifyHeader{ep.token, x->sequence, x->slot, ep.lineage, ep.epoch, name});
+  x->await_index = ep.awaiting.size();
+  ep.awaiting.push_back(x->slot);
+  lane.count(kNotesSent);
+  const ucp_request_param_t param = am_param(&UcxLane::on_note_sent, x);
+  const ucs_status_ptr_t sent =
+      ucp_am_send_nbx(ep.ep, kNotifyAmId, x->note_header.data(), x->note_header.size(),
+                      x->note.data(), x->note.size(), &param);
+  if (UCS_PTR_IS_ERR(sent)) return lane.complete(x, UCS_PTR_STATUS(sent));
+  if (UCS_PTR_IS_PTR(sent)) {
+    lane.live_requests_.fetch_add(1, std::memory_order_relaxed);
+    x->sending = true;
+  }
+}
+
+void UcxLane::on_note_sent(void* request, ucs_status_t status, void* arg) {
+  auto* x = static_cast<Xfer*>(arg);
+  UcxLane& lane = *x->lane;
+  lane.driver_.check_turn();
+  ucp_request_free(request);
+  lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  x->sending = false;
+  if (x->ended) return lane.unref(x);              // complete() left the driver's reference to us
+  if (status != UCS_OK) lane.complete(x, status);  // else the ack ends it
+}
+
+// Ends a transfer: its result, then (once UCX holds none of its buffers)
+// the driver's reference.
+void UcxLane::complete(Xfer* x, ucs_status_t status) {
+  if (x->ended) return;
+  x->ended = true;
+  if (x->await_index != kNotAwaiting) {
+    auto& awaiting = x->ep->awaiting;
+    const std::uint32_t moved = awaiting.back();
+    awaiting[x->await_index] = moved;
+    slots_[moved]->await_index = x->await_index;
+    awaiting.pop_back();
+    x->await_index = kNotAwaiting;
+  }
+  x->result.store(status, std::memory_order_release);
+  if (!x->sending) unref(x);
+}
+
+void UcxLane::fail_awaiting(Endpoint& ep, ucs_status_t status) {
+  while (!ep.awaiting.empty()) complete(slots_[ep.awaiting.back()], status);
+}
+
+// Messages ------------------------------------------------------------------
+
+void UcxLane::on_sent(void* request, ucs_status_t /*status*/, void* arg) {
+  auto& lane = *static_cast<UcxLane*>(arg);
+  lane.driver_.check_turn();
+  ucp_request_free(request);
+  lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Target: a fence binds its lineage's newest registration to the endpoint
+// it came on, under the name it carries.
+ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t /*length*/, const ucp_am_recv_param_t* param) {
+  auto& lane = *static_cast<UcxLane*>(arg);
+  lane.driver_.check_turn();
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    ucp_am_data_release(lane.driver_.worker(), data);
+  }
+  lane.count(kFencesReceived);
+  Fence fence;
+  const ucp_ep_h from = reply_ep(param);
+  const char* why = "the fence table is full";
+  if (from == nullptr || !decode_fence(bytes_of(header, header_length), &fence)) {
+    why = "it is malformed";
+  } else if (fence.token != lane.token_ || !lane.accepting_.load(std::memory_order_acquire)) {
+    why = "it is not for this transport";
+  } else if (const auto verdict = lane.fences_.take(fence, from, Clock::now());
+             verdict == FenceTable::Verdict::kTaken) {
+    return UCS_OK;
+  } else if (verdict == FenceTable::Verdict::kStale) {
+    why = "a newer registration of its lineage fenced already";
+  }
+  lane.count(kFencesRefused);
+  log().warn("kvxfer UCX {}: refused a fence: {}", lane.agent_name_, why);
+  return UCS_OK;
+}
+
+// Target: a notification, queued when it belongs to the newest registration
+// of its lineage and came on that registration's endpoint, has
+// 1..kMaxNotificationBytes bytes, and its sender's share has room; the ack
+// says which.
+ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_length, void* data,
+                              std::size_t length, const ucp_am_recv_param_t* param) {
+  auto& lane = *static_cast<UcxLane*>(arg);
+  lane.driver_.check_turn();
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (rndv) ucp_am_data_release(lane.driver_.worker(), data);
+  NotifyHeader h;
+  const ucp_ep_h from = reply_ep(param);
+  FenceTable::Entry* entry = nullptr;
+  ucs_status_t status = UCS_OK;
+  if (from == nullptr || !decode_notify_header(bytes_of(header, header_length), &h) ||
+      lane.acks_in_flight_ >= kMaxAcks) {
+    status = UCS_ERR_NO_RESOURCE;  // nothing to answer, or too many answers pending
+  } else if (h.token != lane.token_ || !lane.accepting_.load(std::memory_order_acquire) ||
+             (entry = lane.fences_.admit(h.lineage, h.epoch, from, Clock::now())) == nullptr) {
+    status = UCS_ERR_CANCELED;  // a removed or replaced registration's, or another endpoint's
+  } else if (entry->acks >= kMaxAcksPerLineage) {
+    status = UCS_ERR_NO_RESOURCE;
+  } else if (rndv || length == 0 || length > kMaxNotificationBytes) {
+    status = UCS_ERR_INVALID_PARAM;  // our initiators send eagerly
+  } else {
+    const auto message = bytes_of(data, length);
+    std::lock_guard lock(lane.mu_);
+    std::size_t& queued = lane.queued_[h.lineage];
+    if (queued >= kMaxQueuedNotificationsPerSender ||
+        lane.notes_.size() >= kMaxQueuedNotifications) {
+      status = UCS_ERR_NO_RESOURCE;  // the owner is not taking them
+    } else {
+      ++queued;
+      lane.notes_.push_back({entry->name, {message.begin(), message.end()}});
+    }
+  }
+  if (status == UCS_OK) {
+    lane.count(kNotesReceived);
+  } else {
+    lane.count(kNotesRefused);
+    log().warn("kvxfer UCX {}: refused a notification from {}: {}", lane.agent_name_,
+               entry != nullptr ? entry->name : "an unknown sender", ucs_status_string(status));
+    // Past the bounds on acks, not answered at all.
+    if (from == nullptr || lane.acks_in_flight_ >= kMaxAcks ||
+        (entry != nullptr && entry->acks >= kMaxAcksPerLineage)) {
+      return UCS_OK;
+    }
+  }
+  lane.send_ack(from, entry, NotifyAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
+  return UCS_OK;
+}
+
+void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const NotifyAck& ack) {
+  AckMsg* msg = nullptr;
+  if (free_acks_.empty()) {
+    msg = &acks_.emplace_back();
+    msg->lane = this;
+  } else {
+    msg = free_acks_.back();
+    free_acks_.pop_back();
+  }
+  msg->lineage = entry != nullptr ? entry->lineage : 0;
+  encode_ack(msg->bytes.data(), ack);
+  const ucp_request_param_t param = am_param(&UcxLane::on_ack_sent, msg);
+  const ucs_status_ptr_t request =
+      ucp_am_send_nbx(to, kNotifyAckAmId, msg->bytes.data(), msg->bytes.size(), nullptr, 0, &param);
+  if (!UCS_PTR_IS_PTR(request)) return free_acks_.push_back(msg);
+  live_requests_.fetch_add(1, std::memory_order_relaxed);
+  ++acks_in_flight_;
+  if (entry != nullptr) ++entry->acks;
+}
+
+void UcxLane::on_ack_sent(void* request, ucs_status_t /*status*/, void* arg) {
+  auto* msg = static_cast<AckMsg*>(arg);
+  UcxLane& lane = *msg->lane;
+  lane.driver_.check_turn();
+  ucp_request_free(request);
+  lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  --lane.acks_in_flight_;
+  FenceTable::Entry* e = lane.fences_.find(msg->lineage);
+  if (e != nullptr && e->acks > 0) --e->acks;
+  lane.free_acks_.push_back(msg);
+}
+
+// Initiator: an ack ends the notification it names, if it came through the
+// endpoint the notification went out on and echoes its sequence.
+ucs_status_t UcxLane::on_ack(void* arg, const void* header, std::size_t header_length, void* data,
+                             std::size_t /*length*/, const ucp_am_recv_param_t* param) {
+  auto& lane = *static_cast<UcxLane*>(arg);
+  lane.driver_.check_turn();
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    ucp_am_data_release(lane.driver_.worker(), data);
+  }
+  NotifyAck ack;
+  Xfer* x = nullptr;
+  if (decode_ack(bytes_of(header, header_length), &ack) && ack.slot < lane.slots_.size()) {
+    x = lane.slots_[ack.slot];
+  }
+  // await_index first: only an awaiting transfer is the driver's to read.
+  if (x == nullptr || x->await_index == kNotAwaiting || x->sequence != ack.sequence ||
+      x->ep->ep == nullptr || x->ep->ep != reply_ep(param)) {
+    lane.count(kAcksIgnored);
+    return UCS_OK;
+  }
+  const ucs_status_t status = peer_status(ack.status);
+  if (status != UCS_OK) {
+    lane.count(kNotesRefused);
+    log().warn("kvxfer UCX {}: peer {} refused the notification of transfer {}: {}",
+               lane.agent_name_, x->ep->agent_name, x->id, ucs_status_string(status));
+  }
+  lane.complete(x, status);
+  return UCS_OK;
+}
+
+// Counts and shutdown -------------------------------------------------------
+
+void UcxLane::add_live(HandleCounts& counts) const {
+  counts.memory_registrations += memh_ != nullptr ? 1 : 0;
+  {
+    std::lock_guard lock(mu_);
+    counts.peers += peers_.size();
+  }
+  counts.remote_keys += live_peers_.load(std::memory_order_relaxed);
+  counts.transfers += live_transfers_.load(std::memory_order_relaxed);
+  counts.requests += live_requests_.load(std::memory_order_relaxed);
+}
+
+void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
+  static constexpr const char* kNames[kCounters] = {"ucx_writes",
+                                                    "ucx_reads",
+                                                    "ucx_puts",
+                                                    "ucx_gets",
+                                                    "ucx_notifications_sent",
+                                                    "ucx_notifications_received",
+                                                    "ucx_notifications_refused",
+                                                    "ucx_fences_received",
+                                                    "ucx_fences_refused",
+                                                    "ucx_acks_ignored"};
+  for (int i = 0; i < kCounters; ++i) counters[kNames[i]] = counts_[i].load();
+  counters["ucx_progress_wakes"] = driver_.wakes();
+  counters["ucx_driver_overlaps"] = driver_.overlaps();
+}
+
+void UcxLane::stop() {
+  accepting_.store(false, std::memory_order_release);
+  driver_.stop_thread();
+}
+
+void UcxLane::run_unmap(void* arg) {
+  auto& lane = *static_cast<UcxLane*>(arg);
+  lane.driver_.check_turn();
+  if (const ucs_status_t st = ucp_mem_unmap(lane.driver_.context(), lane.memh_); st != UCS_OK) {
+    log().error("kvxfer UCX {}: ucp_mem_unmap failed: {}", lane.agent_name_, ucs_status_string(st));
+  }
+  lane.driver_.finish([&] { lane.memh_ = nullptr; });
+}
+
+void UcxLane::release_pool() {
+  if (memh_ == nullptr || driver_.worker() == nullptr) return;
+  // The last sends and acks end first (bounded).
+  if (!driver_.wait([&] { return live_requests_.load(std::memory_order_relaxed) == 0; },
+                    Clock::now() + kCloseTimeout)) {
+    log().warn(
+        "kvxfer UCX {}: {} request(s) still pending at shutdown; the worker's "
+        "destruction cancels them",
+        agent_name_, live_requests_.load(std::memory_order_relaxed));
+  }
+  driver_.submit({&UcxLane::run_unmap, this});
+  static_cast<void>(driver_.wait([&] { return memh_ == nullptr; }, Clock::time_point::max()));
+}
+
+void UcxLane::destroy_worker() { driver_.destroy(); }
+
+}  // namespace kvxfer::internal::ucx

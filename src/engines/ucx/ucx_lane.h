@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+// The UCX lane: RDMA peers. A WRITE is one ucp_put_nbx per run of
+// consecutive blocks and one flush, whose completion means the bytes are in
+// the peer's memory; a READ is ucp_get_nbx the same way. A notification is an
+// active message sent after the flush that completed its transfer (or
+// alone), acked by the target once queued. Every endpoint opens with a fence
+// (wire/fence.h), which orders notifications; puts are one-sided, bounded
+// by the NIC to the pool the peer registered (docs/reliability.md).
+//
+// Threads: callers copy a post's runs into a pooled transfer and queue it
+// for the driver (ucx_driver.h), which alone calls into UCX; connect and
+// disconnect queue their work and wait for it. A transfer's state is one
+// atomic the driver sets and check() reads.
+//
+// This room may use UCX, src/wire/ and src/common/; it knows nothing of the
+// other lanes (lanes.cc decides which peers come here) or of src/core/.
+// Files: ucx_config (what we ask of UCX), ucx_driver (context, worker, the
+// thread that drives them), ucx_endpoint (a peer and its state), ucx_fences
+// (the target's fence table), and this one.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine.h"
+#include "engines/block_runs.h"
+#include "engines/lanes.h"
+#include "engines/ucx/ucx_config.h"
+#include "engines/ucx/ucx_driver.h"
+#include "engines/ucx/ucx_endpoint.h"
+#include "engines/ucx/ucx_fences.h"
+#include "wire/notify.h"
+#include "wire/ucx_blob.h"
+
+namespace kvxfer::internal::ucx {
+
+class UcxLane {
+ public:
+  // `token` is what peers' messages must carry to be taken (our cookie
+  // epoch, published in the blob). Throws std::runtime_error when UCX
+  // cannot start.
+  UcxLane(std::string agent_name, const Region& region, const Options& options, std::uint64_t token,
+          const UcxSettings& settings);
+  ~UcxLane();
+  UcxLane(const UcxLane&) = delete;
+  UcxLane& operator=(const UcxLane&) = delete;
+
+  [[nodiscard]] const std::vector<std::uint8_t>& worker_address() const {
+    return driver_.address();
+  }
+  [[nodiscard]] const std::vector<std::uint8_t>& packed_rkey() const { return packed_rkey_; }
+
+  // engine.h's calls. On failure *reason (when given) says why.
+  [[nodiscard]] Status connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out,
+                               std::string* reason = nullptr);
+  [[nodiscard]] Status disconnect(PeerHandle peer);
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out,
+                                  std::span<const std::uint8_t> notify = {}) {
+    return post(peer, id, Op::kWrite, local, remote, notify, out);
+  }
+  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
+                                 std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote, XferHandle* out,
+                                 std::span<const std::uint8_t> notify = {}) {
+    return post(peer, id, Op::kRead, local, remote, notify, out);
+  }
+  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
+                                   std::span<const std::uint8_t> message, XferHandle* out) {
+    return post(peer, id, Op::kNotify, {}, {}, message, out);
+  }
+  void take_notifications(std::vector<Notification>* out);
+  // Without a progress thread: the caller's turn at driving UCX.
+  void progress();
+  [[nodiscard]] Status check(XferHandle xfer, Status* state);
+  [[nodiscard]] Status release(XferHandle xfer);
+  [[nodiscard]] const char* detail(XferHandle xfer) const;
+  void add_live(HandleCounts& counts) const;
+  void add_counters(std::map<std::string, std::uint64_t>& counters) const;
+
+  // Shutdown, in three idempotent steps (lanes.cc interleaves the other
+  // lanes'): refuse messages and stop the thread; once every peer is
+  // disconnected, drain requests (bounded) and unmap the pool; destroy the
+  // worker and the context.
+  void stop();
+  void release_pool();
+  void destroy_worker();
+
+ private:
+  enum class Op : std::uint8_t { kWrite, kRead, kNotify };
+  // A transfer handle, pooled. Owned by the core until release() and by the
+  // driver until its UCX work ended; whichever lets go last returns it.
+  struct Xfer : LaneXfer {
+    Xfer() : LaneXfer(Lane::kUcx) {}
+    UcxLane* lane = nullptr;
+    std::uint32_t slot = 0;  // fixed at creation
+    // Set by the post before it is queued.
+    std::shared_ptr<Endpoint> ep;
+    TransferId id = 0;
+    Op op = Op::kWrite;
+    std::vector<BlockRun> runs;  // capacity kept
+    std::size_t run_count = 0;
+    std::vector<std::uint8_t> note;  // the notification (empty: none)
+    std::uint64_t sequence = 0;      // the ack must echo it
+    std::atomic<int> result{UCS_INPROGRESS};
+    std::atomic<int> refs{0};
+    std::atomic<bool> held{false};
+    // Driver only.
+    ucs_status_t error = UCS_OK;  // of the first put or get that failed
+    bool ended = false;           // result is set
+    bool sending = false;         // UCX holds note_header and note
+    std::size_t await_index = kNotAwaiting;
+    std::vector<std::uint8_t> note_header;
+  };
+  static constexpr std::size_t kNotAwaiting = ~std::size_t{0};
+  struct ConnectJob;
+  // An ack on its way to an initiator (UCX holds its bytes until sent).
+  struct AckMsg {
+    UcxLane* lane = nullptr;
+    std::uint64_t lineage = 0;
+    std::array<std::uint8_t, kAckLen> bytes{};
+  };
+
+  // Callers' side.
+  Status post(PeerHandle handle, TransferId id, Op op, std::span<const std::int64_t> local,
+              std::span<const std::int64_t> remote, std::span<const std::uint8_t> note,
+              XferHandle* out);
+  void unref(Xfer* xfer);
+  static Xfer* from_handle(XferHandle handle) {
+    return static_cast<Xfer*>(reinterpret_cast<LaneXfer*>(handle));
+  }
+
+  // The driver's side: commands, UCX calls and callbacks.
+  static void run_connect(void* job);
+  static void run_post(void* xfer);
+  static void run_close(void* endpoint);
+  static void run_unmap(void* lane);
+  void complete(Xfer* xfer, ucs_status_t status);
+  void fail_awaiting(Endpoint& ep, ucs_status_t status);
+  void end_close(Endpoint& ep);
+  void send_ack(ucp_ep_h to, FenceTable::Entry* entry, const NotifyAck& ack);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void on_flush(void* request, ucs_status_t status, void* xfer);
+  static void on_note_sent(void* request, ucs_status_t status, void* xfer);
+  static void on_sent(void* request, ucs_status_t status, void* lane);
+  static void on_ack_sent(void* request, ucs_status_t status, void* ack);
+  static void on_closed(void* request, ucs_status_t status, void* endpoint);
+  static ucs_status_t on_fence(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_note(void* arg, const void* header, std::size_t header_length, void* data,
+                              std::size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_ack(void* arg, const void* header, std::size_t header_length, void* data,
+                             std::size_t length, const ucp_am_recv_param_t* param);
+
+  const std::string agent_name_;
+  const Region region_;
+  const std::uint64_t token_;
+  const bool threaded_;
+  std::atomic<bool> accepting_{true};  // false from stop(): messages refused
+
+  // Peers, the transfer pool and the queued notifications.
+  mutable std::mutex mu_;
+  std::unordered_map<PeerHandle, std::shared_ptr<Endpoint>> peers_;
+  std::deque<Xfer> xfers_;
+  std::vector<Xfer*> free_xfers_;
+  std::deque<Notification> notes_;
+  std::unordered_map<std::uint64_t, std::size_t> queued_;  // per lineage
+
+  // Driver only: transfers by slot (for acks), our lineage and registration
+  // count per target (agent name, token), the fences peers sent us, and the
+  // acks in flight.
+  std::vector<Xfer*> slots_;
+  struct Lineage {
+    std::uint64_t id = 0;
+    std::uint64_t gen = 0;
+  };
+  std::map<std::pair<std::string, std::uint64_t>, Lineage> lineages_;
+  FenceTable fences_;
+  std::deque<AckMsg> acks_;
+  std::vector<AckMsg*> free_acks_;
+  std::size_t acks_in_flight_ = 0;
+
+  std::atomic<std::uint64_t> live_peers_{0};
+  std::atomic<std::uint64_t> live_transfers_{0};
+  std::atomic<std::uint64_t> live_requests_{0};
+  // Running totals for counters() (kCounterNames in the .cc).
+  enum Counter {
+    kWrites,
+    kReads,
+    kPuts,
+    kGets,
+    kNotesSent,
+    kNotesReceived,
+    kNotesRefused,
+    kFencesReceived,
+    kFencesRefused,
+    kAcksIgnored,
+    kCounters
+  };
+  std::array<std::atomic<std::uint64_t>, kCounters> counts_{};
+  void count(Counter c, std::uint64_t n = 1) { counts_[c].fetch_add(n, std::memory_order_relaxed); }
+
+  // Declared last, destroyed first: the driver (whose destruction completes
+  // what UCX still holds through the callbacks above) before the pools and
+  // maps it calls into; the pool's registration before the driver.
+  UcxDriver driver_;
+  ucp_mem_h memh_ = nullptr;  // the pool's registration
+  std::vector<std::uint8_t> packed_rkey_;
+};
+
+}  // namespace kvxfer::internal::ucx
