@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "it_lanes.h"
@@ -30,19 +31,22 @@ constexpr std::uint64_t kGen = 1;
 constexpr std::uint64_t kNumBlocks = 64;
 constexpr std::uint64_t kBlockLen = 64 * 1024;
 
-TargetOptions tcp_target(std::string name) {
+// A target between hosts: the tcp lane, or ("ucx") the ucx lane over UCX's
+// tcp transport (it_lanes.h).
+TargetOptions tcp_target(std::string name, std::string lane = "tcp") {
   TargetOptions t;
   t.name = std::move(name);
   t.num_blocks = kNumBlocks;
   t.block_len = kBlockLen;
-  t.tls = "tcp";
+  t.tls = std::move(lane);
   return t;
 }
 
 // A UCX transport over TCP whose pool holds the pattern of generation kGen.
 class TcpInitiator {
  public:
-  TcpInitiator() : pool_(kNumBlocks, kBlockLen), transport_(make(pool_)) {}
+  explicit TcpInitiator(const std::string& lane = "tcp")
+      : pool_(kNumBlocks, kBlockLen), transport_(make(pool_, lane)) {}
 
   Transport& transport() { return transport_; }
 
@@ -75,11 +79,11 @@ class TcpInitiator {
   }
 
  private:
-  static Transport make(MappedPool& pool) {
+  static Transport make(MappedPool& pool, const std::string& lane) {
     pool.fill_generation(kGen);
     Options options;
     options.backends = {"UCX"};
-    options.engine_config = with_tls({}, "tcp");
+    options.engine_config = with_tls({}, lane);
     return Transport("initiator", Region{pool.base(), pool.num_blocks(), pool.block_len()},
                      options);
   }
@@ -118,14 +122,15 @@ struct StreamRecord {
   bool write_refused = false;
 };
 
-// How the bad peer goes bad: frozen (SIGSTOP) or dead (SIGKILL).
-class RemovalTest : public ::testing::TestWithParam<int> {};
+// How the bad peer goes bad (frozen: SIGSTOP, or dead: SIGKILL), and the
+// lane between hosts.
+class RemovalTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(RemovalTest, RemovingABadPeerHoldsUpNoWriteOrPollToAHealthyOne) {
-  const int signal = GetParam();
-  TargetProcess healthy(tcp_target("healthy"));
-  TargetProcess bad(tcp_target("bad"));
-  TcpInitiator a;
+  const auto& [signal, lane] = GetParam();
+  TargetProcess healthy(tcp_target("healthy", lane));
+  TargetProcess bad(tcp_target("bad", lane));
+  TcpInitiator a(lane);
   a.add("healthy", healthy);
   a.add("bad", bad);
 
@@ -201,10 +206,13 @@ TEST_P(RemovalTest, RemovingABadPeerHoldsUpNoWriteOrPollToAHealthyOne) {
   EXPECT_EQ(a.transport().stats().live.peers, 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(BadPeer, RemovalTest, ::testing::Values(SIGSTOP, SIGKILL),
-                         [](const ::testing::TestParamInfo<int>& param_info) {
-                           return std::string(param_info.param == SIGSTOP ? "Frozen" : "Dead");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    BadPeer, RemovalTest,
+    ::testing::Combine(::testing::Values(SIGSTOP, SIGKILL), ::testing::Values("tcp", "ucx")),
+    [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& param_info) {
+      return std::string(std::get<0>(param_info.param) == SIGSTOP ? "Frozen" : "Dead") + "_" +
+             std::get<1>(param_info.param);
+    });
 
 }  // namespace
 }  // namespace kvxfer::it

@@ -88,8 +88,9 @@ struct Outcome {
 // holding the pattern of generation kGen.
 class HostInitiator {
  public:
-  explicit HostInitiator(std::chrono::milliseconds stall_timeout)
-      : pool_(kBlocks, kBlockLen), transport_(make(pool_, stall_timeout)) {}
+  // `lane`: the tcp lane, or "ucx" (the ucx lane over UCX's tcp, it_lanes.h).
+  explicit HostInitiator(std::chrono::milliseconds stall_timeout, const std::string& lane = "tcp")
+      : pool_(kBlocks, kBlockLen), transport_(make(pool_, stall_timeout, lane)) {}
 
   Transport& transport() { return transport_; }
 
@@ -212,14 +213,15 @@ class HostInitiator {
   }
 
  private:
-  static Transport make(MappedPool& pool, std::chrono::milliseconds stall_timeout) {
+  static Transport make(MappedPool& pool, std::chrono::milliseconds stall_timeout,
+                        const std::string& lane) {
     pool.fill_generation(kGen);
     Options options;
     options.backends = {"UCX"};
     options.stall_timeout = stall_timeout;
-    // The tcp lane only: the same-host process_vm_writev lane is off (all
-    // namespaces share one boot id) and every byte crosses the veth link.
-    options.engine_config = with_tls({{"NET_DEVICES", kDevice}}, "tcp");
+    // A lane between hosts only: the same-host process_vm_writev lane is off
+    // (all namespaces share one boot id) and every byte crosses the veth link.
+    options.engine_config = with_tls({{"NET_DEVICES", kDevice}}, lane);
     return Transport("initiator", Region{pool.base(), pool.num_blocks(), pool.block_len()},
                      options);
   }
@@ -286,12 +288,13 @@ class NetnsTest : public ::testing::Test {
   }
 
  protected:
-  static TargetOptions on_host(const std::string& host, const std::string& name = "target") {
+  static TargetOptions on_host(const std::string& host, const std::string& name = "target",
+                               const std::string& lane = "tcp") {
     TargetOptions t;
     t.name = name;
     t.num_blocks = kBlocks;
     t.block_len = kBlockLen;
-    t.tls = "tcp";
+    t.tls = lane;
     t.engine_config = {{"NET_DEVICES", kDevice}};
     t.netns = host;
     return t;
@@ -305,10 +308,17 @@ class NetnsTest : public ::testing::Test {
   int lock_fd_ = -1;
 };
 
-TEST_F(NetnsTest, BlocksWrittenToTwoOtherHostsLandByteForByte) {
-  TargetProcess h2(on_host("kvx-h2", "target-h2"));
-  TargetProcess h3(on_host("kvx-h3", "target-h3"));
-  HostInitiator a(30s);
+// The tests that hold on every lane between hosts: the tcp lane, and the
+// ucx lane over UCX's tcp transport.
+class NetnsLaneTest : public NetnsTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  static std::string lane() { return GetParam(); }
+};
+
+TEST_P(NetnsLaneTest, BlocksWrittenToTwoOtherHostsLandByteForByte) {
+  TargetProcess h2(on_host("kvx-h2", "target-h2", lane()));
+  TargetProcess h3(on_host("kvx-h3", "target-h3", lane()));
+  HostInitiator a(30s, lane());
   a.add("h2", h2);
   a.add("h3", h3);
   for (int round = 0; round < 3; ++round) {
@@ -341,12 +351,12 @@ TEST_F(NetnsTest, BlocksWrittenToTwoOtherHostsLandByteForByte) {
   EXPECT_EQ(h3.verify(kGen, local_all, remote3), "ok");
 }
 
-TEST_F(NetnsTest, BlocksReadFromTwoOtherHostsArriveByteForByte) {
-  TargetProcess h2(on_host("kvx-h2", "target-h2"));
-  TargetProcess h3(on_host("kvx-h3", "target-h3"));
+TEST_P(NetnsLaneTest, BlocksReadFromTwoOtherHostsArriveByteForByte) {
+  TargetProcess h2(on_host("kvx-h2", "target-h2", lane()));
+  TargetProcess h3(on_host("kvx-h3", "target-h3", lane()));
   ASSERT_EQ(h2.request("fill 7"), "filled");
   ASSERT_EQ(h3.request("fill 8"), "filled");
-  HostInitiator a(30s);
+  HostInitiator a(30s, lane());
   a.add("h2", h2);
   a.add("h3", h3);
   constexpr std::size_t kHalf = kBlocks / 2;
@@ -355,16 +365,16 @@ TEST_F(NetnsTest, BlocksReadFromTwoOtherHostsArriveByteForByte) {
     EXPECT_TRUE(a.read_and_check("h3", 8, static_cast<std::int64_t>(kHalf), kHalf))
         << "round " << round;
   }
-  EXPECT_GE(a.transport().stats().engine_counters.at("tcp_reads"), 6u);
+  EXPECT_GE(a.transport().stats().engine_counters.at(lane_counter(lane(), "reads")), 6u);
 }
 
 // Writes with notifications to two other hosts, many in flight: each target
 // checks, as every message arrives, that the block it names already holds
 // its bytes, and that its sender's messages come in order.
-TEST_F(NetnsTest, NotificationsReachTwoOtherHostsAfterTheirBytesAndInOrder) {
-  TargetProcess h2(on_host("kvx-h2", "target-h2"));
-  TargetProcess h3(on_host("kvx-h3", "target-h3"));
-  HostInitiator a(30s);
+TEST_P(NetnsLaneTest, NotificationsReachTwoOtherHostsAfterTheirBytesAndInOrder) {
+  TargetProcess h2(on_host("kvx-h2", "target-h2", lane()));
+  TargetProcess h3(on_host("kvx-h3", "target-h3", lane()));
+  HostInitiator a(30s, lane());
   a.add("h2", h2);
   a.add("h3", h3);
   const std::string watch = "watch " + std::to_string(kBlocks) + " " + std::to_string(kGen);
@@ -484,9 +494,9 @@ TEST_F(NetnsTest, DelayedLossyLinkStillDeliversEveryBlock) {
   }
 }
 
-TEST_F(NetnsTest, SigkilledTargetOnOtherHostIsRemoteDisconnect) {
-  TargetProcess h2(on_host("kvx-h2"));
-  HostInitiator a(30s);
+TEST_P(NetnsLaneTest, SigkilledTargetOnOtherHostIsRemoteDisconnect) {
+  TargetProcess h2(on_host("kvx-h2", "target", lane()));
+  HostInitiator a(30s, lane());
   a.add("h2", h2);
   Outcome out;
   ASSERT_TRUE(a.stream("h2", out, 8, 30s, [&] { return out.done.size() >= 20; }));
@@ -576,6 +586,9 @@ TEST_F(NetnsTest, ReRegisteredFrozenPeerNeverGetsOldBytes) {
         << " held the OLD pattern of the removed registration)";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Lane, NetnsLaneTest, ::testing::Values("tcp", "ucx"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace kvxfer::it

@@ -47,19 +47,13 @@ const char* hello_refusal(std::uint32_t status) {
 
 static_assert(kMaxMessage == kMaxNotificationBytes, "the frame bound is the public bound");
 
-std::uint64_t nonzero_random() {
-  for (;;) {
-    if (const std::uint64_t v = random_u64(); v != 0) return v;
-  }
-}
-
 }  // namespace
 
 TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings)
     : agent_name_(std::move(agent_name)),
       region_(region),
       pool_len_(region.num_blocks * region.block_len),
-      token_(nonzero_random()),
+      token_(fresh_random()),
       counters_(std::make_unique<Counters>()) {
   listen_fd_ = open_listener(settings, &port_);
   addresses_ = published_addresses(settings);
@@ -147,14 +141,10 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerH
   Hello hello;
   hello.token = blob.tcp_token;
   hello.key = identity_.public_key();
-  hello.epoch = nonzero_random();
-  {
-    std::lock_guard lock(lineage_mu_);
-    Lineage& l = lineages_[{remote.agent_name, blob.tcp_token}];
-    if (l.id == 0) l.id = nonzero_random();
-    hello.lineage = l.id;
-    hello.gen = ++l.gens;
-  }
+  const Lineages::Registration registration = lineages_.next(remote.agent_name, blob.tcp_token);
+  hello.lineage = registration.lineage;
+  hello.gen = registration.gen;
+  hello.epoch = registration.epoch;
   const std::string_view name =
       std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), kMaxName));
   hello.name = name.empty() ? std::string_view("?") : name;

@@ -64,6 +64,7 @@
 #include "common/identity.h"
 #include "engine.h"
 #include "engines/lanes.h"
+#include "engines/lineages.h"
 #include "engines/tcp/tcp_config.h"
 #include "wire/tcp_frame.h"
 #include "wire/ucx_blob.h"
@@ -203,14 +204,8 @@ class TcpLane {
   std::mutex xfer_pool_mu_;
   std::vector<Xfer*> xfer_pool_;
 
-  // Initiator: our lineage and registration count per target (its agent
-  // name and token).
-  struct Lineage {
-    std::uint64_t id = 0;
-    std::uint64_t gens = 0;
-  };
-  std::mutex lineage_mu_;
-  std::map<std::pair<std::string, std::uint64_t>, Lineage> lineages_;
+  // Initiator: our registrations of each target (engines/lineages.h).
+  Lineages lineages_;
 
   // Commands for the I/O thread (new connections, transfers, closes).
   // `wake_pending_`: the thread was woken and has not drained the queue yet,

@@ -154,11 +154,10 @@ void UcxLane::run_connect(void* arg) {
                            ep.agent_name, what, ucs_status_string(st)));
   }
   // The fence goes first on the endpoint, before any notification.
-  Lineage& lineage = lane.lineages_[{ep.agent_name, ep.token}];
-  if (lineage.id == 0) lineage.id = fresh_random();
-  ep.lineage = lineage.id;
-  ep.gen = ++lineage.gen;
-  ep.epoch = fresh_random();
+  const Lineages::Registration registration = lane.lineages_.next(ep.agent_name, ep.token);
+  ep.lineage = registration.lineage;
+  ep.gen = registration.gen;
+  ep.epoch = registration.epoch;
   const std::string_view name = std::string_view(lane.agent_name_).substr(0, kMaxFenceName);
   ep.fence.resize(fence_len(name.size()));
   encode_fence(ep.fence.data(), Fence{ep.token, ep.lineage, ep.gen, ep.epoch, name});

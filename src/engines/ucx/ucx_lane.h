@@ -12,31 +12,26 @@
 // disconnect queue their work and wait for it. A transfer's state is one
 // atomic the driver sets and check() reads.
 //
-// This room may use UCX, src/wire/ and src/common/; it knows nothing of the
-// other lanes (lanes.cc decides which peers come here) or of src/core/.
-// Files: ucx_config (what we ask of UCX), ucx_driver (context, worker, the
-// thread that drives them), ucx_endpoint (a peer and its state), ucx_fences
-// (the target's fence table), and this one.
+// This room uses UCX, src/wire/ and src/common/, and knows nothing of the
+// other lanes or of src/core/. Rooms: ucx_config, ucx_driver, ucx_endpoint,
+// ucx_fences (the target's fence table), and this one.
 #pragma once
 
 #include <ucp/api/ucp.h>
 
 #include <array>
 #include <atomic>
-#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
-#include <string>
 #include <unordered_map>
-#include <utility>
-#include <vector>
 
 #include "engine.h"
 #include "engines/block_runs.h"
 #include "engines/lanes.h"
+#include "engines/lineages.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_driver.h"
 #include "engines/ucx/ucx_endpoint.h"
@@ -179,15 +174,10 @@ class UcxLane {
   std::deque<Notification> notes_;
   std::unordered_map<std::uint64_t, std::size_t> queued_;  // per lineage
 
-  // Driver only: transfers by slot (for acks), our lineage and registration
-  // count per target (agent name, token), the fences peers sent us, and the
-  // acks in flight.
+  Lineages lineages_;  // our registrations of each target (engines/lineages.h)
+  // Driver only: transfers by slot (for acks), the fences peers sent us, and
+  // the acks in flight.
   std::vector<Xfer*> slots_;
-  struct Lineage {
-    std::uint64_t id = 0;
-    std::uint64_t gen = 0;
-  };
-  std::map<std::pair<std::string, std::uint64_t>, Lineage> lineages_;
   FenceTable fences_;
   std::deque<AckMsg> acks_;
   std::vector<AckMsg*> free_acks_;
