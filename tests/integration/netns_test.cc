@@ -409,10 +409,10 @@ TEST_P(NetnsLaneTest, NotificationsReachTwoOtherHostsAfterTheirBytesAndInOrder) 
   EXPECT_EQ(h2.request("notes"), "notes 1 initiator=hello");
 }
 
-TEST_F(NetnsTest, LinkCutMidStreamFaultsPeerWithinStallTimeoutAndReRegistrationWorks) {
+TEST_P(NetnsLaneTest, LinkCutMidStreamFaultsPeerWithinStallTimeoutAndReRegistrationWorks) {
   constexpr auto kStall = 2s;
-  TargetProcess h2(on_host("kvx-h2"));
-  HostInitiator a(kStall);
+  TargetProcess h2(on_host("kvx-h2", "target", lane()));
+  HostInitiator a(kStall, lane());
   a.add("h2", h2);
   Outcome out;
   ASSERT_TRUE(a.stream("h2", out, 8, 30s, [&] { return out.done.size() >= 20; }));
@@ -535,15 +535,15 @@ TEST_F(NetnsTest, FrozenTargetStallsWithinStallTimeoutAndWorksAfterReRegistratio
   EXPECT_TRUE(a.write_and_verify("h2", h2, kRecoveryBlocks));
 }
 
-TEST_F(NetnsTest, RestartedTargetRefusesTheOldRegistrationAndTakesTheNewOne) {
-  auto h2 = std::make_unique<TargetProcess>(on_host("kvx-h2"));
-  HostInitiator a(30s);
+TEST_P(NetnsLaneTest, RestartedTargetRefusesTheOldRegistrationAndTakesTheNewOne) {
+  auto h2 = std::make_unique<TargetProcess>(on_host("kvx-h2", "target", lane()));
+  HostInitiator a(30s, lane());
   a.add("h2", *h2);
   ASSERT_TRUE(a.write_and_verify("h2", *h2));
   // Same host, same name, a new process with a new pool.
   const auto restarted_at = Clock::now();
   h2->stop();
-  h2 = std::make_unique<TargetProcess>(on_host("kvx-h2"));
+  h2 = std::make_unique<TargetProcess>(on_host("kvx-h2", "target", lane()));
   const double restart_ms = ms_since(restarted_at);
   Outcome out;
   const auto probe_at = Clock::now();
