@@ -12,8 +12,8 @@
 //   comes first.
 // A turn is a mutex, never held with the transport's lock, so no UCX
 // callback runs under that lock. The worker is UCS_THREAD_MODE_SERIALIZED.
-// A turn records its thread, and the lane's callbacks check it: a call from
-// any other thread counts in overlaps() (engine counter ucx_driver_overlaps).
+// A turn records its thread and the lane's callbacks check it: a call from
+// another thread counts in overlaps() (engine counter ucx_driver_overlaps).
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -34,8 +34,7 @@ namespace kvxfer::internal::ucx {
 
 class UcxDriver {
  public:
-  // run(arg), inside a turn.
-  struct Command {
+  struct Command {  // run(arg), inside a turn
     void (*run)(void* arg) = nullptr;
     void* arg = nullptr;
   };
@@ -53,7 +52,7 @@ class UcxDriver {
   void set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg);  // before start
 
   void start_thread();  // named kvxfer-ucx
-  void stop_thread();
+  void stop_thread();   // from here waiters and poll() take the turns
 
   // Queues a command; wakes the progress thread if it sleeps.
   void submit(Command command);
@@ -65,7 +64,21 @@ class UcxDriver {
   // driving meanwhile when no thread does; whoever makes done() true does
   // it through finish(). True when done.
   template <typename Done>
-  bool wait(Done done, std::chrono::steady_clock::time_point deadline);
+  bool wait(Done done, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      if (thread_running_) {
+        done_cv_.wait_until(lock, deadline);
+        continue;
+      }
+      lock.unlock();
+      static_cast<void>(drive(std::chrono::milliseconds(1)));
+      lock.lock();
+      // UCX waits on the peer, or another thread has the turn.
+      if (!done()) done_cv_.wait_for(lock, std::chrono::microseconds(100));
+    }
+    return done();
+  }
   template <typename Set>
   void finish(Set set) {
     {
@@ -112,24 +125,5 @@ class UcxDriver {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
 };
-
-template <typename Done>
-bool UcxDriver::wait(Done done, std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lock(mu_);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    if (thread_running_) {
-      done_cv_.wait_until(lock, deadline);
-      continue;
-    }
-    lock.unlock();
-    static_cast<void>(drive(std::chrono::milliseconds(1)));
-    lock.lock();
-    // UCX waits on the peer, or another thread has the turn (and may end
-    // our command).
-    if (!done()) done_cv_.wait_for(lock, std::chrono::microseconds(100));
-  }
-  return true;
-}
 
 }  // namespace kvxfer::internal::ucx

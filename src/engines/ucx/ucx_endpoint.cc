@@ -20,15 +20,8 @@ ucs_status_t Endpoint::open(ucp_worker_h worker, std::span<const std::uint8_t> a
     return st;
   }
   *what = "unpacking the rkey";
-  if ((st = ucp_ep_rkey_unpack(ep, packed_rkey.data(), rkey.out())) == UCS_OK) return UCS_OK;
-  *rkey.out() = nullptr;
-  ucp_request_param_t force{};
-  force.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  force.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  const ucs_status_ptr_t request = ucp_ep_close_nbx(std::exchange(ep, nullptr), &force);
-  if (UCS_PTR_IS_PTR(request)) {
-    while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker);
-    ucp_request_free(request);
+  if ((st = ucp_ep_rkey_unpack(ep, packed_rkey.data(), rkey.out())) != UCS_OK) {
+    *rkey.out() = nullptr;
   }
   return st;
 }

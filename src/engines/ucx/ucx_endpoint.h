@@ -35,7 +35,7 @@ class Endpoint {
 
   // Creates the endpoint in peer-failure mode (a failed peer completes our
   // requests with an error and calls on_error(arg)) and unpacks the rkey.
-  // On failure nothing is left open and *what names the step.
+  // On failure *what names the step; an endpoint created is left to close().
   ucs_status_t open(ucp_worker_h worker, std::span<const std::uint8_t> address,
                     std::span<const std::uint8_t> packed_rkey, ucp_err_handler_cb_t on_error,
                     void* arg, const char** what);

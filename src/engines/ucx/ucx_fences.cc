@@ -22,7 +22,6 @@ FenceTable::Verdict FenceTable::take(const Fence& fence, ucp_ep_h from, Clock::t
     return Verdict::kStale;  // an older registration's fence, late
   }
   Entry& e = it->second;
-  e.lineage = fence.lineage;
   e.gen = fence.gen;
   e.epoch = fence.epoch;
   e.from = from;
@@ -33,15 +32,10 @@ FenceTable::Verdict FenceTable::take(const Fence& fence, ucp_ep_h from, Clock::t
 
 FenceTable::Entry* FenceTable::admit(std::uint64_t lineage, std::uint64_t epoch, ucp_ep_h from,
                                      Clock::time_point now) {
-  Entry* e = find(lineage);
-  if (e == nullptr || e->epoch != epoch || e->from != from) return nullptr;
-  e->heard = now;
-  return e;
-}
-
-FenceTable::Entry* FenceTable::find(std::uint64_t lineage) {
   const auto it = entries_.find(lineage);
-  return it == entries_.end() ? nullptr : &it->second;
+  if (it == entries_.end() || it->second.epoch != epoch || it->second.from != from) return nullptr;
+  it->second.heard = now;
+  return &it->second;
 }
 
 }  // namespace kvxfer::internal::ucx

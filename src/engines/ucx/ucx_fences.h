@@ -26,7 +26,6 @@ class FenceTable {
   static constexpr auto kIdle = std::chrono::seconds(60);
 
   struct Entry {
-    std::uint64_t lineage = 0;
     std::uint64_t gen = 0;
     std::uint64_t epoch = 0;
     ucp_ep_h from = nullptr;
@@ -41,7 +40,6 @@ class FenceTable {
   Verdict take(const Fence& fence, ucp_ep_h from, Clock::time_point now);
   // The entry a notification of (lineage, epoch) from `from` belongs to.
   Entry* admit(std::uint64_t lineage, std::uint64_t epoch, ucp_ep_h from, Clock::time_point now);
-  Entry* find(std::uint64_t lineage);
 
  private:
   std::unordered_map<std::uint64_t, Entry> entries_;

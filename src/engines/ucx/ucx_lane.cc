@@ -94,8 +94,6 @@ UcxLane::~UcxLane() {
   destroy_worker();
 }
 
-// Peers ---------------------------------------------------------------------
-
 struct UcxLane::ConnectJob {
   UcxLane* lane = nullptr;
   std::shared_ptr<Endpoint> ep;
@@ -144,10 +142,15 @@ void UcxLane::run_connect(void* arg) {
     job.reason = std::move(why);
     lane.driver_.finish([&] { job.done = true; });
   };
+  const auto abandon = [&] {
+    ep.keep = job.ep;
+    if (!ep.close(&UcxLane::on_closed, &ep)) lane.end_close(ep);
+  };
   const char* what = "";
   const ucs_status_t st = ep.open(lane.driver_.worker(), job.blob->worker_address, job.blob->rkey,
                                   &UcxLane::on_ep_error, &ep, &what);
   if (st != UCS_OK) {
+    abandon();
     return end(st == UCS_ERR_UNREACHABLE ? Status::kNotSupported : Status::kInvalidParam,
                fmt::format("peer {}: {} failed: {} (UCX must reach it over an RDMA transport, "
                            "or tcp with KVXFER_RMA=on)",
@@ -167,8 +170,7 @@ void UcxLane::run_connect(void* arg) {
   if (UCS_PTR_IS_PTR(request)) lane.live_requests_.fetch_add(1, std::memory_order_relaxed);
   const ucs_status_t failed = UCS_PTR_IS_ERR(request) ? UCS_PTR_STATUS(request) : ep.error();
   if (failed == UCS_OK && ep.connected()) return end(Status::kSuccess, {});
-  ep.keep = job.ep;
-  if (!ep.close(&UcxLane::on_closed, &ep)) lane.end_close(ep);
+  abandon();
   end(is_disconnect(failed) ? Status::kRemoteDisconnect : Status::kBackend,
       fmt::format("peer {}: sending the fence failed: {}", ep.agent_name,
                   ucs_status_string(failed)));
@@ -225,8 +227,6 @@ void UcxLane::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   // Its flushes end with the error (peer-failure mode); acks will not come.
   ep.lane->fail_awaiting(ep, status);
 }
-
-// Transfers: the callers' side ----------------------------------------------
 
 Status UcxLane::post(PeerHandle handle, TransferId id, Op op, std::span<const std::int64_t> local,
                      std::span<const std::int64_t> remote, std::span<const std::uint8_t> note,
@@ -316,8 +316,6 @@ void UcxLane::take_notifications(std::vector<Notification>* out) {
   notes_.clear();
   queued_.clear();
 }
-
-// Transfers: the driver's side ----------------------------------------------
 
 void UcxLane::run_post(void* arg) {
   auto* x = static_cast<Xfer*>(arg);
@@ -438,8 +436,6 @@ void UcxLane::fail_awaiting(Endpoint& ep, ucs_status_t status) {
   while (!ep.awaiting.empty()) complete(slots_[ep.awaiting.back()], status);
 }
 
-// Messages ------------------------------------------------------------------
-
 void UcxLane::on_sent(void* request, ucs_status_t /*status*/, void* arg) {
   auto& lane = *static_cast<UcxLane*>(arg);
   lane.driver_.check_turn();
@@ -536,7 +532,7 @@ void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const NotifyAck& a
     msg = free_acks_.back();
     free_acks_.pop_back();
   }
-  msg->lineage = entry != nullptr ? entry->lineage : 0;
+  msg->entry = entry;  // never forgotten while it has acks in flight
   encode_ack(msg->bytes.data(), ack);
   const ucp_request_param_t param = am_param(&UcxLane::on_ack_sent, msg);
   const ucs_status_ptr_t request =
@@ -554,8 +550,7 @@ void UcxLane::on_ack_sent(void* request, ucs_status_t /*status*/, void* arg) {
   ucp_request_free(request);
   lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
   --lane.acks_in_flight_;
-  FenceTable::Entry* e = lane.fences_.find(msg->lineage);
-  if (e != nullptr && e->acks > 0) --e->acks;
+  if (msg->entry != nullptr) --msg->entry->acks;
   lane.free_acks_.push_back(msg);
 }
 
@@ -589,8 +584,6 @@ ucs_status_t UcxLane::on_ack(void* arg, const void* header, std::size_t header_l
   return UCS_OK;
 }
 
-// Counts and shutdown -------------------------------------------------------
-
 void UcxLane::add_live(HandleCounts& counts) const {
   counts.memory_registrations += memh_ != nullptr ? 1 : 0;
   {
@@ -603,16 +596,12 @@ void UcxLane::add_live(HandleCounts& counts) const {
 }
 
 void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
-  static constexpr const char* kNames[kCounters] = {"ucx_writes",
-                                                    "ucx_reads",
-                                                    "ucx_puts",
-                                                    "ucx_gets",
-                                                    "ucx_notifications_sent",
-                                                    "ucx_notifications_received",
-                                                    "ucx_notifications_refused",
-                                                    "ucx_fences_received",
-                                                    "ucx_fences_refused",
-                                                    "ucx_acks_ignored"};
+  // clang-format off
+  static constexpr const char* kNames[kCounters] = {
+      "ucx_writes", "ucx_reads", "ucx_puts", "ucx_gets", "ucx_notifications_sent",
+      "ucx_notifications_received", "ucx_notifications_refused", "ucx_fences_received",
+      "ucx_fences_refused", "ucx_acks_ignored"};
+  // clang-format on
   for (int i = 0; i < kCounters; ++i) counters[kNames[i]] = counts_[i].load();
   counters["ucx_progress_wakes"] = driver_.wakes();
   counters["ucx_driver_overlaps"] = driver_.overlaps();

@@ -125,7 +125,7 @@ class UcxLane {
   // An ack on its way to an initiator (UCX holds its bytes until sent).
   struct AckMsg {
     UcxLane* lane = nullptr;
-    std::uint64_t lineage = 0;
+    FenceTable::Entry* entry = nullptr;  // its sender's, if fenced
     std::array<std::uint8_t, kAckLen> bytes{};
   };
 
