@@ -124,6 +124,7 @@ void UcxDriver::submit(Command command) {
   {
     std::lock_guard lock(mu_);
     queue_.push_back(command);
+    queued_.store(true, std::memory_order_relaxed);
     wake_thread = std::exchange(idle_, false);
   }
   if (wake_thread) {
@@ -141,6 +142,7 @@ bool UcxDriver::run_queue() {
   {
     std::lock_guard lock(mu_);
     idle_ = false;
+    queued_.store(false, std::memory_order_relaxed);
     if (queue_.empty()) return false;
     running_.swap(queue_);
   }
@@ -203,7 +205,8 @@ void UcxDriver::loop() {
       const auto end = Clock::now() + kThreadBudget;
       for (unsigned n = 1; ucp_worker_progress(worker_.get()) != 0; ++n) {
         worked = true;
-        if (n % 8 == 0 && Clock::now() > end) {
+        // Commands wait for at most a few progress calls, not the budget.
+        if (n % 8 == 0 && (queued_.load(std::memory_order_relaxed) || Clock::now() > end)) {
           busy = true;
           break;
         }

@@ -116,6 +116,7 @@ class UcxDriver {
   bool thread_running_ = false;
   bool idle_ = false;  // the thread sleeps, or is about to: submit() wakes it
   bool stop_ = false;
+  std::atomic<bool> queued_{false};  // the queue has commands (a hint)
 
   std::mutex turn_mu_;
   std::atomic<std::uint64_t> inside_{0};  // the turn's thread id; 0: none
