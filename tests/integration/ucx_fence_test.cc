@@ -265,6 +265,35 @@ TEST(UcxFenceTest, AFullFenceTableRefusesNewLineagesAndForgetsNoneThatTalk) {
   EXPECT_EQ(taken(b), (std::vector<std::string>{"raw:first", "raw:last"}));
 }
 
+// A notification alone posted right after a write with one goes out only
+// after that write's flush too: the target takes them in posting order.
+TEST(UcxFenceTest, ANotificationAloneDoesNotOvertakeAnEarlierWritesNotification) {
+  Agent a("order-a", 1);
+  Agent b("order-b", 2);
+  PeerHandle peer = 0;
+  ASSERT_EQ(a.engine->connect(b.engine->local_blob(), b.region(), &peer), Status::kSuccess);
+  std::vector<std::string> expected;
+  for (int i = 0; i < 50; ++i) {
+    const std::string w = "w" + std::to_string(i);
+    const std::string n = "n" + std::to_string(i);
+    const std::vector<std::uint8_t> wb(w.begin(), w.end());
+    const std::vector<std::uint8_t> nb(n.begin(), n.end());
+    const std::vector<std::int64_t> blocks{0, 1, 2, 3, 4, 5, 6, 7};  // 128 KiB to flush
+    XferHandle write = 0;
+    XferHandle note = 0;
+    ASSERT_EQ(a.engine->post_write(peer, 1, blocks, blocks, &write, wb), Status::kSuccess);
+    ASSERT_EQ(a.engine->post_notify(peer, 2, nb, &note), Status::kSuccess);
+    EXPECT_EQ(wait_state(*a.engine, write), kDone);
+    EXPECT_EQ(wait_state(*a.engine, note), kDone);
+    EXPECT_EQ(a.engine->release(write), Status::kSuccess);
+    EXPECT_EQ(a.engine->release(note), Status::kSuccess);
+    expected.push_back("order-a:" + w);
+    expected.push_back("order-a:" + n);
+  }
+  EXPECT_EQ(taken(b), expected);
+  EXPECT_EQ(a.engine->disconnect(peer), Status::kSuccess);
+}
+
 // ---------------------------------------------------------------------------
 // Raw puts
 // ---------------------------------------------------------------------------
