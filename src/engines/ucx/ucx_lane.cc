@@ -95,7 +95,6 @@ UcxLane::~UcxLane() {
 }
 
 struct UcxLane::ConnectJob {
-  UcxLane* lane = nullptr;
   std::shared_ptr<Endpoint> ep;
   const Blob* blob = nullptr;
   Status status = Status::kSuccess;
@@ -106,7 +105,6 @@ struct UcxLane::ConnectJob {
 Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out,
                         std::string* reason) {
   ConnectJob job;
-  job.lane = this;
   job.blob = &blob;
   if (blob.worker_address.empty() || blob.rkey.empty()) {
     job.status = Status::kNotSupported;
@@ -134,8 +132,8 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
 
 void UcxLane::run_connect(void* arg) {
   auto& job = *static_cast<ConnectJob*>(arg);
-  UcxLane& lane = *job.lane;
   Endpoint& ep = *job.ep;
+  UcxLane& lane = *ep.lane;
   lane.driver_.check_turn();
   const auto end = [&](Status st, std::string why) {
     job.status = st;
@@ -443,15 +441,22 @@ void UcxLane::on_sent(void* request, ucs_status_t /*status*/, void* arg) {
   lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// Target: a fence binds its lineage's newest registration to the endpoint
-// it came on, under the name it carries.
-ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header_length, void* data,
-                               std::size_t /*length*/, const ucp_am_recv_param_t* param) {
+// Every message handler's start: the lane, in the driver's turn, with a
+// rendezvous payload (our peers send eagerly) let go at once.
+UcxLane& UcxLane::received(void* arg, void* data, const ucp_am_recv_param_t* param) {
   auto& lane = *static_cast<UcxLane*>(arg);
   lane.driver_.check_turn();
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
     ucp_am_data_release(lane.driver_.worker(), data);
   }
+  return lane;
+}
+
+// Target: a fence binds its lineage's newest registration to the endpoint
+// it came on, under the name it carries.
+ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t /*length*/, const ucp_am_recv_param_t* param) {
+  UcxLane& lane = received(arg, data, param);
   lane.count(kFencesReceived);
   Fence fence;
   const ucp_ep_h from = reply_ep(param);
@@ -477,10 +482,8 @@ ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header
 // says which.
 ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_length, void* data,
                               std::size_t length, const ucp_am_recv_param_t* param) {
-  auto& lane = *static_cast<UcxLane*>(arg);
-  lane.driver_.check_turn();
+  UcxLane& lane = received(arg, data, param);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  if (rndv) ucp_am_data_release(lane.driver_.worker(), data);
   NotifyHeader h;
   const ucp_ep_h from = reply_ep(param);
   FenceTable::Entry* entry = nullptr;
@@ -558,11 +561,7 @@ void UcxLane::on_ack_sent(void* request, ucs_status_t /*status*/, void* arg) {
 // endpoint the notification went out on and echoes its sequence.
 ucs_status_t UcxLane::on_ack(void* arg, const void* header, std::size_t header_length, void* data,
                              std::size_t /*length*/, const ucp_am_recv_param_t* param) {
-  auto& lane = *static_cast<UcxLane*>(arg);
-  lane.driver_.check_turn();
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    ucp_am_data_release(lane.driver_.worker(), data);
-  }
+  UcxLane& lane = received(arg, data, param);
   NotifyAck ack;
   Xfer* x = nullptr;
   if (decode_ack(bytes_of(header, header_length), &ack) && ack.slot < lane.slots_.size()) {

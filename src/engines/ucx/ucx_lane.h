@@ -153,6 +153,7 @@ class UcxLane {
   static void on_sent(void* request, ucs_status_t status, void* lane);
   static void on_ack_sent(void* request, ucs_status_t status, void* ack);
   static void on_closed(void* request, ucs_status_t status, void* endpoint);
+  static UcxLane& received(void* arg, void* data, const ucp_am_recv_param_t* param);
   static ucs_status_t on_fence(void* arg, const void* header, std::size_t header_length, void* data,
                                std::size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_note(void* arg, const void* header, std::size_t header_length, void* data,
