@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvxfer/metrics.h"
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
 
@@ -35,6 +36,39 @@ struct RemoteRegion {
   std::uint64_t block_len = 0;
   std::uint32_t pid = 0;
   std::string boot_id;  // the peer's host identity (Linux boot id)
+};
+
+// A run of blocks consecutive on both sides of a transfer: our blocks
+// local..local+count-1 and the peer's remote..remote+count-1.
+struct BlockRun {
+  std::int64_t local = 0;
+  std::int64_t remote = 0;
+  std::uint64_t count = 0;
+  friend bool operator==(const BlockRun&, const BlockRun&) = default;
+};
+
+// Writes the runs of the pairs (local[i], remote[i]) to `out` (room for
+// local.size() runs) and returns how many there are.
+inline std::size_t encode_runs(std::span<const std::int64_t> local,
+                               std::span<const std::int64_t> remote, BlockRun* out) {
+  BlockRun* at = out;
+  const std::size_t n = local.size();
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i + 1;
+    while (j < n && local[j] == local[j - 1] + 1 && remote[j] == remote[j - 1] + 1) ++j;
+    *at++ = BlockRun{local[i], remote[i], static_cast<std::uint64_t>(j - i)};
+    i = j;
+  }
+  return static_cast<std::size_t>(at - out);
+}
+
+// One transfer as the core hands it to the engine.
+struct Post {
+  TransferOp op = TransferOp::kWrite;
+  TransferId id = 0;
+  std::span<const BlockRun> runs;  // empty for a notification alone
+  std::uint64_t blocks = 0;        // the runs' counts added up
+  std::span<const std::uint8_t> note;
 };
 
 class Engine {
@@ -63,39 +97,47 @@ class Engine {
   // alongside posts, checks and progress for other peers.
   [[nodiscard]] virtual Status disconnect(PeerHandle peer) = 0;
 
-  // Posts one WRITE of local block local[i] to remote block remote[i] for
-  // every i (indices already validated by the core). On success *out is a
+  // Posts one transfer: a WRITE of our blocks into the peer's, a READ of
+  // the peer's blocks into ours, or a notification alone (post.runs empty).
+  // The runs were computed once by the core from indices it validated (in
+  // range on both sides, no block written twice). On success *out is a
   // transfer handle the core later checks and releases; on failure nothing
-  // is left behind. `id` tags the transfer (logs, loopback fault plan).
+  // is left behind. `post.id` tags the transfer (logs, loopback fault plan).
   //
-  // With a `notify` message (non-empty, at most kMaxNotificationBytes, checked
-  // by the core), the engine delivers it to the peer once every byte of the
-  // transfer is in place, and check() reports kSuccess only once the peer
-  // has taken it into its queue: never before its data, never for a transfer
-  // that failed, and not for one released before its data was in place.
-  [[nodiscard]] virtual Status post_write(PeerHandle peer, TransferId id,
-                                          std::span<const std::int64_t> local,
-                                          std::span<const std::int64_t> remote, XferHandle* out,
-                                          std::span<const std::uint8_t> notify = {}) = 0;
-
-  // Posts one READ of remote block remote[i] of the peer's pool into local
-  // block local[i] for every i (indices already validated by the core: no
-  // local block twice). The same handle life as a write: check() reports
-  // kSuccess once every byte is in OUR pool. Once check() reports a read
-  // ended (done or failed), no byte of it is written into our pool any more.
+  // WRITE: check() reports kSuccess once the bytes are in the peer's memory.
+  // READ: once every byte is in OUR pool; once check() reports a read ended
+  // (done or failed), no byte of it is written into our pool any more.
   // release() of a read still in flight stops every part not yet started
   // (a reply that arrives later is dropped); a copy already under way may
   // finish, as a write's does.
-  [[nodiscard]] virtual Status post_read(PeerHandle peer, TransferId id,
-                                         std::span<const std::int64_t> local,
-                                         std::span<const std::int64_t> remote, XferHandle* out,
-                                         std::span<const std::uint8_t> notify = {}) = 0;
+  //
+  // With a note (non-empty, at most kMaxNotificationBytes, checked by the
+  // core), the engine delivers it to the peer once every byte of the
+  // transfer is in place, and check() reports kSuccess only once the peer
+  // has taken it into its queue: never before its data, never for a transfer
+  // that failed, and not for one released before its data was in place. A
+  // notification alone is done once the peer has taken it.
+  [[nodiscard]] virtual Status post(PeerHandle peer, const Post& post, XferHandle* out) = 0;
 
-  // A transfer of no data that delivers `message` to the peer (done once the
-  // peer has taken it into its queue).
-  [[nodiscard]] virtual Status post_notify(PeerHandle peer, TransferId id,
-                                           std::span<const std::uint8_t> message,
-                                           XferHandle* out) = 0;
+  // The same from index lists (local[i] <-> remote[i]), for callers that
+  // hold indices rather than runs (tests, tools): the runs are computed
+  // here, on every call. The core posts runs.
+  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
+                                  std::span<const std::int64_t> local,
+                                  std::span<const std::int64_t> remote, XferHandle* out,
+                                  std::span<const std::uint8_t> notify = {}) {
+    return post_blocks(TransferOp::kWrite, peer, id, local, remote, out, notify);
+  }
+  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
+                                 std::span<const std::int64_t> local,
+                                 std::span<const std::int64_t> remote, XferHandle* out,
+                                 std::span<const std::uint8_t> notify = {}) {
+    return post_blocks(TransferOp::kRead, peer, id, local, remote, out, notify);
+  }
+  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
+                                   std::span<const std::uint8_t> message, XferHandle* out) {
+    return post(peer, Post{TransferOp::kNotify, id, {}, 0, message}, out);
+  }
 
   // Moves the notifications peers delivered to us since the last call into
   // *out (appended), oldest first; each is handed out once.
@@ -135,6 +177,17 @@ class Engine {
   // Deregisters the local pool and stops engine threads. Called once, after
   // every peer was disconnected and every transfer released.
   virtual void shutdown() = 0;
+
+ private:
+  [[nodiscard]] Status post_blocks(TransferOp op, PeerHandle peer, TransferId id,
+                                   std::span<const std::int64_t> local,
+                                   std::span<const std::int64_t> remote, XferHandle* out,
+                                   std::span<const std::uint8_t> notify) {
+    if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
+    std::vector<BlockRun> runs(local.size());
+    runs.resize(encode_runs(local, remote, runs.data()));
+    return post(peer, Post{op, id, runs, local.size(), notify}, out);
+  }
 };
 
 struct EngineConfig {
@@ -144,8 +197,8 @@ struct EngineConfig {
 };
 
 // Engine factories, one per backend name. Throw std::runtime_error when the
-// engine cannot start. Backend "UCX" is src/engines/lanes.cc, which gives each
-// peer the same-host lane (engines/cma/) or the UCX lane (engines/ucx/).
+// engine cannot start. Backend "UCX" is src/engines/lanes.cc: a list of
+// lanes (engines/lane.h), the first that fits serving each peer.
 std::unique_ptr<Engine> make_ucx_engine(const EngineConfig& config);
 std::unique_ptr<Engine> make_loopback_engine(const EngineConfig& config);
 

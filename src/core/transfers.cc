@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "core/pairs.h"
 #include "core/transport_state.h"
 
 namespace kvxfer::internal {
@@ -135,14 +136,16 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
   // between our check and our post would aim the transfer outside a pool.
   // Every check below and the post read only this copy, which mu_ guards and
   // which keeps its capacity from call to call.
-  // Each list is copied and range-checked in one pass; which check failed
-  // is reported below in the order the arguments are judged.
+  // One pass over the caller's pairs copies them, checks both ranges and
+  // cuts them into the runs every lane posts as they are; which check
+  // failed is reported below in the order the arguments are judged.
   const auto found = peers_.find(peer_id);
   Peer* const peer = found != peers_.end() ? found->second.get() : nullptr;
-  const bool local_ok = copy_in_range(local, scratch_local_, region_.num_blocks);
-  const bool remote_ok = copy_in_range(remote, scratch_remote_,
-                                       peer != nullptr ? peer->num_blocks : ~std::uint64_t{0});
-  if (!local_ok) check_range(scratch_local_, region_.num_blocks, "local_idxs");
+  const PairsCopy pairs =
+      copy_pairs(local, remote, region_.num_blocks,
+                 peer != nullptr ? peer->num_blocks : ~std::uint64_t{0}, scratch_local_,
+                 scratch_remote_, scratch_runs_);
+  if (!pairs.local_ok) check_range(scratch_local_, region_.num_blocks, "local_idxs");
   const std::span<const std::uint8_t> message = copy_notification(notify, /*required=*/false);
 
   throw_if_closing();
@@ -150,17 +153,21 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
     warn_unknown_peer(peer_id, call);
     return std::nullopt;
   }
-  if (!remote_ok) check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
+  if (!pairs.remote_ok) check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
 
   // Two pairs landing in one block would race; refuse the transfer. The
-  // blocks written are the peer's for a WRITE and ours for a READ.
-  if (op == Op::kWrite) {
-    check_no_duplicates(scratch_remote_, peer->num_blocks, scratch_seen_, "remote_idxs");
-  } else {
-    check_no_duplicates(scratch_local_, region_.num_blocks, scratch_seen_, "local_idxs");
+  // blocks written are the peer's for a WRITE and ours for a READ. Runs in
+  // ascending order name none twice (the common case, O(runs)); otherwise
+  // the copy of that side is checked, naming the first repeat.
+  const std::span<const BlockRun> runs(scratch_runs_.data(), pairs.runs);
+  if (!runs_ascend(runs, /*remote=*/op == Op::kWrite)) {
+    if (op == Op::kWrite) {
+      check_no_duplicates(scratch_remote_, peer->num_blocks, scratch_seen_, "remote_idxs");
+    } else {
+      check_no_duplicates(scratch_local_, region_.num_blocks, scratch_seen_, "local_idxs");
+    }
   }
-
-  return post(op, peer, scratch_local_, scratch_remote_, message, started);
+  return post(op, peer, runs, scratch_local_.size(), message, started);
 }
 
 std::optional<TransferId> TransportState::send_notification(std::string_view peer_id,
@@ -171,7 +178,7 @@ std::optional<TransferId> TransportState::send_notification(std::string_view pee
   throw_if_closing();
   Peer* peer = find_peer_for(peer_id, "send_notification");
   if (peer == nullptr) return std::nullopt;
-  return post(Op::kNotify, peer, {}, {}, copy, started);
+  return post(Op::kNotify, peer, {}, 0, copy, started);
 }
 
 std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::get_notifications() {
@@ -186,9 +193,8 @@ std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::ge
   return out;
 }
 
-std::optional<TransferId> TransportState::post(Op op, Peer* peer,
-                                               std::span<const std::int64_t> local,
-                                               std::span<const std::int64_t> remote,
+std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<const BlockRun> runs,
+                                               std::uint64_t blocks,
                                                std::span<const std::uint8_t> notify,
                                                Ticks started) {
   // Caller holds mu_.
@@ -207,22 +213,11 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
   }
   const TransferId id = next_id_;
   XferHandle handle = 0;
-  Status st = Status::kSuccess;
-  const char* call = "write_blocks";
-  switch (op) {
-    case Op::kWrite:
-      st = engine_->post_write(peer->handle, id, local, remote, &handle, notify);
-      break;
-    case Op::kRead:
-      call = "read_blocks";
-      st = engine_->post_read(peer->handle, id, local, remote, &handle, notify);
-      break;
-    case Op::kNotify:
-      call = "send_notification";
-      st = engine_->post_notify(peer->handle, id, notify, &handle);
-      break;
-  }
+  const Status st = engine_->post(peer->handle, Post{op, id, runs, blocks, notify}, &handle);
   if (st != Status::kSuccess) {
+    const char* const call = op == Op::kWrite  ? "write_blocks"
+                             : op == Op::kRead ? "read_blocks"
+                                               : "send_notification";
     log().warn("kvxfer {}: {} failed for peer={}: post {}", agent_name_, call, peer->id,
                status_name(st));
     ++peer->counters.post_failures;
@@ -236,7 +231,7 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer,
   e.id = id;
   e.handle = handle;
   e.op = op;
-  e.bytes = static_cast<std::uint64_t>(local.size()) * region_.block_len;
+  e.bytes = blocks * region_.block_len;
   e.timed = started != 0;
   e.started = started != 0 || !telemetry_ ? started : ticks_now();
   if (policy_.watches_stalls()) e.posted = coarse_now();

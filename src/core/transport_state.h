@@ -222,9 +222,11 @@ class TransportState {
   }
   void record_into_ring(const Inflight& e, TransferResult result, Ticks& now);
 
-  std::optional<TransferId> post(Op op, Peer* peer, std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote,
-                                 std::span<const std::uint8_t> notify, Ticks started);
+  // Posts the runs (consecutive on both sides) of `blocks` checked pairs,
+  // or a notification alone (no runs). Caller holds mu_.
+  std::optional<TransferId> post(Op op, Peer* peer, std::span<const BlockRun> runs,
+                                 std::uint64_t blocks, std::span<const std::uint8_t> notify,
+                                 Ticks started);
   // Copies a caller's notification into scratch_notify_ and checks the copy
   // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
   std::span<const std::uint8_t> copy_notification(std::span<const std::uint8_t> message,
@@ -287,6 +289,7 @@ class TransportState {
   // these; they stay under mu_ until the engine's post has returned.
   std::vector<std::int64_t> scratch_local_;
   std::vector<std::int64_t> scratch_remote_;
+  std::vector<BlockRun> scratch_runs_;
   std::vector<std::uint8_t> scratch_notify_;
   IndexSet scratch_seen_;
   // Failed transfers of a poll: peer, state, the engine's detail (or nullptr).

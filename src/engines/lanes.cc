@@ -1,28 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
-// The engine behind backend "UCX": it owns the same-host lane (cma/), the
-// tcp lane (tcp/) and the UCX lane (ucx/), publishes the one blob peers see,
-// and decides, in lane_for() below, which lane each peer gets. Everything
-// else it hands to the lane that owns the peer or the transfer.
-#include "engines/lanes.h"
-
+// The engine behind backend "UCX": a list of lanes (lane.h) in KVXFER_LANES
+// order. It publishes the one blob peers see (each lane writes its part),
+// gives each peer the first lane that qualifies, and hands every other call
+// to the lane its handle names. It owns the token peers' messages to us
+// must carry (the same-host cookie's epoch, the ucx lane's messages).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
-#include "common/host.h"
 #include "common/log.h"
+#include "common/random.h"
 #include "common/region.h"
 #include "engine.h"
 #include "engines/cma/cma_lane.h"
+#include "engines/lane.h"
 #include "engines/tcp/tcp_lane.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_lane.h"
@@ -38,33 +38,31 @@ const std::string& engine_name() {
 
 // The lanes a peer may get, in the order they are tried: engine_config
 // KVXFER_LANES, or the environment's KVXFER_LANES (which wins), a comma list
-// of cma, ucx and tcp. A lane qualifies for a peer as lane_for() says; the
-// first that qualifies serves it.
+// of distinct names among cma, ucx and tcp.
 constexpr const char* kLanesKey = "KVXFER_LANES";
 constexpr const char* kDefaultLanes = "cma,ucx,tcp";
+constexpr const char* kLaneNames[] = {"cma", "ucx", "tcp"};
 
-std::vector<Lane> parse_lanes(const std::string& text, const char* where) {
-  std::vector<Lane> out;
+std::vector<std::string> parse_lanes(const std::string& text, const char* where) {
+  std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string name = text.substr(at, comma - at);
-    Lane lane = Lane::kNone;
-    if (name == "cma") lane = Lane::kCma;
-    if (name == "ucx") lane = Lane::kUcx;
-    if (name == "tcp") lane = Lane::kTcp;
-    if (lane == Lane::kNone || std::find(out.begin(), out.end(), lane) != out.end()) {
+    std::string name = text.substr(at, comma - at);
+    const bool known = std::find(std::begin(kLaneNames), std::end(kLaneNames), name) !=
+                       std::end(kLaneNames);
+    if (!known || std::find(out.begin(), out.end(), name) != out.end()) {
       throw std::runtime_error(fmt::format(
-          "kvxfer UCX: {} KVXFER_LANES={} is not a list of distinct lanes among cma, ucx, tcp",
-          where, text));
+          "kvxfer: {} KVXFER_LANES={} is not a list of distinct lanes among cma, ucx, tcp", where,
+          text));
     }
-    out.push_back(lane);
+    out.push_back(std::move(name));
     at = comma + 1;
   }
   return out;
 }
 
-std::vector<Lane> allowed_lanes(const std::map<std::string, std::string>& engine_config) {
+std::vector<std::string> allowed_lanes(const std::map<std::string, std::string>& engine_config) {
   if (const char* env = std::getenv(kLanesKey); env != nullptr) {
     return parse_lanes(env, "environment");
   }
@@ -73,17 +71,13 @@ std::vector<Lane> allowed_lanes(const std::map<std::string, std::string>& engine
                                    : parse_lanes(kDefaultLanes, "default");
 }
 
-bool allows(const std::vector<Lane>& lanes, Lane lane) {
-  return std::find(lanes.begin(), lanes.end(), lane) != lanes.end();
-}
-
 // Throws unless the config can start an engine; returns it.
 const EngineConfig& checked(const EngineConfig& config) {
-  if (config.options == nullptr) throw std::runtime_error("kvxfer UCX: no options");
+  if (config.options == nullptr) throw std::runtime_error("kvxfer: no options");
   const Region& r = config.region;
   if (r.base == nullptr ||
       !region_is_valid(reinterpret_cast<std::uintptr_t>(r.base), r.num_blocks, r.block_len)) {
-    throw std::runtime_error("kvxfer UCX: bad local region");
+    throw std::runtime_error("kvxfer: bad local region");
   }
   return config;
 }
@@ -93,46 +87,52 @@ class Lanes final : public Engine {
   explicit Lanes(const EngineConfig& config)
       : agent_name_(checked(config).agent_name),
         allowed_(allowed_lanes(config.options->engine_config)),
-        cma_(agent_name_, config.region, config.options->num_threads,
-             cma::compute_copy_policy(config.options->engine_config)),
-        tcp_(allows(allowed_, Lane::kTcp)
-                 ? std::make_unique<tcp::TcpLane>(
-                       agent_name_, config.region,
-                       tcp::compute_tcp_settings(config.options->engine_config,
-                                                 tcp::tcp_environment()))
-                 : nullptr),
-        has_rdma_(ucx::host_has_rdma_device()),
-        // Checked (and the user's UCX settings validated) whether or not the
-        // UCX lane starts.
-        ucx_settings_(
-            ucx::compute_ucx_settings(config.options->engine_config, &ucx::process_env, has_rdma_)),
+        token_(fresh_random()) {
+    const Options& options = *config.options;
+    const bool has_rdma = ucx::host_has_rdma_device();
+    // Checked (and the user's UCX settings validated) whether or not the
+    // ucx lane starts.
+    const ucx::UcxSettings ucx_settings =
+        ucx::compute_ucx_settings(options.engine_config, &ucx::process_env, has_rdma);
+    const bool tcp_allowed = std::find(allowed_.begin(), allowed_.end(), "tcp") != allowed_.end();
+    for (const std::string& name : allowed_) {
+      if (name == "cma") {
+        lanes_.push_back(std::make_unique<cma::CmaLane>(
+            agent_name_, config.region, options.num_threads,
+            cma::compute_copy_policy(options.engine_config), token_));
+      } else if (name == "tcp") {
+        lanes_.push_back(std::make_unique<tcp::TcpLane>(
+            agent_name_, config.region,
+            tcp::compute_tcp_settings(options.engine_config, tcp::tcp_environment())));
+      } else if (ucx_settings.rma) {
         // UCX only where it writes with puts: an RDMA device here, or
         // KVXFER_RMA=on (tests: UCX's tcp transport then carries the puts).
         // Otherwise no UCX context exists, so no UCX listener either: its
         // tcp transport would carry out any client's put anywhere in the
         // process (docs/reliability.md).
-        ucx_(allows(allowed_, Lane::kUcx) && ucx_settings_.rma
-                 ? std::make_unique<ucx::UcxLane>(agent_name_, config.region, *config.options,
-                                                  cma_.cookie_epoch(), ucx_settings_)
-                 : nullptr),
-        // Same-host writes need the lane allowed on both sides: ours is
-        // KVXFER_LANES, the peer's is its blob's flag. UCX_TLS speaks for
-        // the ucx lane only.
-        accepts_cma_(allows(allowed_, Lane::kCma)),
-        blob_(make_blob()) {
-    if (ucx_ != nullptr && ucx_settings_.tcp_beside_rdma) {
-      log().warn(
-          "kvxfer UCX {}: UCX_TLS={} lets UCX's tcp transport run beside an RDMA device; its "
-          "listener carries out any client's PUT to any address in this process (for tests "
-          "only: remote peers without RDMA have the tcp lane)",
-          agent_name_, ucx_settings_.tls);
+        lanes_.push_back(std::make_unique<ucx::UcxLane>(agent_name_, config.region, options,
+                                                        token_, ucx_settings, has_rdma,
+                                                        tcp_allowed));
+        if (ucx_settings.tcp_beside_rdma) {
+          log().warn(
+              "kvxfer ucx {}: UCX_TLS={} lets UCX's tcp transport run beside an RDMA device; its "
+              "listener carries out any client's PUT to any address in this process (for tests "
+              "only: remote peers without RDMA have the tcp lane)",
+              agent_name_, ucx_settings.tls);
+        }
+      }
     }
-    if (tcp_ == nullptr && ucx_ == nullptr && !accepts_cma_) {
+    if (lanes_.empty()) {
       throw std::runtime_error(fmt::format(
-          "kvxfer UCX: KVXFER_LANES={} leaves no lane this engine can run (the ucx lane needs "
-          "an RDMA device, or KVXFER_RMA=on)",
+          "kvxfer: KVXFER_LANES={} leaves no lane this engine can run (the ucx lane needs an "
+          "RDMA device, or KVXFER_RMA=on)",
           lanes_text()));
     }
+    ucx::Blob blob;
+    blob.cookie_epoch = token_;
+    if (has_rdma) blob.flags |= ucx::kBlobHasRdma;
+    for (const auto& lane : lanes_) lane->publish(blob);
+    blob_ = ucx::encode_blob(blob);
   }
   ~Lanes() override { shutdown(); }
   Lanes(const Lanes&) = delete;
@@ -141,18 +141,18 @@ class Lanes final : public Engine {
   [[nodiscard]] const std::string& name() const noexcept override { return engine_name(); }
   [[nodiscard]] std::vector<std::uint8_t> local_blob() const override { return blob_; }
 
-  [[nodiscard]] Status connect(std::span<const std::uint8_t> blob, const RemoteRegion& remote,
+  [[nodiscard]] Status connect(std::span<const std::uint8_t> bytes, const RemoteRegion& remote,
                                PeerHandle* out, std::string* reason) override {
     const auto refuse = [&](Status st, std::string why) {
-      log().warn("kvxfer UCX {}: {}", agent_name_, why);
+      log().warn("kvxfer {}: {}", agent_name_, why);
       if (reason != nullptr) *reason = std::move(why);
       return st;
     };
-    ucx::Blob b;
-    if (!ucx::decode_blob(blob, &b)) {
+    ucx::Blob blob;
+    if (!ucx::decode_blob(bytes, &blob)) {
       return refuse(Status::kInvalidParam,
                     fmt::format("peer {} sent a malformed engine blob ({} bytes)",
-                                remote.agent_name, blob.size()));
+                                remote.agent_name, bytes.size()));
     }
     if (!region_is_valid(remote.base_addr, remote.num_blocks, remote.block_len)) {
       return refuse(
@@ -160,321 +160,124 @@ class Lanes final : public Engine {
           fmt::format("peer {} has an impossible region (base {:#x}, {} blocks of {})",
                       remote.agent_name, remote.base_addr, remote.num_blocks, remote.block_len));
     }
-    PeerHandle handle = 0;
-    Lane lane = lane_for(remote, b, /*after=*/Lane::kNone);
-    if (lane == Lane::kNone) {
-      return refuse(Status::kNotSupported,
-                    fmt::format("no lane of {} reaches peer {} (KVXFER_LANES here is {})",
-                                agent_name_, remote.agent_name, lanes_text()));
-    }
-    if (lane == Lane::kCma) {
-      std::string why;
-      const int notify_fd = b.notify_fd == ucx::kNoNotifyFd || b.notify_fd > 0x7fffffff
-                                ? -1
-                                : static_cast<int>(b.notify_fd);
-      const Status st =
-          cma_.connect(remote, b.cookie_addr, b.cookie_epoch, notify_fd, &handle, &why);
-      if (st == Status::kRemoteDisconnect) {
-        // The lane logged the details (errno or a stale cookie).
-        if (reason != nullptr) {
-          *reason = fmt::format("peer {} is on this host but its process (pid {}) is gone",
-                                remote.agent_name, remote.pid);
+    // THE rule for which lane a peer gets: the first of KVXFER_LANES that
+    // qualifies (lane.h) and connects; a lane that cannot reach the peer
+    // after all lets the next one try.
+    Status passed_over = Status::kSuccess;
+    std::string passed_reason;
+    for (const auto& lane : lanes_) {
+      if (!lane->qualifies(remote, blob)) continue;
+      Lane::Connected connected;
+      const Status st = lane->connect(blob, remote, &connected);
+      if (st == Status::kSuccess) {
+        const PeerHandle handle = handle_of(connected.peer);
+        {
+          std::lock_guard lock(connected_mu_);
+          connected_.insert(handle);
         }
-        return st;
+        // Whatever lane it writes through, a registered peer is known to
+        // every lane by name and key (tcp_lane.h, "Identities").
+        for (const auto& each : lanes_) each->vouch(handle, remote, blob);
+        *out = handle;
+        return Status::kSuccess;
       }
-      // Metadata that does not describe the pool the target registered: no
-      // lane may write there.
-      if (st == Status::kMismatch) return refuse(st, std::move(why));
-      // Anything else (no ptrace permission, seccomp): the next lane may
-      // still reach it.
-      if (st != Status::kSuccess) {
-        lane = lane_for(remote, b, /*after=*/Lane::kCma);
-        if (lane == Lane::kNone) {
-          return refuse(st, fmt::format("peer {} is on this host but the same-host lane cannot "
-                                        "reach it ({}), and KVXFER_LANES here is {}",
-                                        remote.agent_name, why, lanes_text()));
-        }
+      if (!connected.next_may_try) return refuse(st, std::move(connected.reason));
+      log().info("kvxfer {} {}: {}; trying the next lane", lane->name(), agent_name_,
+                 connected.reason);
+      if (passed_over == Status::kSuccess) {
+        passed_over = st;
+        passed_reason = std::move(connected.reason);
       }
     }
-    if (lane == Lane::kTcp) {
-      if (const Status st = tcp_->connect(b, remote, &handle, reason); st != Status::kSuccess) {
-        log().warn("kvxfer UCX {}: {}", agent_name_, reason != nullptr ? *reason : "");
-        return st;
-      }
+    if (passed_over != Status::kSuccess) {
+      return refuse(passed_over, fmt::format("{}, and no other lane reaches it (KVXFER_LANES here "
+                                             "is {})",
+                                             passed_reason, lanes_text()));
     }
-    if (lane == Lane::kUcx) {
-      if (const Status st = ucx_->connect(b, remote, &handle, reason); st != Status::kSuccess) {
-        return st;
-      }
-    }
-    {
-      std::lock_guard lock(lanes_mu_);
-      peer_lanes_.emplace(handle, lane);
-    }
-    // Whatever lane it writes through, a registered peer with a tcp lane of
-    // its own is known to ours by name and key: its connections to us are
-    // told from anyone else's (tcp_lane.h, "Identities").
-    if (tcp_ && b.tcp_port != 0) tcp_->vouch(handle, remote.agent_name, b.tcp_key);
-    *out = handle;
-    return Status::kSuccess;
+    return refuse(Status::kNotSupported,
+                  fmt::format("no lane of {} reaches peer {} (KVXFER_LANES here is {})",
+                              agent_name_, remote.agent_name, lanes_text()));
   }
 
   [[nodiscard]] Status disconnect(PeerHandle peer) override {
-    Lane lane = Lane::kUcx;
     {
-      std::lock_guard lock(lanes_mu_);
-      auto it = peer_lanes_.find(peer);
-      if (it == peer_lanes_.end()) return Status::kNotFound;
-      lane = it->second;
-      peer_lanes_.erase(it);
+      // A handle is used once more here, never after: one that is not
+      // connected (never was, or already disconnected) is refused before it
+      // is followed.
+      std::lock_guard lock(connected_mu_);
+      if (connected_.erase(peer) == 0) return Status::kNotFound;
     }
-    if (tcp_) tcp_->unvouch(peer);
-    switch (lane) {
-      case Lane::kCma:
-        return cma_.disconnect(peer);
-      case Lane::kTcp:
-        return tcp_->disconnect(peer);
-      default:
-        return ucx_->disconnect(peer);
-    }
+    for (const auto& lane : lanes_) lane->unvouch(peer);
+    LanePeer* p = lane_peer(peer);
+    return p->lane->disconnect(p);
   }
 
-  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
-                                  std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out,
-                                  std::span<const std::uint8_t> notify) override {
-    if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
-    return on_lane_of(
-        peer, [&](auto& lane) { return lane.post_write(peer, id, local, remote, out, notify); });
-  }
-
-  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
-                                 std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out,
-                                 std::span<const std::uint8_t> notify) override {
-    if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
-    return on_lane_of(
-        peer, [&](auto& lane) { return lane.post_read(peer, id, local, remote, out, notify); });
-  }
-
-  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
-                                   std::span<const std::uint8_t> message,
-                                   XferHandle* out) override {
-    return on_lane_of(peer, [&](auto& lane) { return lane.post_notify(peer, id, message, out); });
+  [[nodiscard]] Status post(PeerHandle peer, const Post& post, XferHandle* out) override {
+    LanePeer* p = lane_peer(peer);
+    return p->lane->post(p, post, out);
   }
 
   void take_notifications(std::vector<Notification>* out) override {
-    cma_.take_notifications(out);
-    if (tcp_) tcp_->take_notifications(out);
-    if (ucx_) ucx_->take_notifications(out);
+    for (const auto& lane : lanes_) lane->take_notifications(out);
   }
 
   void progress() override {
-    // A polling caller first helps one queued same-host chunk, then drives
-    // the UCX worker.
-    cma_.progress();
-    if (ucx_) ucx_->progress();
+    // A polling caller helps a queued same-host copy, and drives the UCX
+    // worker when no thread does.
+    for (const auto& lane : lanes_) lane->progress();
   }
 
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override {
     if (xfer == 0) return Status::kInvalidParam;
-    switch (lane_of(xfer)) {
-      case Lane::kCma:
-        return cma_.check(xfer, state);
-      case Lane::kTcp:
-        return tcp_->check(xfer, state);
-      default:
-        return ucx_->check(xfer, state);
-    }
+    return lane_xfer(xfer)->lane->check(xfer, state);
   }
 
   [[nodiscard]] const char* detail(XferHandle xfer) const override {
-    // The same-host lane has nothing to add to its statuses.
-    if (xfer == 0 || lane_of(xfer) == Lane::kCma) return nullptr;
-    return lane_of(xfer) == Lane::kTcp ? tcp_->detail(xfer) : ucx_->detail(xfer);
+    return xfer == 0 ? nullptr : lane_xfer(xfer)->lane->detail(xfer);
   }
 
   [[nodiscard]] Status release(XferHandle xfer) override {
     if (xfer == 0) return Status::kInvalidParam;
-    switch (lane_of(xfer)) {
-      case Lane::kCma:
-        return cma_.release(xfer);
-      case Lane::kTcp:
-        return tcp_->release(xfer);
-      default:
-        return ucx_->release(xfer);
-    }
+    return lane_xfer(xfer)->lane->release(xfer);
   }
 
   [[nodiscard]] HandleCounts live() const override {
     HandleCounts counts;
-    if (ucx_) ucx_->add_live(counts);
-    cma_.add_live(counts);
-    if (tcp_) tcp_->add_live(counts);
+    for (const auto& lane : lanes_) lane->add_live(counts);
     return counts;
   }
 
   [[nodiscard]] std::map<std::string, std::uint64_t> counters() const override {
     std::map<std::string, std::uint64_t> counters;
-    cma_.add_counters(counters);
-    if (tcp_) tcp_->add_counters(counters);
-    if (ucx_) ucx_->add_counters(counters);
+    for (const auto& lane : lanes_) lane->add_counters(counters);
     return counters;
+  }
+
+  [[nodiscard]] const char* lane(PeerHandle peer) const override {
+    return peer == 0 ? "" : lane_peer(peer)->lane->name();
   }
 
   void shutdown() override {
     if (shut_down_) return;
     shut_down_ = true;
-    if (ucx_) ucx_->stop();
-    std::vector<PeerHandle> leftover;
-    {
-      std::lock_guard lock(lanes_mu_);
-      for (const auto& [handle, lane] : peer_lanes_) leftover.push_back(handle);
+    for (const StopStage stage : {StopStage::kRefuse, StopStage::kDisconnect, StopStage::kQuiesce,
+                                  StopStage::kRelease}) {
+      for (const auto& lane : lanes_) lane->stop(stage);
     }
-    if (!leftover.empty()) {
-      log().warn("kvxfer UCX {}: shutdown with {} peer(s) still connected", agent_name_,
-                 leftover.size());
-    }
-    for (const PeerHandle handle : leftover) {
-      [[maybe_unused]] const Status st = disconnect(handle);
-    }
-    cma_.stop_copiers();
-    if (tcp_) tcp_->stop();
-    if (ucx_) ucx_->release_pool();
-    cma_.retire_cookie();
-    if (ucx_) ucx_->destroy_worker();
   }
 
  private:
-  // THE rule for which lane a peer gets: the first lane of KVXFER_LANES
-  // (after `after`, when connect() falls back) that qualifies:
-  // - cma: the peer shares our kernel (boot id) and pid namespace, has a
-  //   pid, and both sides allow shared memory;
-  // - ucx: both sides run it (an RDMA device, or KVXFER_RMA=on), and both
-  //   have an RDMA device or the tcp lane cannot serve the peer (not
-  //   allowed here, or the peer has none): forcing UCX's tcp transport stays
-  //   possible for tests;
-  // - tcp: the peer publishes a tcp lane.
-  // kNone when no lane qualifies.
-  [[nodiscard]] Lane lane_for(const RemoteRegion& remote, const ucx::Blob& blob, Lane after) const {
-    const cma::PidNamespace pidns = cma_.pid_namespace();
-    const bool same_host = !boot_id().empty() && remote.boot_id == boot_id() && remote.pid != 0 &&
-                           pidns.ino != 0 && blob.pidns_dev == pidns.dev &&
-                           blob.pidns_ino == pidns.ino;
-    const bool peer_accepts_cma = (blob.flags & ucx::kBlobAcceptsCma) != 0;
-    const bool tcp_serves = tcp_ != nullptr && blob.tcp_port != 0;
-    const bool both_rdma = has_rdma_ && (blob.flags & ucx::kBlobHasRdma) != 0;
-    auto it = allowed_.begin();
-    if (after != Lane::kNone) {
-      it = std::find(allowed_.begin(), allowed_.end(), after);
-      if (it != allowed_.end()) ++it;
-    }
-    for (; it != allowed_.end(); ++it) {
-      switch (*it) {
-        case Lane::kCma:
-          if (same_host && accepts_cma_ && peer_accepts_cma) return Lane::kCma;
-          break;
-        case Lane::kUcx:
-          if (ucx_ != nullptr && !blob.worker_address.empty() && !blob.rkey.empty() &&
-              (both_rdma || !tcp_serves)) {
-            return Lane::kUcx;
-          }
-          break;
-        case Lane::kTcp:
-          if (tcp_serves) return Lane::kTcp;
-          break;
-        case Lane::kNone:
-          break;
-      }
-    }
-    return Lane::kNone;
-  }
-
-  [[nodiscard]] std::string lanes_text() const {
-    std::vector<const char*> names;
-    for (const Lane lane : allowed_) names.push_back(lane_name(lane));
-    return fmt::format("{}", fmt::join(names, ","));
-  }
-
-  static const char* lane_name(Lane lane) {
-    switch (lane) {
-      case Lane::kCma:
-        return "cma";
-      case Lane::kUcx:
-        return "ucx";
-      case Lane::kTcp:
-        return "tcp";
-      default:
-        return "";
-    }
-  }
-
-  static Lane lane_of(XferHandle xfer) { return reinterpret_cast<const LaneXfer*>(xfer)->lane; }
-
-  // Runs post(lane) on the lane that owns a connected peer; kNotFound for
-  // a peer no lane owns.
-  template <typename Post>
-  [[nodiscard]] Status on_lane_of(PeerHandle peer, Post&& post) {
-    switch (lane_of_peer(peer)) {
-      case Lane::kCma:
-        return post(cma_);
-      case Lane::kUcx:
-        return post(*ucx_);
-      case Lane::kTcp:
-        return post(*tcp_);
-      case Lane::kNone:
-        break;
-    }
-    return Status::kNotFound;
-  }
-
-  [[nodiscard]] const char* lane(PeerHandle peer) const override {
-    return lane_name(lane_of_peer(peer));
-  }
-
-  // The lane that owns a connected peer, or kNone.
-  [[nodiscard]] Lane lane_of_peer(PeerHandle peer) const {
-    std::lock_guard lock(lanes_mu_);
-    const auto it = peer_lanes_.find(peer);
-    return it == peer_lanes_.end() ? Lane::kNone : it->second;
-  }
-
-  [[nodiscard]] std::vector<std::uint8_t> make_blob() const {
-    ucx::Blob blob;
-    blob.flags = static_cast<std::uint16_t>((accepts_cma_ ? ucx::kBlobAcceptsCma : 0) |
-                                            (has_rdma_ ? ucx::kBlobHasRdma : 0));
-    blob.pidns_dev = cma_.pid_namespace().dev;
-    blob.pidns_ino = cma_.pid_namespace().ino;
-    blob.cookie_addr = cma_.cookie_addr();
-    blob.cookie_epoch = cma_.cookie_epoch();
-    if (ucx_) {
-      blob.worker_address = ucx_->worker_address();
-      blob.rkey = ucx_->packed_rkey();
-    }
-    if (cma_.notify_fd() >= 0) blob.notify_fd = static_cast<std::uint32_t>(cma_.notify_fd());
-    if (tcp_) {
-      blob.tcp_token = tcp_->token();
-      blob.tcp_key = tcp_->identity_key();
-      blob.tcp_port = tcp_->port();
-      blob.tcp_addresses = tcp_->addresses();
-    }
-    return ucx::encode_blob(blob);
-  }
+  [[nodiscard]] std::string lanes_text() const { return fmt::format("{}", fmt::join(allowed_, ",")); }
 
   std::string agent_name_;
-  std::vector<Lane> allowed_;
-  cma::CmaLane cma_;
-  std::unique_ptr<tcp::TcpLane> tcp_;  // when KVXFER_LANES allows it
-  bool has_rdma_ = false;
-  ucx::UcxSettings ucx_settings_;
-  std::unique_ptr<ucx::UcxLane> ucx_;  // when a peer can need it (see the constructor)
-  bool accepts_cma_ = false;
+  std::vector<std::string> allowed_;
+  std::uint64_t token_ = 0;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // in KVXFER_LANES order
   std::vector<std::uint8_t> blob_;
-
-  // Which lane owns each peer. Connect runs on the core's registration
-  // worker while transfers run on callers' threads, so it has its own lock.
-  mutable std::mutex lanes_mu_;
-  std::unordered_map<PeerHandle, Lane> peer_lanes_;
+  // The handles connect() handed out and disconnect() has not taken back
+  // (connect and disconnect only: a post follows its handle, no lookup).
+  std::mutex connected_mu_;
+  std::unordered_set<PeerHandle> connected_;
   bool shut_down_ = false;
 };
 

@@ -3,6 +3,7 @@
 // process: a progress() call copies at most kDefaultCallerSlice (cma_config.h) on
 // the caller's thread, however large the write, and the bytes land.
 #include "engines/cma/cma_lane.h"
+#include "lane_calls.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -54,8 +55,7 @@ struct LanePair {
     remote.block_len = len_;
     remote.pid = static_cast<std::uint32_t>(::getpid());
     std::string why;
-    const Status st = source.connect(remote, target.cookie_addr(), target.cookie_epoch(),
-                                     target.notify_fd(), &peer, &why);
+    const Status st = test::connect_lane(source, target, remote, &peer, &why);
     if (st == Status::kSuccess) return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure() << status_name(st) << ": " << why;
   }
@@ -94,7 +94,7 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   for (int attempt = 0; attempt < 50 && counters_of(source)["cma_caller_slices"] == 0; ++attempt) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     XferHandle xfer{};
-    ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
     ASSERT_EQ(lanes.dst, lanes.src);
   }
@@ -102,7 +102,7 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_GT(counters.at("cma_caller_slice_max_bytes"), 0u);
   EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kDefaultCallerSlice);
-  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, lanes.peer), Status::kSuccess);
 }
 
 // KVXFER_CMA_SLICE=0: progress() never copies on the caller's thread; the
@@ -118,14 +118,14 @@ TEST(CmaLane, WithNoCallerSliceTheCopiersCopyEverything) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     XferHandle xfer{};
-    ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
     ASSERT_EQ(lanes.dst, lanes.src);
   }
   const auto counters = counters_of(source);
   EXPECT_EQ(counters.at("cma_caller_slices"), 0u);
   EXPECT_EQ(counters.at("cma_bytes"), 3 * kBlocks * kBlockLen);
-  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, lanes.peer), Status::kSuccess);
 }
 
 // The caller claims from the back of a write, whole iovecs or the tail of
@@ -161,7 +161,7 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     const std::uint64_t before = counters_of(source)["cma_bytes"];
     XferHandle xfer{};
-    ASSERT_EQ(source.post_write(lanes.peer, 1, local, remote_blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.peer, 1, local, remote_blocks, &xfer), Status::kSuccess);
     ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
     ASSERT_TRUE(lanes.dst == want) << "attempt " << attempt;
     // Each byte was copied once: none twice by the copier and the caller.
@@ -171,7 +171,7 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u);
   EXPECT_LE(counters.at("cma_caller_slice_max_bytes"), kDefaultCallerSlice);
-  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, lanes.peer), Status::kSuccess);
 }
 
 // READs in flight together, their destinations disjoint, each split between
@@ -219,7 +219,7 @@ TEST(CmaLane, ReadsInFlightTogetherLandEachByteOnceWhoeverCopiesThem) {
     const std::uint64_t before = counters_of(source)["cma_bytes"];
     std::vector<XferHandle> xfers(kReads);
     for (int r = 0; r < kReads; ++r) {
-      ASSERT_EQ(source.post_read(lanes.peer, static_cast<TransferId>(r + 1), local[r], remote[r],
+      ASSERT_EQ(test::post_read(source, lanes.peer, static_cast<TransferId>(r + 1), local[r], remote[r],
                                  &xfers[static_cast<std::size_t>(r)]),
                 Status::kSuccess);
     }
@@ -232,7 +232,7 @@ TEST(CmaLane, ReadsInFlightTogetherLandEachByteOnceWhoeverCopiesThem) {
   const auto counters = counters_of(source);
   EXPECT_GT(counters.at("cma_caller_slices"), 0u) << "no poll copied a slice of a read";
   EXPECT_EQ(counters.at("cma_reads"), 20u * kReads);
-  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, lanes.peer), Status::kSuccess);
 }
 
 // A caller that comes back to progress() after pauses (a scheduler thread
@@ -251,7 +251,7 @@ TEST(CmaLane, ACallerThatPausesBetweenPollsGetsItsWriteCopiedOnce) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), std::uint8_t{0});
     const std::uint64_t before = counters_of(source)["cma_bytes"];
     XferHandle xfer{};
-    ASSERT_EQ(source.post_write(lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     source.progress();  // after a pause
     source.progress();  // at once
@@ -260,7 +260,7 @@ TEST(CmaLane, ACallerThatPausesBetweenPollsGetsItsWriteCopiedOnce) {
     EXPECT_EQ(counters_of(source)["cma_bytes"] - before, kCount * kLen) << "attempt " << attempt;
   }
   EXPECT_EQ(counters_of(source)["cma_writes"], 3u);
-  EXPECT_EQ(source.disconnect(lanes.peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, lanes.peer), Status::kSuccess);
 }
 
 // A write with a notification, and one alone, through the lane's socket
@@ -276,9 +276,9 @@ TEST(CmaLane, NotificationsReachTheTargetAfterTheirBytes) {
   const std::vector<std::uint8_t> note{'h', 'i'};
   const std::vector<std::int64_t> blocks{3, 4};
   XferHandle xfer{};
-  ASSERT_EQ(source.post_write(peer, 1, blocks, blocks, &xfer, note), Status::kSuccess);
+  ASSERT_EQ(test::post_write(source, peer, 1, blocks, blocks, &xfer, note), Status::kSuccess);
   ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
-  ASSERT_EQ(source.post_notify(peer, 2, std::vector<std::uint8_t>{'!'}, &xfer), Status::kSuccess);
+  ASSERT_EQ(test::post_notify(source, peer, 2, std::vector<std::uint8_t>{'!'}, &xfer), Status::kSuccess);
   ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
   // Not ours: dropped.
   const std::uint8_t junk[3] = {1, 2, 3};
@@ -299,7 +299,7 @@ TEST(CmaLane, NotificationsReachTheTargetAfterTheirBytes) {
   got.clear();
   target.take_notifications(&got);
   EXPECT_TRUE(got.empty());
-  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, peer), Status::kSuccess);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "common/shared_pools.h"
 #include "engines/cma/cma_cookie.h"
 #include "engines/cma/cma_lane.h"
+#include "lane_calls.h"
 #include "kvxfer/shared_pool.h"
 
 namespace kvxfer::internal::cma {
@@ -258,8 +259,8 @@ RemoteRegion remote_of(const void* base) {
 Status run(CmaLane& lane, PeerHandle peer, bool read, std::span<const std::int64_t> local,
            std::span<const std::int64_t> remote) {
   XferHandle xfer{};
-  const Status posted = read ? lane.post_read(peer, 1, local, remote, &xfer)
-                             : lane.post_write(peer, 1, local, remote, &xfer);
+  const Status posted = read ? test::post_read(lane, peer, 1, local, remote, &xfer)
+                             : test::post_write(lane, peer, 1, local, remote, &xfer);
   if (posted != Status::kSuccess) return posted;
   Status state = Status::kInProgress;
   while (state == Status::kInProgress) {
@@ -284,8 +285,7 @@ TEST_P(MappedLane, WritesAndReadsLandByteForByte) {
   source.set_map_peer_pools(map, false);
   PeerHandle peer{};
   std::string why;
-  ASSERT_EQ(source.connect(remote_of(target_pool.data()), target.cookie_addr(),
-                           target.cookie_epoch(), -1, &peer, &why),
+  ASSERT_EQ(test::connect_lane(source, target, remote_of(target_pool.data()), &peer, &why, false),
             Status::kSuccess)
       << why;
   EXPECT_EQ(counters_of(source).at("cma_mapped_peers"), map ? 1u : 0u);
@@ -310,7 +310,7 @@ TEST_P(MappedLane, WritesAndReadsLandByteForByte) {
   std::fill(ours.begin(), ours.end(), 0);
   ASSERT_EQ(run(source, peer, true, local, remote), Status::kSuccess);
   EXPECT_EQ(ours, expected);
-  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, peer), Status::kSuccess);
 }
 
 INSTANTIATE_TEST_SUITE_P(MapOnAndOff, MappedLane, ::testing::Bool(),
@@ -324,12 +324,11 @@ TEST(MappedLaneTest, APrivatePoolIsNotMapped) {
   CmaLane source("source", Region{ours.data(), kBlocks, kBlockLen}, 1);
   PeerHandle peer{};
   std::string why;
-  ASSERT_EQ(source.connect(remote_of(target_pool.data()), target.cookie_addr(),
-                           target.cookie_epoch(), -1, &peer, &why),
+  ASSERT_EQ(test::connect_lane(source, target, remote_of(target_pool.data()), &peer, &why, false),
             Status::kSuccess)
       << why;
   EXPECT_EQ(counters_of(source).at("cma_mapped_peers"), 0u);
-  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, peer), Status::kSuccess);
 }
 
 // A target that retired its engine is gone for a mapped copy too: the
@@ -341,16 +340,15 @@ TEST(MappedLaneTest, ATargetThatShutDownFailsTheTransfer) {
   CmaLane source("source", Region{ours.data(), kBlocks, kBlockLen}, 1);
   PeerHandle peer{};
   std::string why;
-  ASSERT_EQ(source.connect(remote_of(target_pool.data()), target.cookie_addr(),
-                           target.cookie_epoch(), -1, &peer, &why),
+  ASSERT_EQ(test::connect_lane(source, target, remote_of(target_pool.data()), &peer, &why, false),
             Status::kSuccess)
       << why;
   ASSERT_EQ(counters_of(source).at("cma_mapped_peers"), 1u);
-  target.retire_cookie();
+  target.stop(StopStage::kRelease);
   std::vector<std::int64_t> blocks(kBlocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   EXPECT_EQ(run(source, peer, false, blocks, blocks), Status::kRemoteDisconnect);
-  EXPECT_EQ(source.disconnect(peer), Status::kSuccess);
+  EXPECT_EQ(test::disconnect_lane(source, peer), Status::kSuccess);
 }
 
 }  // namespace

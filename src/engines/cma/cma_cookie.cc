@@ -89,7 +89,9 @@ PidNamespace own_pid_namespace() {
   return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
 }
 
-Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_offset) {
+Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_offset,
+               std::uint64_t epoch)
+    : epoch_(epoch) {
   static_assert(wire::kCookieLen <= kPageLen && kPageLen % kAlign == 0);
   // A memfd of its own name, so that peers can tell the page from any other
   // memory of this process (check_cookie_mapping). Kept open and declared,

@@ -37,9 +37,10 @@ using Declaration = wire::CookieDeclaration;
 class Cookie {
  public:
   // `pool_fd` and `pool_offset`: where a peer can map the pool (our
-  // descriptor of its SharedPool memfd), or wire::kNoFd and 0.
+  // descriptor of its SharedPool memfd), or wire::kNoFd and 0. `epoch`: the
+  // engine's token (0: a random one of the cookie's own).
   explicit Cookie(const Region& pool, std::uint32_t pool_fd = wire::kNoFd,
-                  std::uint64_t pool_offset = 0);
+                  std::uint64_t pool_offset = 0, std::uint64_t epoch = 0);
   ~Cookie() { retire(); }
   Cookie(const Cookie&) = delete;
   Cookie& operator=(const Cookie&) = delete;

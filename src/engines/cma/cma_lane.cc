@@ -16,7 +16,7 @@
 
 #include "common/log.h"
 #include "common/sanitizers.h"
-#include "engines/block_runs.h"
+#include "common/host.h"
 #include "wire/notify.h"
 
 namespace kvxfer::internal::cma {
@@ -36,14 +36,14 @@ std::int64_t steady_ns() {
 }  // namespace
 
 CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
-                 const CopyPolicy& policy)
+                 const CopyPolicy& policy, std::uint64_t token)
     : agent_name_(std::move(agent_name)),
       region_(region),
       pidns_(own_pid_namespace()),
       pool_file_(find_shared_pool(region.base, region.num_blocks * region.block_len)),
       cookie_(region,
               pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
-              pool_file_.fd >= 0 ? pool_file_.offset : 0),
+              pool_file_.fd >= 0 ? pool_file_.offset : 0, token),
       map_peer_pools_(policy.map != PoolMapping::kOff),
       populate_peer_pools_(policy.map == PoolMapping::kPopulate),
       caller_slice_bytes_(policy.caller_slice),
@@ -57,7 +57,7 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
     const int room = 8 << 20;
     static_cast<void>(::setsockopt(notify_tx_, SOL_SOCKET, SO_SNDBUF, &room, sizeof(room)));
   } else {
-    log().warn("kvxfer UCX {}: no notification socket ({}): same-host peers cannot notify us",
+    log().warn("kvxfer cma {}: no notification socket ({}): same-host peers cannot notify us",
                agent_name_, std::strerror(errno));
   }
 }
@@ -103,16 +103,31 @@ int duplicate_notify_socket(pid_t pid, int fd) {
 
 }  // namespace
 
-Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
-                        std::uint64_t cookie_epoch, int notify_fd, PeerHandle* out,
-                        std::string* mismatch) {
-  auto peer = std::make_shared<Peer>();
+void CmaLane::publish(ucx::Blob& blob) const {
+  blob.flags |= ucx::kBlobAcceptsCma;
+  blob.pidns_dev = pidns_.dev;
+  blob.pidns_ino = pidns_.ino;
+  blob.cookie_addr = cookie_.addr();
+  if (notify_tx_ >= 0) blob.notify_fd = static_cast<std::uint32_t>(notify_tx_);
+}
+
+bool CmaLane::qualifies(const RemoteRegion& remote, const ucx::Blob& blob) const {
+  return !boot_id().empty() && remote.boot_id == boot_id() && remote.pid != 0 && pidns_.ino != 0 &&
+         blob.pidns_dev == pidns_.dev && blob.pidns_ino == pidns_.ino &&
+         (blob.flags & ucx::kBlobAcceptsCma) != 0;
+}
+
+Status CmaLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, Connected* out) {
+  const int notify_fd = blob.notify_fd == ucx::kNoNotifyFd || blob.notify_fd > 0x7fffffff
+                            ? -1
+                            : static_cast<int>(blob.notify_fd);
+  auto peer = std::make_shared<Peer>(this);
   peer->agent_name = remote.agent_name;
   peer->remote_base = remote.base_addr;
   peer->remote_block_len = remote.block_len;
   peer->pid = static_cast<pid_t>(remote.pid);
-  peer->cookie_addr = cookie_addr;
-  peer->cookie_epoch = cookie_epoch;
+  peer->cookie_addr = blob.cookie_addr;
+  peer->cookie_epoch = blob.cookie_epoch;
   // The metadata says where the pool is; only the target's own cookie page
   // says which pool it registered. Writes go where the metadata says, so the
   // two must agree exactly.
@@ -123,27 +138,29 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
     st = Status::kRemoteDisconnect;
   }
   if (st == Status::kRemoteDisconnect) {
-    log().warn("kvxfer UCX {}: peer {} (pid {}) is gone: {}", agent_name_, peer->agent_name,
-               peer->pid, err != 0 ? std::strerror(err) : "its engine's cookie does not match");
+    out->reason = fmt::format("peer {} is on this host but its process (pid {}) is gone ({})",
+                              peer->agent_name, peer->pid,
+                              err != 0 ? std::strerror(err) : "its engine's cookie does not match");
     return st;
   }
   if (st == Status::kMismatch) {
-    *mismatch = fmt::format(
+    out->reason = fmt::format(
         "refusing peer {} (pid {}): its metadata names cookie address {:#x}, which is not a "
         "cookie page",
         peer->agent_name, peer->pid, peer->cookie_addr);
     return st;
   }
   if (st != Status::kSuccess) {
-    log().info(
-        "kvxfer UCX {}: peer {} (pid {}) is on this host but process_vm_readv fails ({}); "
-        "using a UCX endpoint",
-        agent_name_, peer->agent_name, peer->pid, std::strerror(err));
+    out->reason = fmt::format(
+        "peer {} (pid {}) is on this host but the same-host lane cannot reach it "
+        "(process_vm_readv: {})",
+        peer->agent_name, peer->pid, std::strerror(err));
+    out->next_may_try = true;
     return st;
   }
   if (declared.base_addr != remote.base_addr || declared.num_blocks != remote.num_blocks ||
       declared.block_len != remote.block_len) {
-    *mismatch = fmt::format(
+    out->reason = fmt::format(
         "refusing peer {} (pid {}): its metadata describes a pool at {:#x} of {} blocks of {} "
         "bytes, but the target registered {:#x} with {} blocks of {} bytes",
         peer->agent_name, peer->pid, remote.base_addr, remote.num_blocks, remote.block_len,
@@ -162,20 +179,17 @@ Status CmaLane::connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
       peer->notify_fd = -1;
     }
     if (peer->notify_fd < 0) {
-      log().info("kvxfer UCX {}: peer {} (pid {}) takes no notifications from us", agent_name_,
+      log().info("kvxfer cma {}: peer {} (pid {}) takes no notifications from us", agent_name_,
                  peer->agent_name, peer->pid);
     }
   }
-  log().info("kvxfer UCX {}: peer {} (pid {}) is on this host: writing {}", agent_name_,
+  log().info("kvxfer cma {}: peer {} (pid {}) is on this host: writing {}", agent_name_,
              peer->agent_name, peer->pid,
              peer->mapping.mapped() ? "into its mapped pool" : "with process_vm_writev");
   start_copiers();
-  const auto handle = reinterpret_cast<PeerHandle>(peer.get());
-  {
-    std::lock_guard lock(peers_mu_);
-    peers_.emplace(handle, std::move(peer));
-  }
-  *out = handle;
+  out->peer = peer.get();
+  std::lock_guard lock(peers_mu_);
+  peers_.emplace(peer.get(), std::move(peer));
   return Status::kSuccess;
 }
 
@@ -193,12 +207,12 @@ void CmaLane::map_pool(Peer& peer, const Declaration& declared) {
     why = "it went away while its pool was mapped";
   }
   if (st != Status::kSuccess) {
-    log().info("kvxfer UCX {}: not mapping the pool of peer {} (pid {}): {}", agent_name_,
+    log().info("kvxfer cma {}: not mapping the pool of peer {} (pid {}): {}", agent_name_,
                peer.agent_name, peer.pid, why);
     return;
   }
   if (!mapping.cookie_mapped()) {
-    log().info("kvxfer UCX {}: reading the cookie of peer {} (pid {}) with process_vm_readv: {}",
+    log().info("kvxfer cma {}: reading the cookie of peer {} (pid {}) with process_vm_readv: {}",
                agent_name_, peer.agent_name, peer.pid,
                why.empty() ? "it declares no cookie descriptor" : why);
   }
@@ -206,7 +220,7 @@ void CmaLane::map_pool(Peer& peer, const Declaration& declared) {
   mapped_peers_.fetch_add(1, std::memory_order_relaxed);
 }
 
-Status CmaLane::disconnect(PeerHandle handle) {
+Status CmaLane::disconnect(LanePeer* handle) {
   std::shared_ptr<Peer> peer;
   {
     std::lock_guard lock(peers_mu_);
@@ -234,7 +248,7 @@ Status CmaLane::disconnect(PeerHandle handle) {
 
 CmaLane::Xfer* CmaLane::acquire_xfer() {
   std::lock_guard lock(pool_mu_);
-  if (free_xfers_.empty()) return &xfers_.emplace_back();
+  if (free_xfers_.empty()) return &xfers_.emplace_back(this);
   Xfer* x = free_xfers_.back();
   free_xfers_.pop_back();
   return x;
@@ -247,41 +261,16 @@ void CmaLane::unref(Xfer* xfer) {
   free_xfers_.push_back(xfer);
 }
 
-Status CmaLane::post_write(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
-                           std::span<const std::int64_t> remote, XferHandle* out,
-                           std::span<const std::uint8_t> notify) {
-  return post(false, handle, id, local, remote, out, notify);
-}
-
-Status CmaLane::post_read(PeerHandle handle, TransferId id, std::span<const std::int64_t> local,
-                          std::span<const std::int64_t> remote, XferHandle* out,
-                          std::span<const std::uint8_t> notify) {
-  return post(true, handle, id, local, remote, out, notify);
-}
-
-Status CmaLane::post_notify(PeerHandle handle, TransferId id, std::span<const std::uint8_t> message,
-                            XferHandle* out) {
-  // No blocks: the copy is the cookie reads alone, then the message.
-  return post(false, handle, id, {}, {}, out, message);
-}
-
-Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
-                     std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
-                     XferHandle* out, std::span<const std::uint8_t> notify) {
-  std::shared_ptr<Peer> peer;
-  {
-    // The core only posts to peers it connected and has not disconnected, so
-    // this lookup exists to hand transfers a reference, not to validate.
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(handle);
-    if (it == peers_.end()) return Status::kNotFound;
-    peer = it->second;
-  }
+Status CmaLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
+  // The core posts only to peers it connected and has not disconnected.
+  std::shared_ptr<Peer> peer = static_cast<Peer*>(handle)->shared_from_this();
+  const std::span<const std::uint8_t> notify = post.note;
+  const bool read = post.op == TransferOp::kRead;
   if (peer->gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
   if (!notify.empty() && peer->notify_fd < 0) return Status::kNotSupported;
 
   Xfer* xfer = acquire_xfer();
-  xfer->id = id;
+  xfer->id = post.id;
   xfer->read = read;
   xfer->notify.assign(notify.begin(), notify.end());
   xfer->held.store(true, std::memory_order_relaxed);
@@ -292,12 +281,12 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
   xfer->remote_iov.clear();
   auto* const base = static_cast<std::uint8_t*>(region_.base);
   const std::uint64_t block_len = region_.block_len;
-  for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
+  for (const BlockRun& run : post.runs) {
     // A run longer than a copier's chunk becomes several iovecs, so that
     // copiers can share it.
-    auto* src = base + static_cast<std::uint64_t>(l) * block_len;
-    auto dst = peer->remote_base + static_cast<std::uint64_t>(r) * peer->remote_block_len;
-    for (std::size_t left = count * block_len; left > 0;) {
+    auto* src = base + static_cast<std::uint64_t>(run.local) * block_len;
+    auto dst = peer->remote_base + static_cast<std::uint64_t>(run.remote) * peer->remote_block_len;
+    for (std::size_t left = run.count * block_len; left > 0;) {
       const std::size_t len = std::min(left, kChunkBytes);
       xfer->local_iov.push_back({src, len});
       xfer->remote_iov.push_back({reinterpret_cast<void*>(dst), len});
@@ -305,8 +294,7 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
       dst += len;
       left -= len;
     }
-    return true;
-  });
+  }
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(copy_mu_);
@@ -323,7 +311,7 @@ Status CmaLane::post(bool read, PeerHandle handle, TransferId id,
   copy_cv_.notify_one();
   (read ? cma_reads_ : cma_writes_).fetch_add(1, std::memory_order_relaxed);
   live_transfers_.fetch_add(1, std::memory_order_relaxed);
-  *out = reinterpret_cast<XferHandle>(static_cast<LaneXfer*>(xfer));
+  *out = handle_of(static_cast<LaneXfer*>(xfer));
   return Status::kSuccess;
 }
 
@@ -392,7 +380,7 @@ Status CmaLane::send_notification(Peer& peer, Xfer& xfer) {
   const int err = sent < 0 ? errno : EMSGSIZE;
   notifications_refused_.fetch_add(1, std::memory_order_relaxed);
   log().warn(
-      "kvxfer UCX {}: the notification of transfer {} to peer {} was not sent: {}", agent_name_,
+      "kvxfer cma {}: the notification of transfer {} to peer {} was not sent: {}", agent_name_,
       xfer.id, peer.agent_name,
       err == EAGAIN ? "its queue is full (its owner is not taking them)" : std::strerror(err));
   // The receiving end is gone with the peer's engine.
@@ -422,7 +410,7 @@ void CmaLane::take_notifications(std::vector<Notification>* out) {
         !ucx::decode_notify_header(bytes.first(header_len), &h) || h.token != cookie_.epoch() ||
         size - header_len > kMaxNotificationBytes) {
       notifications_refused_.fetch_add(1, std::memory_order_relaxed);
-      log().warn("kvxfer UCX {}: dropped a malformed notification datagram ({} bytes)", agent_name_,
+      log().warn("kvxfer cma {}: dropped a malformed notification datagram ({} bytes)", agent_name_,
                  size);
       continue;
     }
@@ -456,6 +444,32 @@ void CmaLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
 // ---------------------------------------------------------------------------
 // Copiers
 // ---------------------------------------------------------------------------
+
+void CmaLane::stop(StopStage stage) {
+  switch (stage) {
+    case StopStage::kRefuse:
+      break;
+    case StopStage::kDisconnect: {
+      std::vector<LanePeer*> left;
+      {
+        std::lock_guard lock(peers_mu_);
+        for (const auto& [handle, peer] : peers_) left.push_back(handle);
+      }
+      if (!left.empty()) {
+        log().warn("kvxfer cma {}: stopping with {} peer(s) still connected", agent_name_,
+                   left.size());
+      }
+      for (LanePeer* peer : left) static_cast<void>(disconnect(peer));
+      break;
+    }
+    case StopStage::kQuiesce:
+      stop_copiers();
+      break;
+    case StopStage::kRelease:
+      cookie_.retire();
+      break;
+  }
+}
 
 void CmaLane::start_copiers() {
   std::lock_guard lock(copy_mu_);
@@ -634,12 +648,12 @@ Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::spa
   }
   if (st == Status::kRemoteDisconnect) result = Status::kRemoteDisconnect;
   if (st == Status::kNotAllowed || st == Status::kBackend) {
-    log().warn("kvxfer UCX {}: process_vm_readv from peer {} (pid {}) failed: {}", agent_name_,
+    log().warn("kvxfer cma {}: process_vm_readv from peer {} (pid {}) failed: {}", agent_name_,
                peer.agent_name, peer.pid, std::strerror(err));
     result = Status::kBackend;
   }
   if (result == Status::kRemoteDisconnect && !peer.gone.exchange(true)) {
-    log().warn("kvxfer UCX {}: peer {} (pid {}) is gone", agent_name_, peer.agent_name, peer.pid);
+    log().warn("kvxfer cma {}: peer {} (pid {}) is gone", agent_name_, peer.agent_name, peer.pid);
   }
   return result;
 }
@@ -688,7 +702,7 @@ Status CmaLane::cma_copy(Peer& peer, bool read, std::span<iovec> local, std::spa
           return Status::kRemoteDisconnect;
         }
       }
-      log().warn("kvxfer UCX {}: process_vm_{} with peer {} failed: {}", agent_name_,
+      log().warn("kvxfer cma {}: process_vm_{} with peer {} failed: {}", agent_name_,
                  read ? "readv" : "writev", peer.agent_name, std::strerror(err));
       return Status::kBackend;
     }

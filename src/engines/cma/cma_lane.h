@@ -5,7 +5,7 @@
 // in chunks run by a copier pool (so that posting does not wait for the copy)
 // and by callers of progress() (so that a spinning poller helps them). It may
 // use the cookie (cma_cookie.h), the engine interface's types and the logger;
-// it knows nothing of UCX. Which peers come here is decided in lanes.cc.
+// it knows nothing of UCX. It is one Lane (engines/lane.h).
 //
 // Why not UCX for these peers (measured with UCX 1.13, see
 // docs/ucx-engine.md): a ucp_put_nbx to user-registered memory over sm is
@@ -44,19 +44,20 @@
 #include "engines/cma/cma_config.h"
 #include "engines/cma/cma_cookie.h"
 #include "engines/cma/cma_mapping.h"
-#include "engines/lanes.h"
+#include "engines/lane.h"
+#include "wire/ucx_blob.h"
 
 namespace kvxfer::internal::cma {
 
-class CmaLane {
+class CmaLane final : public Lane {
  public:
   // `num_threads` (Options::num_threads) bounds the copier threads; the
-  // rest of how copies are shared is `policy` (cma_config.h).
+  // rest of how copies are shared is `policy` (cma_config.h). `token`: the
+  // engine's, which our cookie holds and our peers' notifications carry
+  // (0: a random one).
   CmaLane(std::string agent_name, const Region& region, int num_threads,
-          const CopyPolicy& policy = {});
-  ~CmaLane();
-  CmaLane(const CmaLane&) = delete;
-  CmaLane& operator=(const CmaLane&) = delete;
+          const CopyPolicy& policy = {}, std::uint64_t token = 0);
+  ~CmaLane() override;
 
   [[nodiscard]] PidNamespace pid_namespace() const { return pidns_; }
   [[nodiscard]] std::uint64_t cookie_addr() const { return cookie_.addr(); }
@@ -73,49 +74,46 @@ class CmaLane {
     populate_peer_pools_ = populate;
   }
 
+  [[nodiscard]] const char* name() const noexcept override { return "cma"; }
+  // Our pid namespace, cookie, token and notification socket, and that we
+  // take same-host writes.
+  void publish(ucx::Blob& blob) const override;
+  // The peer shares our kernel (boot id) and pid namespace, has a pid, and
+  // takes same-host writes.
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const ucx::Blob& blob) const override;
   // Reads the peer's cookie and, when its epoch matches and the pool it
   // declares is exactly `remote`'s, adds the peer (and starts the copiers).
   // kRemoteDisconnect: the peer is gone. kMismatch: the metadata does not
-  // describe what the target registered (refuse the peer; *mismatch says
-  // what differs, for the caller to log and report). Anything else: this
-  // lane cannot reach it (no ptrace permission, seccomp).
-  // `notify_fd` is the peer's notify_fd() (or -1): when it can be
-  // duplicated, the peer takes our notifications.
-  [[nodiscard]] Status connect(const RemoteRegion& remote, std::uint64_t cookie_addr,
-                               std::uint64_t cookie_epoch, int notify_fd, PeerHandle* out,
-                               std::string* mismatch);
-  [[nodiscard]] Status disconnect(PeerHandle peer);
-  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
-                                  std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out,
-                                  std::span<const std::uint8_t> notify = {});
-  // A READ of the peer's remote[i] into our local[i] (engine.h's contract).
-  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
-                                 std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out,
-                                 std::span<const std::uint8_t> notify = {});
-  // A notification alone (no blocks).
-  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
-                                   std::span<const std::uint8_t> message, XferHandle* out);
+  // describe what the target registered (refuse the peer). Anything else:
+  // this lane cannot reach it (no ptrace permission, seccomp), and the next
+  // lane may try. When the peer's notification socket can be duplicated,
+  // the peer takes our notifications.
+  [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote,
+                               Connected* out) override;
+  [[nodiscard]] Status disconnect(LanePeer* peer) override;
+  // One WRITE, READ (the peer's blocks into ours) or notification alone (no
+  // runs: the copy is the cookie reads alone, then the message).
+  [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
   // The notifications peers on this host sent us (engine.h's contract).
-  void take_notifications(std::vector<Notification>* out);
+  void take_notifications(std::vector<Notification>* out) override;
   // Copies at most one caller slice (CopyPolicy::caller_slice) of queued
   // copies on the calling thread, if any is queued.
-  void progress();
-  [[nodiscard]] Status check(XferHandle xfer, Status* state);
-  [[nodiscard]] Status release(XferHandle xfer);
+  void progress() override;
+  [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
+  [[nodiscard]] Status release(XferHandle xfer) override;
 
   // Adds this lane's peers, transfers and requests (queued or running copies).
-  void add_live(HandleCounts& counts) const;
-  void add_counters(std::map<std::string, std::uint64_t>& counters) const;
+  void add_live(HandleCounts& counts) const override;
+  void add_counters(std::map<std::string, std::uint64_t>& counters) const override;
 
-  // Lets the copiers finish (or cancel) what is queued and joins them.
-  void stop_copiers();
-  // Peers reading the cookie from now on find this engine gone.
-  void retire_cookie() { cookie_.retire(); }
+  // kDisconnect: the peers left; kQuiesce: lets the copiers finish (or
+  // cancel) what is queued and joins them; kRelease: peers reading the
+  // cookie from now on find this engine gone.
+  void stop(StopStage stage) override;
 
  private:
-  struct Peer {
+  struct Peer : LanePeer, std::enable_shared_from_this<Peer> {
+    explicit Peer(CmaLane* owner) : LanePeer(owner) {}
     std::string agent_name;
     std::uint64_t remote_base = 0;
     std::uint64_t remote_block_len = 0;
@@ -138,7 +136,7 @@ class CmaLane {
   // A transfer handle. Owned by the core until release(), and by the copier
   // that finishes it; whichever lets go last returns it to the pool.
   struct Xfer : LaneXfer {
-    Xfer() : LaneXfer(Lane::kCma) {}
+    explicit Xfer(CmaLane* owner) : LaneXfer(owner) {}
     std::shared_ptr<Peer> peer;
     TransferId id = 0;
     bool read = false;  // a READ (the peer's blocks into ours), else a WRITE
@@ -194,9 +192,8 @@ class CmaLane {
   // Maps the peer's pool when it declares one we can map (cma_mapping.h);
   // on any failure the peer is written with process_vm_writev as before.
   void map_pool(Peer& peer, const Declaration& declared);
-  Status post(bool read, PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
-              std::span<const std::int64_t> remote, XferHandle* out,
-              std::span<const std::uint8_t> notify);
+  // Lets the copiers finish (or cancel) what is queued and joins them.
+  void stop_copiers();
   // Sends a finished transfer's notification; kSuccess, or why not.
   Status send_notification(Peer& peer, Xfer& xfer);
   Xfer* acquire_xfer();
@@ -217,10 +214,10 @@ class CmaLane {
   std::uint64_t caller_slice_bytes_;
   int num_copiers_ = 1;
 
-  // Peers by handle. Connect runs on the core's registration worker while
-  // transfers run on callers' threads, so the map has its own lock.
+  // The peers connected and not yet disconnected (a post finds its peer
+  // through its handle; this is for counts and for stop()).
   mutable std::mutex peers_mu_;
-  std::unordered_map<PeerHandle, std::shared_ptr<Peer>> peers_;
+  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_;
 
   // Copier threads, started with the first peer.
   std::mutex copy_mu_;

@@ -213,24 +213,8 @@ class LoopbackEngine final : public Engine {
     return key_status;
   }
 
-  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
-                                  std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out,
-                                  std::span<const std::uint8_t> notify) override {
-    return post(Op::kWrite, peer, id, local, remote, out, notify);
-  }
-
-  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
-                                 std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out,
-                                 std::span<const std::uint8_t> notify) override {
-    return post(Op::kRead, peer, id, local, remote, out, notify);
-  }
-
-  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
-                                   std::span<const std::uint8_t> message,
-                                   XferHandle* out) override {
-    return post(Op::kNotify, peer, id, {}, {}, out, message);
+  [[nodiscard]] Status post(PeerHandle peer, const Post& post, XferHandle* out) override {
+    return post_runs(post.op, peer, post.id, post.runs, out, post.note);
   }
 
   void take_notifications(std::vector<Notification>* out) override {
@@ -332,7 +316,7 @@ class LoopbackEngine final : public Engine {
   [[nodiscard]] loopback::FaultPlan& fault_plan() noexcept { return plan_.plan(); }
 
  private:
-  enum class Op : std::uint8_t { kWrite, kRead, kNotify };
+  using Op = TransferOp;
 
   struct Peer {
     std::shared_ptr<Pool> pool;
@@ -351,16 +335,13 @@ class LoopbackEngine final : public Engine {
     PeerHandle peer = 0;
     Op op = Op::kWrite;
     std::vector<std::uint8_t> notify;  // delivered when the bytes land
-    std::vector<std::int64_t> local;
-    std::vector<std::int64_t> remote;
+    std::vector<BlockRun> runs;        // a held transfer's
   };
 
-  // One WRITE (our local[i] into the peer's remote[i]), READ (the peer's
-  // remote[i] into our local[i]) or notification alone; the fault plan
-  // scripts them alike.
-  Status post(Op op, PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
-              std::span<const std::int64_t> remote, XferHandle* out,
-              std::span<const std::uint8_t> notify) {
+  // One WRITE (our blocks into the peer's), READ (the peer's into ours) or
+  // notification alone (no runs); the fault plan scripts them alike.
+  Status post_runs(Op op, PeerHandle peer, TransferId id, std::span<const BlockRun> runs,
+                   XferHandle* out, std::span<const std::uint8_t> notify) {
     std::lock_guard lock(mu_);
     if (shut_down_) return Status::kNotAllowed;
     const auto it = peers_.find(peer);
@@ -368,7 +349,7 @@ class LoopbackEngine final : public Engine {
     Peer& target = it->second;
     // The core validated the indices; checking again is cheap next to the
     // copies and keeps a core bug from becoming a stray write.
-    if (!indices_fit(local, remote, target.pool->num_blocks)) return Status::kInvalidParam;
+    if (!runs_fit(runs, target.pool->num_blocks)) return Status::kInvalidParam;
 
     const FaultScript::PostDecision decision = plan_.on_post(target.agent_name);
     if (decision.status != Status::kSuccess) {
@@ -380,8 +361,7 @@ class LoopbackEngine final : public Engine {
       // the post has said no. Issued and not held, those blocks landed
       // (we waited for them); held, they were still in flight: cancelled.
       if (decision.started > 0 && !decision.hold) {
-        const std::size_t n = std::min(local.size(), static_cast<std::size_t>(decision.started));
-        (void)copy_blocks(op, *target.pool, local.first(n), remote.first(n));
+        (void)copy_blocks(op, *target.pool, runs, static_cast<std::uint64_t>(decision.started));
       }
       return decision.status;
     }
@@ -395,10 +375,9 @@ class LoopbackEngine final : public Engine {
     slot.notify.assign(notify.begin(), notify.end());
     if (decision.hold) {
       slot.pending = true;
-      slot.local.assign(local.begin(), local.end());
-      slot.remote.assign(remote.begin(), remote.end());
+      slot.runs.assign(runs.begin(), runs.end());
       ++pending_;
-    } else if (!copy_blocks(op, *target.pool, local, remote)) {
+    } else if (!copy_blocks(op, *target.pool, runs)) {
       free_slot(index);
       return Status::kRemoteDisconnect;  // the pool went away under us
     } else {
@@ -445,8 +424,7 @@ class LoopbackEngine final : public Engine {
     slot.released = false;
     slot.pending = false;
     slot.forced = Status::kSuccess;
-    slot.local.clear();
-    slot.remote.clear();
+    slot.runs.clear();
     return index;
   }
 
@@ -469,34 +447,37 @@ class LoopbackEngine final : public Engine {
     --pending_;
   }
 
-  bool indices_fit(std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
-                   std::uint64_t remote_blocks) const {
-    if (local.size() != remote.size()) return false;
-    for (std::size_t i = 0; i < local.size(); ++i) {
-      if (local[i] < 0 || static_cast<std::uint64_t>(local[i]) >= region_.num_blocks) return false;
-      if (remote[i] < 0 || static_cast<std::uint64_t>(remote[i]) >= remote_blocks) return false;
-    }
-    return true;
+  bool runs_fit(std::span<const BlockRun> runs, std::uint64_t remote_blocks) const {
+    const auto fits = [](std::int64_t first, std::uint64_t count, std::uint64_t blocks) {
+      return first >= 0 && count <= blocks && static_cast<std::uint64_t>(first) <= blocks - count;
+    };
+    return std::all_of(runs.begin(), runs.end(), [&](const BlockRun& run) {
+      return fits(run.local, run.count, region_.num_blocks) &&
+             fits(run.remote, run.count, remote_blocks);
+    });
   }
 
   // The copy itself: our blocks into the target's (a WRITE) or the target's
-  // into ours (a READ). False when the target pool is gone; then nothing was
-  // touched.
-  bool copy_blocks(Op op, Pool& target, std::span<const std::int64_t> local,
-                   std::span<const std::int64_t> remote) {
+  // into ours (a READ), run by run, the first `most` blocks at most. False
+  // when the target pool is gone; then nothing was touched.
+  bool copy_blocks(Op op, Pool& target, std::span<const BlockRun> runs,
+                   std::uint64_t most = ~std::uint64_t{0}) {
     std::shared_lock copy_lock(target.copy_mu);
     if (!target.alive.load()) return false;
     const std::uint64_t len = region_.block_len;
     const bool self = &target == local_.get();  // source and target may overlap
-    for (std::size_t i = 0; i < local.size(); ++i) {
-      std::byte* ours = local_->base + static_cast<std::uint64_t>(local[i]) * len;
-      std::byte* theirs = target.base + static_cast<std::uint64_t>(remote[i]) * len;
+    for (const BlockRun& run : runs) {
+      if (most == 0) break;
+      const std::uint64_t count = std::min(run.count, most);
+      most -= count;
+      std::byte* ours = local_->base + static_cast<std::uint64_t>(run.local) * len;
+      std::byte* theirs = target.base + static_cast<std::uint64_t>(run.remote) * len;
       std::byte* to = op == Op::kWrite ? theirs : ours;
       const std::byte* from = op == Op::kWrite ? ours : theirs;
       if (self) {
-        std::memmove(to, from, len);
+        std::memmove(to, from, count * len);
       } else {
-        std::memcpy(to, from, len);
+        std::memcpy(to, from, count * len);
       }
     }
     return true;
@@ -518,7 +499,7 @@ class LoopbackEngine final : public Engine {
   // Writes a held transfer's bytes now (if its target is still there).
   void land_locked(Slot& slot) {
     const auto it = peers_.find(slot.peer);
-    if (it != peers_.end() && copy_blocks(slot.op, *it->second.pool, slot.local, slot.remote)) {
+    if (it != peers_.end() && copy_blocks(slot.op, *it->second.pool, slot.runs)) {
       deliver(slot, *it->second.pool);
     }
     slot.pending = false;

@@ -60,7 +60,8 @@ struct TcpLane::Counters {
   std::atomic<std::uint64_t> fences_superseded{0};
 };
 
-struct TcpLane::Peer {
+struct TcpLane::Peer : LanePeer, std::enable_shared_from_this<Peer> {
+  explicit Peer(TcpLane* owner) : LanePeer(owner) {}
   std::string name;
   std::uint64_t remote_block_len = 0;
   Conn* conn = nullptr;  // owned by the I/O thread; only its identity is used here
@@ -75,7 +76,7 @@ struct TcpLane::Peer {
 // A transfer handle. The core holds one reference until release(), the I/O
 // thread one until the transfer ended and nothing of it is queued or awaited.
 struct TcpLane::Xfer : LaneXfer {
-  Xfer() : LaneXfer(Lane::kTcp) {}
+  explicit Xfer(TcpLane* owner) : LaneXfer(owner) {}
   std::shared_ptr<Peer> peer;
   TransferId id = 0;
   std::uint64_t seq = 0;

@@ -19,8 +19,8 @@
 #include <utility>
 
 #include "common/host.h"
+#include "common/log.h"
 #include "common/random.h"
-#include "engines/block_runs.h"
 #include "engines/tcp/tcp_io.h"
 #include "engines/tcp/tcp_socket.h"
 
@@ -79,6 +79,7 @@ TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings
 TcpLane::~TcpLane() {
   stop();
   for (Xfer* x : xfer_pool_) delete x;
+  delete spare_.load();
 }
 
 void TcpLane::stop() {
@@ -101,6 +102,13 @@ void TcpLane::submit(Command command) {
   {
     std::lock_guard lock(commands_mu_);
     commands_.push_back(std::move(command));
+    // The next post's transfer, taken while the lock is held anyway.
+    if (post_to != nullptr && !xfer_pool_.empty() && spare_.load(std::memory_order_relaxed) == nullptr) {
+      Xfer* expected = nullptr;
+      if (spare_.compare_exchange_strong(expected, xfer_pool_.back(), std::memory_order_acq_rel)) {
+        xfer_pool_.pop_back();
+      }
+    }
   }
   // A post to a peer whose connection is still sending needs no wake: the
   // thread comes back for that connection (EPOLLOUT) and drains the queue
@@ -114,10 +122,37 @@ void TcpLane::submit(Command command) {
   }
 }
 
-Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerHandle* out,
-                        std::string* reason) {
+void TcpLane::publish(ucx::Blob& blob) const {
+  blob.tcp_token = token_;
+  blob.tcp_key = identity_.public_key();
+  blob.tcp_port = port_;
+  blob.tcp_addresses = addresses_;
+}
+
+bool TcpLane::qualifies(const RemoteRegion& /*remote*/, const ucx::Blob& blob) const {
+  return blob.tcp_port != 0;
+}
+
+void TcpLane::stop(StopStage stage) {
+  if (stage == StopStage::kDisconnect) {
+    std::vector<LanePeer*> left;
+    {
+      std::lock_guard lock(peers_mu_);
+      for (const auto& [handle, peer] : peers_) left.push_back(handle);
+    }
+    if (!left.empty()) {
+      log().warn("kvxfer tcp {}: stopping with {} peer(s) still connected", agent_name_,
+                 left.size());
+    }
+    for (LanePeer* peer : left) static_cast<void>(disconnect(peer));
+  }
+  if (stage == StopStage::kQuiesce) stop();
+}
+
+Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, Connected* out) {
+  std::string* const reason = &out->reason;
   const auto fail = [&](std::string why) {
-    if (reason != nullptr) *reason = std::move(why);
+    *reason = std::move(why);
     return Status::kRemoteDisconnect;
   };
   if (blob.tcp_port == 0 || blob.tcp_addresses.empty()) {
@@ -132,10 +167,8 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerH
   IdentityKey conn_key{};
   if (!identity_.connection_key(blob.tcp_key, /*we_initiate=*/true, &conn_key)) {
     close(fd);
-    if (reason != nullptr) {
-      *reason = fmt::format("peer {}'s metadata names a tcp key no connection key comes of",
-                            remote.agent_name);
-    }
+    *reason = fmt::format("peer {}'s metadata names a tcp key no connection key comes of",
+                          remote.agent_name);
     return Status::kInvalidParam;
   }
   Hello hello;
@@ -176,7 +209,7 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerH
                             hello_refusal(h.status)));
   }
   set_nonblocking(fd, true);
-  auto peer = std::make_shared<Peer>();
+  auto peer = std::make_shared<Peer>(this);
   peer->name = remote.agent_name;
   peer->remote_block_len = remote.block_len;
   std::promise<void> adopted;
@@ -190,16 +223,13 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerH
   if (peer->conn == nullptr) {
     return fail(fmt::format("the tcp lane is stopping; peer {} not added", remote.agent_name));
   }
-  const auto handle = reinterpret_cast<PeerHandle>(peer.get());
-  {
-    std::lock_guard lock(peers_mu_);
-    peers_.emplace(handle, std::move(peer));
-  }
-  *out = handle;
+  out->peer = peer.get();
+  std::lock_guard lock(peers_mu_);
+  peers_.emplace(peer.get(), std::move(peer));
   return Status::kSuccess;
 }
 
-Status TcpLane::disconnect(PeerHandle handle) {
+Status TcpLane::disconnect(LanePeer* handle) {
   std::shared_ptr<Peer> peer;
   {
     std::lock_guard lock(peers_mu_);
@@ -220,53 +250,26 @@ Status TcpLane::disconnect(PeerHandle handle) {
   return Status::kSuccess;
 }
 
-Status TcpLane::post_write(PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
-                           std::span<const std::int64_t> remote, XferHandle* out,
-                           std::span<const std::uint8_t> notify) {
-  return post(peer, id, false, local, remote, notify, out);
-}
-
-Status TcpLane::post_read(PeerHandle peer, TransferId id, std::span<const std::int64_t> local,
-                          std::span<const std::int64_t> remote, XferHandle* out,
-                          std::span<const std::uint8_t> notify) {
-  return post(peer, id, true, local, remote, notify, out);
-}
-
-Status TcpLane::post_notify(PeerHandle peer, TransferId id, std::span<const std::uint8_t> message,
-                            XferHandle* out) {
-  if (message.empty()) return Status::kInvalidParam;
-  return post(peer, id, false, {}, {}, message, out);
-}
-
-Status TcpLane::post(PeerHandle handle, TransferId id, bool read,
-                     std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
-                     std::span<const std::uint8_t> notify, XferHandle* out) {
+Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
+  const std::span<const std::uint8_t> notify = post.note;
+  const bool read = post.op == TransferOp::kRead;
   if (notify.size() > kMaxNotificationBytes) return Status::kInvalidParam;
-  std::shared_ptr<Peer> peer;
-  {
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(handle);
-    if (it == peers_.end()) return Status::kNotFound;
-    peer = it->second;
-  }
+  if (post.op == TransferOp::kNotify && notify.empty()) return Status::kInvalidParam;
+  // The core posts only to peers it connected and has not disconnected.
+  std::shared_ptr<Peer> peer = static_cast<Peer*>(handle)->shared_from_this();
   if (peer->dead.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
 
   Xfer* x = take_xfer();
   x->peer = peer;
-  x->id = id;
+  x->id = post.id;
   x->read = read;
   x->has_notify = !notify.empty();
   x->seq = peer->next_seq.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t block_len = region_.block_len;
   auto* base = static_cast<std::uint8_t*>(region_.base);
 
-  // First pass: the runs, so `wire` is sized once and the iovecs into it
-  // stay valid.
-  std::size_t runs = 0;
-  for_each_run(local, remote, [&](std::int64_t, std::int64_t, std::uint64_t) {
-    ++runs;
-    return true;
-  });
+  // `wire` is sized once, so the iovecs into it stay valid.
+  const std::size_t runs = post.runs.size();
   const std::size_t frames = (runs + kMaxRuns - 1) / kMaxRuns;
   x->wire.resize(frames * kHeaderLen + runs * wire::kRunLen +
                  (x->has_notify ? kHeaderLen + notify.size() : 0));
@@ -291,7 +294,7 @@ Status TcpLane::post(PeerHandle handle, TransferId id, bool read,
     }
   };
   std::size_t header_iov = 0;
-  for_each_run(local, remote, [&](std::int64_t l, std::int64_t r, std::uint64_t count) {
+  for (const BlockRun& run : post.runs) {
     if (run_index % kMaxRuns == 0) {
       if (frame_start != nullptr) close_frame(false);
       frame_start = at;
@@ -302,11 +305,11 @@ Status TcpLane::post(PeerHandle handle, TransferId id, bool read,
       x->iov.push_back(iovec{frame_start, kHeaderLen});
       if (read) x->parts.push_back(Xfer::Part{x->read_iov.size(), 0, 0});
     }
-    const std::uint64_t bytes = count * block_len;
-    wire::put_run_at(at, static_cast<std::uint64_t>(r) * peer->remote_block_len, bytes);
+    const std::uint64_t bytes = run.count * block_len;
+    wire::put_run_at(at, static_cast<std::uint64_t>(run.remote) * peer->remote_block_len, bytes);
     at += wire::kRunLen;
     x->iov[header_iov].iov_len += wire::kRunLen;
-    iovec pool_iov{base + static_cast<std::uint64_t>(l) * block_len, bytes};
+    iovec pool_iov{base + static_cast<std::uint64_t>(run.local) * block_len, bytes};
     if (read) {
       x->read_iov.push_back(pool_iov);
       ++x->parts.back().count;
@@ -316,8 +319,7 @@ Status TcpLane::post(PeerHandle handle, TransferId id, bool read,
     frame_bytes += bytes;
     ++frame_runs;
     ++run_index;
-    return true;
-  });
+  }
   if (frame_start != nullptr) close_frame(true);
   if (x->has_notify) {
     encode_header(at, Header{FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
@@ -333,23 +335,23 @@ Status TcpLane::post(PeerHandle handle, TransferId id, bool read,
   cmd.conn = peer->conn;
   cmd.xfer = x;
   submit(std::move(cmd));
-  *out = reinterpret_cast<XferHandle>(x);
+  *out = handle_of(static_cast<LaneXfer*>(x));
   return Status::kSuccess;
 }
 
 Status TcpLane::check(XferHandle handle, Status* state) {
-  const auto* x = reinterpret_cast<const Xfer*>(handle);
+  const auto* x = static_cast<const Xfer*>(lane_xfer(handle));
   *state = x->result.load(std::memory_order_acquire);
   return Status::kSuccess;
 }
 
 const char* TcpLane::detail(XferHandle handle) const {
-  const auto* x = reinterpret_cast<const Xfer*>(handle);
+  const auto* x = static_cast<const Xfer*>(lane_xfer(handle));
   return x->result.load(std::memory_order_acquire) == Status::kInProgress ? nullptr : x->why;
 }
 
 Status TcpLane::release(XferHandle handle) {
-  auto* x = reinterpret_cast<Xfer*>(handle);
+  auto* x = static_cast<Xfer*>(lane_xfer(handle));
   x->released.store(true, std::memory_order_release);
   live_xfers_.fetch_sub(1, std::memory_order_relaxed);
   drop_ref(x);
@@ -366,15 +368,18 @@ constexpr std::size_t kPooledBytes = std::size_t{1} << 20;
 }  // namespace
 
 TcpLane::Xfer* TcpLane::take_xfer() {
+  // The spare submit() set aside (no lock); else one from the pool (the
+  // first post after a burst), else a new one.
+  if (Xfer* x = spare_.exchange(nullptr, std::memory_order_acq_rel); x != nullptr) return x;
   {
-    std::lock_guard lock(xfer_pool_mu_);
+    std::lock_guard lock(commands_mu_);
     if (!xfer_pool_.empty()) {
       Xfer* x = xfer_pool_.back();
       xfer_pool_.pop_back();
       return x;
     }
   }
-  return new Xfer;
+  return new Xfer(this);
 }
 
 void TcpLane::recycle(Xfer* x) {
@@ -402,7 +407,7 @@ void TcpLane::recycle(Xfer* x) {
   x->io_uses = 0;
   x->io_ref = true;
   {
-    std::lock_guard lock(xfer_pool_mu_);
+    std::lock_guard lock(commands_mu_);
     if (xfer_pool_.size() < kPooledXfers) {
       xfer_pool_.push_back(x);
       return;
@@ -429,10 +434,11 @@ void TcpLane::take_notifications(std::vector<Notification>* out) {
   }
 }
 
-void TcpLane::vouch(PeerHandle handle, const std::string& agent_name, const IdentityKey& key) {
+void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const ucx::Blob& blob) {
+  if (blob.tcp_port == 0) return;
   std::lock_guard lock(vouched_mu_);
-  vouched_[agent_name][handle] = key;
-  vouched_names_[handle] = agent_name;
+  vouched_[remote.agent_name][handle] = blob.tcp_key;
+  vouched_names_[handle] = remote.agent_name;
 }
 
 void TcpLane::unvouch(PeerHandle handle) {

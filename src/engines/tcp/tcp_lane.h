@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tcp lane: remote peers on hosts without RDMA, over TCP connections of
 // our own. It may use the engine interface's types, the wire formats and the
-// logger; it knows nothing of UCX. Which peers come here is decided in
-// lanes.cc.
+// logger; it knows nothing of UCX. It is one Lane (engines/lane.h).
 //
 // Why not UCX's tcp transport: any client that reaches its port can PUT
 // anywhere in the process (UCX executes its internal PUT_REQ whatever its
@@ -63,7 +62,7 @@
 
 #include "common/identity.h"
 #include "engine.h"
-#include "engines/lanes.h"
+#include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/tcp/tcp_config.h"
 #include "wire/tcp_frame.h"
@@ -71,7 +70,7 @@
 
 namespace kvxfer::internal::tcp {
 
-class TcpLane {
+class TcpLane final : public Lane {
  public:
   // How long an accepted connection may take to present its hello.
   static constexpr std::chrono::milliseconds kHelloTimeout{5000};
@@ -109,9 +108,7 @@ class TcpLane {
   // Opens the listener (throws std::runtime_error saying why it cannot) and
   // starts the I/O thread.
   TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings);
-  ~TcpLane();
-  TcpLane(const TcpLane&) = delete;
-  TcpLane& operator=(const TcpLane&) = delete;
+  ~TcpLane() override;
 
   // What the metadata publishes: the token a connection presents first, the
   // port and the addresses.
@@ -120,13 +117,19 @@ class TcpLane {
   [[nodiscard]] const std::vector<ucx::TcpAddress>& addresses() const { return addresses_; }
   [[nodiscard]] const IdentityKey& identity_key() const { return identity_.public_key(); }
 
+  [[nodiscard]] const char* name() const noexcept override { return "tcp"; }
+  // Our token, identity key, port and addresses.
+  void publish(ucx::Blob& blob) const override;
+  // The peer publishes a tcp lane.
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const ucx::Blob& blob) const override;
+
   // The peers our owner registered (any lane) whose metadata names a tcp
-  // key: `handle` is the registration's, `agent_name` the peer's. A
+  // key: `handle` is the registration's, `remote.agent_name` the peer's. A
   // connection presenting that name must present that key; its
   // notifications have the peer's own share. unvouch() when the
   // registration goes; unknown handles are ignored.
-  void vouch(PeerHandle handle, const std::string& agent_name, const IdentityKey& key);
-  void unvouch(PeerHandle handle);
+  void vouch(PeerHandle handle, const RemoteRegion& remote, const ucx::Blob& blob) override;
+  void unvouch(PeerHandle handle) override;
 
   // Where a connection's name and key stand against those registrations.
   enum class Standing : std::uint8_t {
@@ -142,29 +145,24 @@ class TcpLane {
   // newer registration of ours, another key's name or lineage, no room, an
   // unproven MAC) or closed the connection without an answer (our token is
   // not its own); *reason says which.
-  [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote, PeerHandle* out,
-                               std::string* reason);
+  [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote,
+                               Connected* out) override;
   // Closes the peer's connection at once; its transfers still in flight end
   // kCanceled (a closed connection the peer ended: kRemoteDisconnect).
-  [[nodiscard]] Status disconnect(PeerHandle peer);
-  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
-                                  std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out,
-                                  std::span<const std::uint8_t> notify = {});
-  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
-                                 std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out,
-                                 std::span<const std::uint8_t> notify = {});
-  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
-                                   std::span<const std::uint8_t> message, XferHandle* out);
-  void take_notifications(std::vector<Notification>* out);
-  [[nodiscard]] Status check(XferHandle xfer, Status* state);
-  [[nodiscard]] const char* detail(XferHandle xfer) const;
-  [[nodiscard]] Status release(XferHandle xfer);
+  [[nodiscard]] Status disconnect(LanePeer* peer) override;
+  // Builds a transfer's frames and queues it on the peer's connection.
+  [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
+  void take_notifications(std::vector<Notification>* out) override;
+  [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
+  [[nodiscard]] const char* detail(XferHandle xfer) const override;
+  [[nodiscard]] Status release(XferHandle xfer) override;
 
-  void add_live(HandleCounts& counts) const;
-  void add_counters(std::map<std::string, std::uint64_t>& counters) const;
+  void add_live(HandleCounts& counts) const override;
+  void add_counters(std::map<std::string, std::uint64_t>& counters) const override;
 
+  // kDisconnect: the peers left; kQuiesce: closes every socket and joins
+  // the I/O thread (stop()).
+  void stop(StopStage stage) override;
   // Closes every socket and joins the I/O thread. Idempotent.
   void stop();
 
@@ -175,11 +173,6 @@ class TcpLane {
   struct Command;
   class Io;
 
-  // Builds a transfer's frames and queues it on the peer's connection.
-  [[nodiscard]] Status post(PeerHandle peer, TransferId id, bool read,
-                            std::span<const std::int64_t> local,
-                            std::span<const std::int64_t> remote,
-                            std::span<const std::uint8_t> notify, XferHandle* out);
   void submit(Command command);
   void drop_ref(Xfer* xfer);
   // Transfer handles are reused with their frame and iovec buffers, so a
@@ -199,10 +192,6 @@ class TcpLane {
   int wake_fd_ = -1;
   int epoll_fd_ = -1;
 
-  // Ended transfers whose buffers the next posts reuse (at most
-  // kPooledXfers, each holding at most kPooledBytes).
-  std::mutex xfer_pool_mu_;
-  std::vector<Xfer*> xfer_pool_;
 
   // Initiator: our registrations of each target (engines/lineages.h).
   Lineages lineages_;
@@ -212,11 +201,18 @@ class TcpLane {
   // so a burst of posts wakes it once.
   std::mutex commands_mu_;
   std::vector<Command> commands_;
+  // Ended transfers whose buffers the next posts reuse (at most
+  // kPooledXfers, each holding at most kPooledBytes), under commands_mu_;
+  // and the one the next post takes without a lock, refilled from the pool
+  // when a post is queued. So a post takes one lock of this lane.
+  std::vector<Xfer*> xfer_pool_;
+  std::atomic<Xfer*> spare_{nullptr};
   std::atomic<bool> wake_pending_{false};
 
-  // Connected peers (initiator side), by handle.
+  // Connected peers (initiator side); a post finds its peer through its
+  // handle, this is for counts and for stop().
   mutable std::mutex peers_mu_;
-  std::unordered_map<PeerHandle, std::shared_ptr<Peer>> peers_;
+  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_;
 
   // Registrations vouched for: by agent name, each registration's key.
   mutable std::mutex vouched_mu_;

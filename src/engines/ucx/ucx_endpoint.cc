@@ -1,7 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engines/ucx/ucx_endpoint.h"
 
+#include <utility>
+
+#include "engines/ucx/ucx_lane.h"
+
 namespace kvxfer::internal::ucx {
+
+Endpoint::Endpoint(UcxLane* in, std::string name, std::uint64_t base, std::uint64_t block_len,
+                   std::uint64_t peer_token)
+    : LanePeer(in),
+      owner(in),
+      agent_name(std::move(name)),
+      remote_base(base),
+      remote_block_len(block_len),
+      token(peer_token) {}
 
 ucs_status_t Endpoint::open(ucp_worker_h worker, std::span<const std::uint8_t> address,
                             std::span<const std::uint8_t> packed_rkey,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engines/lane.h"
 #include "engines/ucx/ucx_handles.h"
 
 namespace kvxfer::internal::ucx {
@@ -23,15 +24,11 @@ class UcxLane;
 
 enum class EpState : std::uint8_t { kConnecting, kConnected, kFailed, kClosing, kClosed };
 
-class Endpoint {
+// The peer handle the core holds points at its LanePeer part.
+class Endpoint : public LanePeer, public std::enable_shared_from_this<Endpoint> {
  public:
-  Endpoint(UcxLane* owner, std::string name, std::uint64_t base, std::uint64_t block_len,
-           std::uint64_t peer_token)
-      : lane(owner),
-        agent_name(std::move(name)),
-        remote_base(base),
-        remote_block_len(block_len),
-        token(peer_token) {}
+  Endpoint(UcxLane* in, std::string name, std::uint64_t base, std::uint64_t block_len,
+           std::uint64_t peer_token);
 
   // Creates the endpoint in peer-failure mode (a failed peer completes our
   // requests with an error and calls on_error(arg)) and unpacks the rkey.
@@ -55,7 +52,7 @@ class Endpoint {
     return static_cast<ucs_status_t>(error_.load(std::memory_order_acquire));
   }
 
-  UcxLane* const lane;
+  UcxLane* const owner;
   const std::string agent_name;
   const std::uint64_t remote_base;
   const std::uint64_t remote_block_len;

@@ -61,11 +61,14 @@ std::span<const std::uint8_t> bytes_of(const void* data, std::size_t length) {
 }  // namespace
 
 UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& options,
-                 std::uint64_t token, const UcxSettings& settings)
+                 std::uint64_t token, const UcxSettings& settings, bool has_rdma,
+                 bool tcp_lane_here)
     : agent_name_(std::move(agent_name)),
       region_(region),
       token_(token),
       threaded_(options.progress_thread),
+      has_rdma_(has_rdma),
+      tcp_lane_here_(tcp_lane_here),
       driver_(agent_name_, settings.overrides) {
   driver_.set_am_handler(kFenceAmId, &UcxLane::on_fence, this);
   driver_.set_am_handler(kNotifyAmId, &UcxLane::on_note, this);
@@ -89,9 +92,20 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
 }
 
 UcxLane::~UcxLane() {
-  stop();
+  stop_accepting();
   release_pool();
-  destroy_worker();
+  driver_.destroy();
+}
+
+void UcxLane::publish(Blob& blob) const {
+  blob.worker_address = driver_.address();
+  blob.rkey = packed_rkey_;
+}
+
+bool UcxLane::qualifies(const RemoteRegion& /*remote*/, const Blob& blob) const {
+  const bool both_rdma = has_rdma_ && (blob.flags & kBlobHasRdma) != 0;
+  const bool tcp_serves = tcp_lane_here_ && blob.tcp_port != 0;
+  return !blob.worker_address.empty() && !blob.rkey.empty() && (both_rdma || !tcp_serves);
 }
 
 struct UcxLane::ConnectJob {
@@ -102,8 +116,7 @@ struct UcxLane::ConnectJob {
   bool done = false;  // under the driver's lock
 };
 
-Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out,
-                        std::string* reason) {
+Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, Connected* out) {
   ConnectJob job;
   job.blob = &blob;
   if (blob.worker_address.empty() || blob.rkey.empty()) {
@@ -119,21 +132,20 @@ Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, PeerHandle
     static_cast<void>(driver_.wait([&] { return job.done; }, Clock::time_point::max()));
   }
   if (job.status != Status::kSuccess) {
-    log().warn("kvxfer UCX {}: {}", agent_name_, job.reason);
-    if (reason != nullptr) *reason = std::move(job.reason);
+    out->reason = std::move(job.reason);
     return job.status;
   }
   live_peers_.fetch_add(1, std::memory_order_relaxed);
-  *out = reinterpret_cast<PeerHandle>(job.ep.get());
+  out->peer = job.ep.get();
   std::lock_guard lock(mu_);
-  peers_.emplace(*out, std::move(job.ep));
+  peers_.emplace(job.ep.get(), std::move(job.ep));
   return Status::kSuccess;
 }
 
 void UcxLane::run_connect(void* arg) {
   auto& job = *static_cast<ConnectJob*>(arg);
   Endpoint& ep = *job.ep;
-  UcxLane& lane = *ep.lane;
+  UcxLane& lane = *ep.owner;
   lane.driver_.check_turn();
   const auto end = [&](Status st, std::string why) {
     job.status = st;
@@ -174,7 +186,7 @@ void UcxLane::run_connect(void* arg) {
                   ucs_status_string(failed)));
 }
 
-Status UcxLane::disconnect(PeerHandle handle) {
+Status UcxLane::disconnect(LanePeer* handle) {
   std::shared_ptr<Endpoint> ep;
   {
     std::lock_guard lock(mu_);
@@ -189,25 +201,25 @@ Status UcxLane::disconnect(PeerHandle handle) {
   if (driver_.wait([&] { return ep->close_done; }, Clock::now() + kCloseTimeout)) {
     return Status::kSuccess;
   }
-  log().error("kvxfer UCX {}: closing the endpoint to peer {} did not end in {} s", agent_name_,
+  log().error("kvxfer ucx {}: closing the endpoint to peer {} did not end in {} s", agent_name_,
               ep->agent_name, kCloseTimeout.count());
   return Status::kBackend;
 }
 
 void UcxLane::run_close(void* arg) {
   auto& ep = *static_cast<Endpoint*>(arg);
-  ep.lane->driver_.check_turn();
+  ep.owner->driver_.check_turn();
   // Acks will not come; the forced close ends the endpoint's flushes and
   // sends with UCS_ERR_CANCELED.
-  ep.lane->fail_awaiting(ep, UCS_ERR_CANCELED);
-  if (!ep.close(&UcxLane::on_closed, &ep)) ep.lane->end_close(ep);
+  ep.owner->fail_awaiting(ep, UCS_ERR_CANCELED);
+  if (!ep.close(&UcxLane::on_closed, &ep)) ep.owner->end_close(ep);
 }
 
 void UcxLane::on_closed(void* request, ucs_status_t /*status*/, void* arg) {
   auto& ep = *static_cast<Endpoint*>(arg);
-  ep.lane->driver_.check_turn();
+  ep.owner->driver_.check_turn();
   ucp_request_free(request);
-  ep.lane->end_close(ep);
+  ep.owner->end_close(ep);
 }
 
 void UcxLane::end_close(Endpoint& ep) {
@@ -218,45 +230,42 @@ void UcxLane::end_close(Endpoint& ep) {
 
 void UcxLane::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto& ep = *static_cast<Endpoint*>(arg);
-  ep.lane->driver_.check_turn();
+  ep.owner->driver_.check_turn();
   if (!ep.fail(status)) return;
-  log().warn("kvxfer UCX {}: endpoint to peer {} failed: {}", ep.lane->agent_name_, ep.agent_name,
+  log().warn("kvxfer ucx {}: endpoint to peer {} failed: {}", ep.owner->agent_name_, ep.agent_name,
              ucs_status_string(status));
   // Its flushes end with the error (peer-failure mode); acks will not come.
-  ep.lane->fail_awaiting(ep, status);
+  ep.owner->fail_awaiting(ep, status);
 }
 
-Status UcxLane::post(PeerHandle handle, TransferId id, Op op, std::span<const std::int64_t> local,
-                     std::span<const std::int64_t> remote, std::span<const std::uint8_t> note,
-                     XferHandle* out) {
+Status UcxLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
+  // The core posts only to peers it connected and has not disconnected.
+  auto* const ep = static_cast<Endpoint*>(handle);
+  if (ep->error() != UCS_OK) return Status::kRemoteDisconnect;
   Xfer* x = nullptr;
   {
     std::lock_guard lock(mu_);
-    const auto it = peers_.find(handle);
-    if (it == peers_.end()) return Status::kNotFound;
-    if (it->second->error() != UCS_OK) return Status::kRemoteDisconnect;
     if (free_xfers_.empty()) {
-      x = &xfers_.emplace_back();
-      x->lane = this;
+      x = &xfers_.emplace_back(this);
       x->slot = static_cast<std::uint32_t>(xfers_.size() - 1);
     } else {
       x = free_xfers_.back();
       free_xfers_.pop_back();
     }
-    x->ep = it->second;
   }
-  x->id = id;
-  x->op = op;
-  if (x->runs.size() < local.size()) x->runs.resize(local.size());
-  x->run_count = encode_runs(local, remote, x->runs.data());
-  x->note.assign(note.begin(), note.end());
+  x->ep = ep->shared_from_this();
+  x->id = post.id;
+  x->op = post.op;
+  x->runs.assign(post.runs.begin(), post.runs.end());
+  x->run_count = post.runs.size();
+  x->note.assign(post.note.begin(), post.note.end());
   x->sequence = fresh_random();
   x->result.store(UCS_INPROGRESS, std::memory_order_relaxed);
   x->held.store(true, std::memory_order_relaxed);
   x->refs.store(2, std::memory_order_relaxed);  // the core's and the driver's
   live_transfers_.fetch_add(1, std::memory_order_relaxed);
-  if (op != Op::kNotify) count(op == Op::kRead ? kReads : kWrites);
-  *out = reinterpret_cast<XferHandle>(static_cast<LaneXfer*>(x));
+  if (post.op != Op::kNotify) count(post.op == Op::kRead ? kReads : kWrites);
+  *out = handle_of(static_cast<LaneXfer*>(x));
   driver_.submit({&UcxLane::run_post, x});
   return Status::kSuccess;
 }
@@ -317,7 +326,7 @@ void UcxLane::take_notifications(std::vector<Notification>* out) {
 
 void UcxLane::run_post(void* arg) {
   auto* x = static_cast<Xfer*>(arg);
-  UcxLane& lane = *x->lane;
+  UcxLane& lane = *x->owner;
   Endpoint& ep = *x->ep;
   lane.driver_.check_turn();
   if (x->slot >= lane.slots_.size()) lane.slots_.resize(x->slot + 1, nullptr);
@@ -349,7 +358,7 @@ void UcxLane::run_post(void* arg) {
             : ucp_get_nbx(ep.ep, local, run.count * block_len, remote, ep.rkey.get(), &param);
     if (UCS_PTR_IS_ERR(request)) {
       x->error = UCS_PTR_STATUS(request);
-      log().warn("kvxfer UCX {}: a {} of transfer {} to peer {} failed: {}", lane.agent_name_,
+      log().warn("kvxfer ucx {}: a {} of transfer {} to peer {} failed: {}", lane.agent_name_,
                  x->op == Op::kWrite ? "put" : "get", x->id, ep.agent_name,
                  ucs_status_string(x->error));
       break;  // the flush still covers what was posted
@@ -368,7 +377,7 @@ void UcxLane::run_post(void* arg) {
 
 void UcxLane::on_flush(void* request, ucs_status_t status, void* arg) {
   auto* x = static_cast<Xfer*>(arg);
-  UcxLane& lane = *x->lane;
+  UcxLane& lane = *x->owner;
   lane.driver_.check_turn();
   if (request != nullptr) {
     ucp_request_free(request);
@@ -404,7 +413,7 @@ void UcxLane::on_flush(void* request, ucs_status_t status, void* arg) {
 
 void UcxLane::on_note_sent(void* request, ucs_status_t status, void* arg) {
   auto* x = static_cast<Xfer*>(arg);
-  UcxLane& lane = *x->lane;
+  UcxLane& lane = *x->owner;
   lane.driver_.check_turn();
   ucp_request_free(request);
   lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
@@ -472,7 +481,7 @@ ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header
     why = "a newer registration of its lineage fenced already";
   }
   lane.count(kFencesRefused);
-  log().warn("kvxfer UCX {}: refused a fence: {}", lane.agent_name_, why);
+  log().warn("kvxfer ucx {}: refused a fence: {}", lane.agent_name_, why);
   return UCS_OK;
 }
 
@@ -514,7 +523,7 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
     lane.count(kNotesReceived);
   } else {
     lane.count(kNotesRefused);
-    log().warn("kvxfer UCX {}: refused a notification from {}: {}", lane.agent_name_,
+    log().warn("kvxfer ucx {}: refused a notification from {}: {}", lane.agent_name_,
                entry != nullptr ? entry->name : "an unknown sender", ucs_status_string(status));
     // Past the bounds on acks, not answered at all.
     if (from == nullptr || lane.acks_in_flight_ >= kMaxAcks ||
@@ -576,7 +585,7 @@ ucs_status_t UcxLane::on_ack(void* arg, const void* header, std::size_t header_l
   const ucs_status_t status = peer_status(ack.status);
   if (status != UCS_OK) {
     lane.count(kNotesRefused);
-    log().warn("kvxfer UCX {}: peer {} refused the notification of transfer {}: {}",
+    log().warn("kvxfer ucx {}: peer {} refused the notification of transfer {}: {}",
                lane.agent_name_, x->ep->agent_name, x->id, ucs_status_string(status));
   }
   lane.complete(x, status);
@@ -606,16 +615,42 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["ucx_driver_overlaps"] = driver_.overlaps();
 }
 
-void UcxLane::stop() {
+void UcxLane::stop(StopStage stage) {
+  switch (stage) {
+    case StopStage::kRefuse:
+      return stop_accepting();
+    case StopStage::kDisconnect:
+      return disconnect_left();
+    case StopStage::kQuiesce:
+      return release_pool();
+    case StopStage::kRelease:
+      return driver_.destroy();
+  }
+}
+
+void UcxLane::stop_accepting() {
   accepting_.store(false, std::memory_order_release);
   driver_.stop_thread();
+}
+
+void UcxLane::disconnect_left() {
+  std::vector<LanePeer*> left;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [handle, ep] : peers_) left.push_back(handle);
+  }
+  if (!left.empty()) {
+    log().warn("kvxfer ucx {}: stopping with {} peer(s) still connected", agent_name_,
+               left.size());
+  }
+  for (LanePeer* peer : left) static_cast<void>(disconnect(peer));
 }
 
 void UcxLane::run_unmap(void* arg) {
   auto& lane = *static_cast<UcxLane*>(arg);
   lane.driver_.check_turn();
   if (const ucs_status_t st = ucp_mem_unmap(lane.driver_.context(), lane.memh_); st != UCS_OK) {
-    log().error("kvxfer UCX {}: ucp_mem_unmap failed: {}", lane.agent_name_, ucs_status_string(st));
+    log().error("kvxfer ucx {}: ucp_mem_unmap failed: {}", lane.agent_name_, ucs_status_string(st));
   }
   lane.driver_.finish([&] { lane.memh_ = nullptr; });
 }
@@ -626,14 +661,12 @@ void UcxLane::release_pool() {
   if (!driver_.wait([&] { return live_requests_.load(std::memory_order_relaxed) == 0; },
                     Clock::now() + kCloseTimeout)) {
     log().warn(
-        "kvxfer UCX {}: {} request(s) still pending at shutdown; the worker's "
+        "kvxfer ucx {}: {} request(s) still pending at shutdown; the worker's "
         "destruction cancels them",
         agent_name_, live_requests_.load(std::memory_order_relaxed));
   }
   driver_.submit({&UcxLane::run_unmap, this});
   static_cast<void>(driver_.wait([&] { return memh_ == nullptr; }, Clock::time_point::max()));
 }
-
-void UcxLane::destroy_worker() { driver_.destroy(); }
 
 }  // namespace kvxfer::internal::ucx

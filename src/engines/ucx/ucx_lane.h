@@ -13,7 +13,7 @@
 // atomic the driver sets and check() reads.
 //
 // This room uses UCX, src/wire/ and src/common/, and knows nothing of the
-// other lanes or of src/core/. Rooms: ucx_config, ucx_driver, ucx_endpoint,
+// other lanes or of src/core/. It is one Lane (engines/lane.h). Rooms: ucx_config, ucx_driver, ucx_endpoint,
 // ucx_fences (the target's fence table), and this one.
 #pragma once
 
@@ -29,8 +29,7 @@
 #include <unordered_map>
 
 #include "engine.h"
-#include "engines/block_runs.h"
-#include "engines/lanes.h"
+#include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_driver.h"
@@ -41,66 +40,53 @@
 
 namespace kvxfer::internal::ucx {
 
-class UcxLane {
+class UcxLane final : public Lane {
  public:
-  // `token` is what peers' messages must carry to be taken (our cookie
-  // epoch, published in the blob). Throws std::runtime_error when UCX
-  // cannot start.
+  // `token` is what peers' messages must carry to be taken (the engine's,
+  // published in the blob). `has_rdma`: this host has an RDMA device;
+  // `tcp_lane_here`: our engine runs the tcp lane (see qualifies()). Throws
+  // std::runtime_error when UCX cannot start.
   UcxLane(std::string agent_name, const Region& region, const Options& options, std::uint64_t token,
-          const UcxSettings& settings);
-  ~UcxLane();
-  UcxLane(const UcxLane&) = delete;
-  UcxLane& operator=(const UcxLane&) = delete;
+          const UcxSettings& settings, bool has_rdma = false, bool tcp_lane_here = false);
+  ~UcxLane() override;
 
   [[nodiscard]] const std::vector<std::uint8_t>& worker_address() const {
     return driver_.address();
   }
   [[nodiscard]] const std::vector<std::uint8_t>& packed_rkey() const { return packed_rkey_; }
 
-  // engine.h's calls. On failure *reason (when given) says why.
-  [[nodiscard]] Status connect(const Blob& blob, const RemoteRegion& remote, PeerHandle* out,
-                               std::string* reason = nullptr);
-  [[nodiscard]] Status disconnect(PeerHandle peer);
-  [[nodiscard]] Status post_write(PeerHandle peer, TransferId id,
-                                  std::span<const std::int64_t> local,
-                                  std::span<const std::int64_t> remote, XferHandle* out,
-                                  std::span<const std::uint8_t> notify = {}) {
-    return post(peer, id, Op::kWrite, local, remote, notify, out);
-  }
-  [[nodiscard]] Status post_read(PeerHandle peer, TransferId id,
-                                 std::span<const std::int64_t> local,
-                                 std::span<const std::int64_t> remote, XferHandle* out,
-                                 std::span<const std::uint8_t> notify = {}) {
-    return post(peer, id, Op::kRead, local, remote, notify, out);
-  }
-  [[nodiscard]] Status post_notify(PeerHandle peer, TransferId id,
-                                   std::span<const std::uint8_t> message, XferHandle* out) {
-    return post(peer, id, Op::kNotify, {}, {}, message, out);
-  }
-  void take_notifications(std::vector<Notification>* out);
+  [[nodiscard]] const char* name() const noexcept override { return "ucx"; }
+  // Our worker's address and the pool's packed rkey.
+  void publish(Blob& blob) const override;
+  // The peer runs the lane too, and both sides have an RDMA device, or the
+  // tcp lane cannot serve it (ours does not run, or it has none): forcing
+  // UCX's tcp transport stays possible for tests.
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const Blob& blob) const override;
+  [[nodiscard]] Status connect(const Blob& blob, const RemoteRegion& remote,
+                               Connected* out) override;
+  [[nodiscard]] Status disconnect(LanePeer* peer) override;
+  [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
+  void take_notifications(std::vector<Notification>* out) override;
   // Without a progress thread: the caller's turn at driving UCX.
-  void progress();
-  [[nodiscard]] Status check(XferHandle xfer, Status* state);
-  [[nodiscard]] Status release(XferHandle xfer);
-  [[nodiscard]] const char* detail(XferHandle xfer) const;
-  void add_live(HandleCounts& counts) const;
-  void add_counters(std::map<std::string, std::uint64_t>& counters) const;
+  void progress() override;
+  [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
+  [[nodiscard]] Status release(XferHandle xfer) override;
+  [[nodiscard]] const char* detail(XferHandle xfer) const override;
+  void add_live(HandleCounts& counts) const override;
+  void add_counters(std::map<std::string, std::uint64_t>& counters) const override;
 
-  // Shutdown, in three idempotent steps (lanes.cc interleaves the other
-  // lanes'): refuse messages and stop the thread; once every peer is
-  // disconnected, drain requests (bounded) and unmap the pool; destroy the
-  // worker and the context.
-  void stop();
-  void release_pool();
-  void destroy_worker();
+  // kRefuse: refuse messages and stop the thread; kDisconnect: the peers
+  // left; kQuiesce: drain requests (bounded) and unmap the pool; kRelease:
+  // destroy the worker and the context.
+  void stop(StopStage stage) override;
 
  private:
-  enum class Op : std::uint8_t { kWrite, kRead, kNotify };
+  using Op = TransferOp;
   // A transfer handle, pooled. Owned by the core until release() and by the
   // driver until its UCX work ended; whichever lets go last returns it.
   struct Xfer : LaneXfer {
-    Xfer() : LaneXfer(Lane::kUcx) {}
-    UcxLane* lane = nullptr;
+    explicit Xfer(UcxLane* in) : LaneXfer(in), owner(in) {}
+    UcxLane* const owner;
     std::uint32_t slot = 0;  // fixed at creation
     // Set by the post before it is queued.
     std::shared_ptr<Endpoint> ep;
@@ -130,13 +116,12 @@ class UcxLane {
   };
 
   // Callers' side.
-  Status post(PeerHandle handle, TransferId id, Op op, std::span<const std::int64_t> local,
-              std::span<const std::int64_t> remote, std::span<const std::uint8_t> note,
-              XferHandle* out);
   void unref(Xfer* xfer);
-  static Xfer* from_handle(XferHandle handle) {
-    return static_cast<Xfer*>(reinterpret_cast<LaneXfer*>(handle));
-  }
+  static Xfer* from_handle(XferHandle handle) { return static_cast<Xfer*>(lane_xfer(handle)); }
+  // Shutdown's steps (stop()).
+  void stop_accepting();
+  void disconnect_left();
+  void release_pool();
 
   // The driver's side: commands, UCX calls and callbacks.
   static void run_connect(void* job);
@@ -165,11 +150,13 @@ class UcxLane {
   const Region region_;
   const std::uint64_t token_;
   const bool threaded_;
+  const bool has_rdma_;
+  const bool tcp_lane_here_;
   std::atomic<bool> accepting_{true};  // false from stop(): messages refused
 
   // Peers, the transfer pool and the queued notifications.
   mutable std::mutex mu_;
-  std::unordered_map<PeerHandle, std::shared_ptr<Endpoint>> peers_;
+  std::unordered_map<LanePeer*, std::shared_ptr<Endpoint>> peers_;
   std::deque<Xfer> xfers_;
   std::vector<Xfer*> free_xfers_;
   std::deque<Notification> notes_;

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// Calls on one lane (engines/lane.h) the way the engine makes them, for
+// tests that drive a lane of this process directly: connect through the
+// target lane's published blob, and posts from index lists.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine.h"
+#include "engines/cma/cma_lane.h"
+#include "engines/lane.h"
+#include "wire/ucx_blob.h"
+
+namespace kvxfer::internal::test {
+
+// Connects `source` to the same-host lane `target` (its pool `remote`);
+// `notify`: offer the target's notification socket (else none).
+inline Status connect_lane(Lane& source, const cma::CmaLane& target, const RemoteRegion& remote,
+                           PeerHandle* peer, std::string* why, bool notify = true) {
+  ucx::Blob blob;
+  target.publish(blob);
+  blob.cookie_epoch = target.cookie_epoch();
+  if (!notify) blob.notify_fd = ucx::kNoNotifyFd;
+  Lane::Connected connected;
+  const Status st = source.connect(blob, remote, &connected);
+  if (st == Status::kSuccess) *peer = handle_of(connected.peer);
+  *why = connected.reason;
+  return st;
+}
+
+inline Status disconnect_lane(Lane& lane, PeerHandle peer) {
+  return lane.disconnect(lane_peer(peer));
+}
+
+inline Status post_blocks(Lane& lane, TransferOp op, PeerHandle peer, TransferId id,
+                          std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                          XferHandle* out, std::span<const std::uint8_t> note = {}) {
+  std::vector<BlockRun> runs(local.size());
+  runs.resize(encode_runs(local, remote, runs.data()));
+  return lane.post(lane_peer(peer), Post{op, id, runs, local.size(), note}, out);
+}
+
+inline Status post_write(Lane& lane, PeerHandle peer, TransferId id,
+                         std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                         XferHandle* out, std::span<const std::uint8_t> note = {}) {
+  return post_blocks(lane, TransferOp::kWrite, peer, id, local, remote, out, note);
+}
+
+inline Status post_read(Lane& lane, PeerHandle peer, TransferId id,
+                        std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
+                        XferHandle* out, std::span<const std::uint8_t> note = {}) {
+  return post_blocks(lane, TransferOp::kRead, peer, id, local, remote, out, note);
+}
+
+inline Status post_notify(Lane& lane, PeerHandle peer, TransferId id,
+                          std::span<const std::uint8_t> message, XferHandle* out) {
+  return lane.post(lane_peer(peer), Post{TransferOp::kNotify, id, {}, 0, message}, out);
+}
+
+}  // namespace kvxfer::internal::test
