@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal {
 
@@ -58,11 +58,11 @@ class Lane {
   [[nodiscard]] virtual const char* name() const noexcept = 0;
 
   // Writes the lane's part of the blob peers see.
-  virtual void publish(ucx::Blob& blob) const = 0;
+  virtual void publish(wire::PeerBlob& blob) const = 0;
 
   // Whether this lane may serve a peer of this metadata: both sides run
   // it, and the peer is reachable this lane's way.
-  [[nodiscard]] virtual bool qualifies(const RemoteRegion& remote, const ucx::Blob& blob) const = 0;
+  [[nodiscard]] virtual bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const = 0;
 
   // What connect() hands back besides its status.
   struct Connected {
@@ -74,7 +74,7 @@ class Lane {
     bool next_may_try = false;
   };
   // Connects to a peer that qualified. O(1) in its number of blocks.
-  [[nodiscard]] virtual Status connect(const ucx::Blob& blob, const RemoteRegion& remote,
+  [[nodiscard]] virtual Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
                                        Connected* out) = 0;
   // Releases a peer this lane connected (the handle is not used again).
   // Transfers still in flight to it are forced to end. May wait.
@@ -83,7 +83,7 @@ class Lane {
   // A peer our owner registered, whatever lane serves it, and its end.
   // The tcp lane tells its connections from anyone else's by them.
   virtual void vouch(PeerHandle /*peer*/, const RemoteRegion& /*remote*/,
-                     const ucx::Blob& /*blob*/) {}
+                     const wire::PeerBlob& /*blob*/) {}
   virtual void unvouch(PeerHandle /*peer*/) {}
 
   // Posts one transfer (engine.h's post()) to a peer this lane connected.

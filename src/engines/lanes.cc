@@ -26,7 +26,7 @@
 #include "engines/tcp/tcp_lane.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_lane.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal {
 namespace {
@@ -128,11 +128,11 @@ class Lanes final : public Engine {
           "RDMA device, or KVXFER_RMA=on)",
           lanes_text()));
     }
-    ucx::Blob blob;
+    wire::PeerBlob blob;
     blob.cookie_epoch = token_;
-    if (has_rdma) blob.flags |= ucx::kBlobHasRdma;
+    if (has_rdma) blob.flags |= wire::kBlobHasRdma;
     for (const auto& lane : lanes_) lane->publish(blob);
-    blob_ = ucx::encode_blob(blob);
+    blob_ = wire::encode_blob(blob);
   }
   ~Lanes() override { shutdown(); }
   Lanes(const Lanes&) = delete;
@@ -148,8 +148,8 @@ class Lanes final : public Engine {
       if (reason != nullptr) *reason = std::move(why);
       return st;
     };
-    ucx::Blob blob;
-    if (!ucx::decode_blob(bytes, &blob)) {
+    wire::PeerBlob blob;
+    if (!wire::decode_blob(bytes, &blob)) {
       return refuse(Status::kInvalidParam,
                     fmt::format("peer {} sent a malformed engine blob ({} bytes)",
                                 remote.agent_name, bytes.size()));

@@ -34,7 +34,7 @@
 
 #include "wire/bytes.h"
 
-namespace kvxfer::internal::ucx {
+namespace kvxfer::wire {
 
 // Active message id (next to kNotifyAmId and kNotifyAckAmId).
 inline constexpr unsigned kFenceAmId = 9;
@@ -44,7 +44,8 @@ inline constexpr std::uint16_t kFenceVersion = 2;
 inline constexpr std::size_t kFenceFixedLen = 40;
 inline constexpr std::size_t kMaxFenceName = 256;
 // How many initiator lineages a target remembers. A full table refuses new
-// lineages; it never forgets one to make room (ucx_fences.h).
+// lineages; it forgets only one that has been silent a long while with no
+// reply in flight, never one that still talks (engines/ucx/ucx_fences.h).
 inline constexpr std::size_t kMaxFences = 4096;
 
 struct Fence {
@@ -96,4 +97,4 @@ inline void encode_fence(std::uint8_t* out, const Fence& fence) {
   return true;
 }
 
-}  // namespace kvxfer::internal::ucx
+}  // namespace kvxfer::wire

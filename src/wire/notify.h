@@ -25,7 +25,7 @@
 
 #include "wire/bytes.h"
 
-namespace kvxfer::internal::ucx {
+namespace kvxfer::wire {
 
 // Active message ids (small: UCX sizes its handler table by the largest id).
 inline constexpr unsigned kNotifyAckAmId = 8;
@@ -128,4 +128,4 @@ inline void encode_ack(std::uint8_t* out, const NotifyAck& ack) {
   return true;
 }
 
-}  // namespace kvxfer::internal::ucx
+}  // namespace kvxfer::wire

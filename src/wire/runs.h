@@ -40,12 +40,6 @@ inline void put_run_at(std::uint8_t* at, std::uint64_t offset, std::uint64_t len
   store_le<std::uint64_t>(at + 8, length);
 }
 
-// Writes run `index` of a header whose fixed part is `fixed_len` bytes.
-inline void put_run(std::uint8_t* header, std::size_t fixed_len, std::size_t index,
-                    std::uint64_t offset, std::uint64_t length) {
-  put_run_at(header + fixed_len + index * kRunLen, offset, length);
-}
-
 // True when every run lies inside a region of `region_len` bytes, no run is
 // empty, and the runs add up to at most `limit` bytes; then *total is that
 // sum. On false *total is left alone.

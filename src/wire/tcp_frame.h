@@ -54,7 +54,7 @@
 #include "wire/bytes.h"
 #include "wire/runs.h"
 
-namespace kvxfer::internal::tcp {
+namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kFrameMagic = 0x5458564b;  // "KVXT" as bytes
 inline constexpr std::uint8_t kFrameVersion = 2;
@@ -109,7 +109,7 @@ enum WireStatus : std::uint32_t {
   kStatusUnproven = 6,
 };
 
-struct Header {
+struct FrameHeader {
   FrameType type = FrameType::kHello;
   std::uint16_t flags = 0;
   std::uint32_t count = 0;
@@ -134,7 +134,7 @@ struct Hello {
 };
 
 // Writes a header in place (kHeaderLen bytes at `out`).
-inline void encode_header(std::uint8_t* out, const Header& h) {
+inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
   wire::ByteWriter w(std::span(out, kHeaderLen));
   w.u32(kFrameMagic);
   w.u8(kFrameVersion);
@@ -148,7 +148,7 @@ inline void encode_header(std::uint8_t* out, const Header& h) {
 
 // The bytes that follow a header before any payload: the hello's fixed part
 // and name, a write's or read request's runs, a notification's message.
-[[nodiscard]] inline std::size_t body_len(const Header& h) {
+[[nodiscard]] inline std::size_t body_len(const FrameHeader& h) {
   switch (h.type) {
     case FrameType::kHello:
       return kHelloFixedLen + h.count + kHelloMacLen;
@@ -170,7 +170,7 @@ inline void encode_header(std::uint8_t* out, const Header& h) {
 // write never both kMore and kNotifyFollows); a welcome is all zero. A
 // payload's length is checked against the runs later, by the lane, and
 // body_len() means something only for a header this accepted.
-[[nodiscard]] inline bool decode_header(std::span<const std::uint8_t> bytes, Header* out) {
+[[nodiscard]] inline bool decode_header(std::span<const std::uint8_t> bytes, FrameHeader* out) {
   if (bytes.size() != kHeaderLen) return false;
   wire::ByteReader in(bytes);
   const auto magic = in.u32();
@@ -182,7 +182,7 @@ inline void encode_header(std::uint8_t* out, const Header& h) {
   const auto seq = in.u64();
   const auto length = in.u64();
   if (!in.ok() || *magic != kFrameMagic || *version != kFrameVersion) return false;
-  Header h;
+  FrameHeader h;
   h.type = static_cast<FrameType>(*type);
   h.flags = *flags;
   h.count = *count;
@@ -270,7 +270,7 @@ inline void encode_hello_body(std::uint8_t* out, const Hello& hello) {
 
 // True when a write's or read request's runs (body_len(h) bytes) all lie in a
 // region of `region_len` bytes and add up to exactly h.length.
-[[nodiscard]] inline bool runs_fit(const Header& h, std::span<const std::uint8_t> runs,
+[[nodiscard]] inline bool runs_fit(const FrameHeader& h, std::span<const std::uint8_t> runs,
                                    std::uint64_t region_len) {
   if (h.type != FrameType::kWrite && h.type != FrameType::kReadReq) return false;
   if (runs.size() != body_len(h) || runs.empty()) return false;
@@ -279,4 +279,4 @@ inline void encode_hello_body(std::uint8_t* out, const Hello& hello) {
          total == h.length;
 }
 
-}  // namespace kvxfer::internal::tcp
+}  // namespace kvxfer::wire

@@ -44,7 +44,7 @@ TEST(CmaConfigTest, CmaMapIsOnUnlessSetToPopulateOrOff) {
   EXPECT_EQ(compute_copy_policy({{"KVXFER_CMA_MAP", "populate"}}).map, PoolMapping::kPopulate);
   EXPECT_EQ(compute_copy_policy({{"KVXFER_CMA_MAP", "off"}}).map, PoolMapping::kOff);
   EXPECT_EQ(error_of({{"KVXFER_CMA_MAP", "yes"}}),
-            "kvxfer UCX: engine_config KVXFER_CMA_MAP=yes is not one of on, populate, off");
+            "kvxfer cma: engine_config KVXFER_CMA_MAP=yes is not one of on, populate, off");
 }
 
 TEST(CmaConfigTest, OtherLanesKeysAreLeftAloneAndAnUnknownCmaKeyIsRejected) {

@@ -12,7 +12,7 @@
 #include "engine.h"
 #include "engines/cma/cma_lane.h"
 #include "engines/lane.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal::test {
 
@@ -20,10 +20,10 @@ namespace kvxfer::internal::test {
 // `notify`: offer the target's notification socket (else none).
 inline Status connect_lane(Lane& source, const cma::CmaLane& target, const RemoteRegion& remote,
                            PeerHandle* peer, std::string* why, bool notify = true) {
-  ucx::Blob blob;
+  wire::PeerBlob blob;
   target.publish(blob);
   blob.cookie_epoch = target.cookie_epoch();
-  if (!notify) blob.notify_fd = ucx::kNoNotifyFd;
+  if (!notify) blob.notify_fd = wire::kNoNotifyFd;
   Lane::Connected connected;
   const Status st = source.connect(blob, remote, &connected);
   if (st == Status::kSuccess) *peer = handle_of(connected.peer);

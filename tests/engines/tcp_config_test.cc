@@ -47,7 +47,7 @@ TEST(TcpConfigTest, AddressIsADottedIpv4AddressOrEmpty) {
     EXPECT_NE(msg.find("is not an IPv4 address"), std::string::npos) << "'" << bad << "': " << msg;
   }
   EXPECT_EQ(error_of({{"KVXFER_TCP_ADDRESS", "10.1.2"}}),
-            "kvxfer UCX: engine_config KVXFER_TCP_ADDRESS=10.1.2 is not an IPv4 address");
+            "kvxfer tcp: engine_config KVXFER_TCP_ADDRESS=10.1.2 is not an IPv4 address");
 }
 
 TEST(TcpConfigTest, PortsIsOnePortOrARangeLowHigh) {
@@ -88,7 +88,7 @@ TEST(TcpConfigTest, PortsRejectsZeroOutOfRangeReversedAndMalformed) {
         << "'" << bad << "': " << msg;
   }
   EXPECT_EQ(error_of({{"KVXFER_TCP_PORTS", "5-3"}}),
-            "kvxfer UCX: engine_config KVXFER_TCP_PORTS=5-3 is not a port or a range LOW-HIGH "
+            "kvxfer tcp: engine_config KVXFER_TCP_PORTS=5-3 is not a port or a range LOW-HIGH "
             "in 1..65535");
 }
 
@@ -102,7 +102,7 @@ TEST(TcpConfigTest, EnvironmentIsReadWhenEngineConfigIsSilent) {
 
 TEST(TcpConfigTest, InvalidEnvironmentValueIsRejectedNamingTheEnvironment) {
   const std::string addr = error_of({}, {{"KVXFER_TCP_ADDRESS", "nope"}});
-  EXPECT_EQ(addr, "kvxfer UCX: environment KVXFER_TCP_ADDRESS=nope is not an IPv4 address");
+  EXPECT_EQ(addr, "kvxfer tcp: environment KVXFER_TCP_ADDRESS=nope is not an IPv4 address");
   const std::string ports = error_of({}, {{"KVXFER_TCP_PORTS", "65536"}});
   EXPECT_NE(ports.find("environment KVXFER_TCP_PORTS=65536"), std::string::npos) << ports;
 }
@@ -128,7 +128,7 @@ TEST(TcpConfigTest, UnknownTcpKeyIsRejectedNamingIt) {
   EXPECT_NE(msg.find("KVXFER_TCP_PORT=7000 rejected"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not a setting of the tcp lane"), std::string::npos) << msg;
   EXPECT_EQ(error_of({{"KVXFER_TCP_NODELAY", "1"}}),
-            "kvxfer UCX: engine_config KVXFER_TCP_NODELAY=1 rejected: not a setting of the tcp "
+            "kvxfer tcp: engine_config KVXFER_TCP_NODELAY=1 rejected: not a setting of the tcp "
             "lane (KVXFER_TCP_ADDRESS, KVXFER_TCP_PORTS)");
 }
 

@@ -13,20 +13,20 @@
 namespace kvxfer::fuzz {
 
 bool accepts(std::span<const std::uint8_t> input) {
-  using namespace internal::ucx;
-  const NotifyAck sentinel{1, 2, 3};
-  NotifyAck a = sentinel;
-  if (!decode_ack(input, &a)) {
+
+  const wire::NotifyAck sentinel{1, 2, 3};
+  wire::NotifyAck a = sentinel;
+  if (!wire::decode_ack(input, &a)) {
     if (a.slot != sentinel.slot || a.sequence != sentinel.sequence || a.status != sentinel.status) {
       std::abort();
     }
     return false;
   }
-  std::uint8_t again[kAckLen];
-  encode_ack(again, a);
-  if (input.size() != kAckLen || std::memcmp(again, input.data(), kAckLen) != 0) std::abort();
-  NotifyAck b;
-  if (!decode_ack(std::span<const std::uint8_t>(again, kAckLen), &b)) std::abort();
+  std::uint8_t again[wire::kAckLen];
+  wire::encode_ack(again, a);
+  if (input.size() != wire::kAckLen || std::memcmp(again, input.data(), wire::kAckLen) != 0) std::abort();
+  wire::NotifyAck b;
+  if (!wire::decode_ack(std::span<const std::uint8_t>(again, wire::kAckLen), &b)) std::abort();
   if (b.slot != a.slot || b.sequence != a.sequence || b.status != a.status) std::abort();
   return true;
 }

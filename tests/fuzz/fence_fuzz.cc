@@ -15,10 +15,10 @@
 namespace kvxfer::fuzz {
 
 bool accepts(std::span<const std::uint8_t> input) {
-  using namespace internal::ucx;
-  const Fence sentinel{1, 2, 3, 4, "sentinel"};
-  Fence f = sentinel;
-  if (!decode_fence(input, &f)) {
+
+  const wire::Fence sentinel{1, 2, 3, 4, "sentinel"};
+  wire::Fence f = sentinel;
+  if (!wire::decode_fence(input, &f)) {
     if (f.token != sentinel.token || f.lineage != sentinel.lineage || f.gen != sentinel.gen ||
         f.epoch != sentinel.epoch || f.name != sentinel.name) {
       std::abort();
@@ -26,14 +26,14 @@ bool accepts(std::span<const std::uint8_t> input) {
     return false;
   }
   if (f.lineage == 0 || f.gen == 0 || f.epoch == 0 || f.name.empty() ||
-      f.name.size() > kMaxFenceName || input.size() != fence_len(f.name.size())) {
+      f.name.size() > wire::kMaxFenceName || input.size() != wire::fence_len(f.name.size())) {
     std::abort();
   }
   // The name lies inside the input.
   const auto* first = reinterpret_cast<const std::uint8_t*>(f.name.data());
   if (first < input.data() || first + f.name.size() > input.data() + input.size()) std::abort();
   std::vector<std::uint8_t> again(input.size());
-  encode_fence(again.data(), f);
+  wire::encode_fence(again.data(), f);
   if (std::memcmp(again.data(), input.data(), input.size()) != 0) std::abort();
   return true;
 }

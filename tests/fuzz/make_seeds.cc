@@ -25,14 +25,13 @@
 #include "wire/notify.h"
 #include "wire/runs.h"
 #include "wire/tcp_frame.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 using namespace kvxfer;
-using namespace kvxfer::internal::ucx;
 
 fs::path g_root;
 
@@ -78,16 +77,16 @@ Bytes flip(Bytes b, std::size_t at) {
 
 // ---------------------------------------------------------------- blobs
 
-TcpAddress ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
-  TcpAddress t;
+wire::TcpAddress ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
+  wire::TcpAddress t;
   t.family = 4;
   t.bytes = {a, b, c, d};
   return t;
 }
 
 // 2001:db8::<last> (the documentation prefix).
-TcpAddress ipv6(std::uint8_t last) {
-  TcpAddress t;
+wire::TcpAddress ipv6(std::uint8_t last) {
+  wire::TcpAddress t;
   t.family = 6;
   t.bytes = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
   return t;
@@ -96,12 +95,12 @@ TcpAddress ipv6(std::uint8_t last) {
 // A blob whose tcp lane listens on port 7000 at `addresses`; without
 // addresses, one with no tcp lane (port 0).
 Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flags,
-               std::vector<TcpAddress> addresses = {}) {
+               std::vector<wire::TcpAddress> addresses = {}) {
   static Bytes address;
   static Bytes rkey;
   address = pattern(address_len, 7);
   rkey = pattern(rkey_len, 99);
-  Blob b;
+  wire::PeerBlob b;
   b.flags = flags;
   b.pidns_dev = 4;
   b.pidns_ino = 4026531836;
@@ -114,25 +113,25 @@ Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flag
     b.tcp_key[i] = static_cast<std::uint8_t>(3 * i + 1);
   b.tcp_port = addresses.empty() ? 0 : 7000;
   b.tcp_addresses = std::move(addresses);
-  return encode_blob(b);
+  return wire::encode_blob(b);
 }
 
 void ucx_blob_seeds() {
   const std::string t = "ucx_blob";
-  const std::vector<TcpAddress> both = {ipv4(10, 1, 2, 3), ipv6(1)};
-  const Bytes valid = ucx_blob(72, 16, kBlobAcceptsCma, both);
-  const Bytes no_tcp = ucx_blob(72, 16, kBlobAcceptsCma);
+  const std::vector<wire::TcpAddress> both = {ipv4(10, 1, 2, 3), ipv6(1)};
+  const Bytes valid = ucx_blob(72, 16, wire::kBlobAcceptsCma, both);
+  const Bytes no_tcp = ucx_blob(72, 16, wire::kBlobAcceptsCma);
   write_seed(t, true, "valid", valid);
   write_seed(t, true, "valid_no_tcp_lane", no_tcp);
   write_seed(t, true, "valid_empty_fields", ucx_blob(0, 0, 0));
-  write_seed(t, true, "valid_4k_address", ucx_blob(4096, 75, kBlobAcceptsCma, both));
-  write_seed(t, true, "valid_max_field", ucx_blob(kMaxBlobField, 1, 0));
-  write_seed(t, true, "valid_rdma", ucx_blob(72, 16, kBlobAcceptsCma | kBlobHasRdma, both));
+  write_seed(t, true, "valid_4k_address", ucx_blob(4096, 75, wire::kBlobAcceptsCma, both));
+  write_seed(t, true, "valid_max_field", ucx_blob(wire::kMaxBlobField, 1, 0));
+  write_seed(t, true, "valid_rdma", ucx_blob(72, 16, wire::kBlobAcceptsCma | wire::kBlobHasRdma, both));
   // Bits 1 and 2, which blobs of the retired message protocols set: unused,
   // and still accepted.
-  write_seed(t, true, "valid_unused_flag_bits", ucx_blob(72, 16, 0x06 | kBlobHasRdma, both));
-  std::vector<TcpAddress> most;
-  for (std::uint8_t i = 0; i < kMaxTcpAddresses; ++i) {
+  write_seed(t, true, "valid_unused_flag_bits", ucx_blob(72, 16, 0x06 | wire::kBlobHasRdma, both));
+  std::vector<wire::TcpAddress> most;
+  for (std::uint8_t i = 0; i < wire::kMaxTcpAddresses; ++i) {
     most.push_back(i % 2 == 0 ? ipv4(192, 168, i, 1) : ipv6(i));
   }
   write_seed(t, true, "valid_max_tcp_addresses", ucx_blob(72, 16, 0, most));
@@ -149,7 +148,7 @@ void ucx_blob_seeds() {
   write_seed(t, false, "truncated_address", cut(valid, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
-  write_seed(t, false, "bad_version", set_u16(valid, 4, kBlobVersion + 1));
+  write_seed(t, false, "bad_version", set_u16(valid, 4, wire::kBlobVersion + 1));
   // Version 2 (no tcp part), as its encoder wrote it, and its number on a
   // version-3 blob.
   write_seed(t, false, "version_2", set_u16(cut(no_tcp, 12), 4, 2));
@@ -163,7 +162,7 @@ void ucx_blob_seeds() {
   write_seed(t, false, "version_3_layout_as_4", v3);
   write_seed(t, false, "address_len_off_by_one", set_u32(valid, kAddressLenAt, 73));
   write_seed(t, false, "huge_address_len", set_u32(valid, kAddressLenAt, 0xffffffff));
-  write_seed(t, false, "over_limit_address_len", set_u32(valid, kAddressLenAt, kMaxBlobField + 1));
+  write_seed(t, false, "over_limit_address_len", set_u32(valid, kAddressLenAt, wire::kMaxBlobField + 1));
   write_seed(t, false, "huge_rkey_len", set_u32(valid, kAddressLenAt + 4 + 72, 0xffffffff));
   Bytes family = valid;
   family[kFirstAddressAt] = 5;
@@ -198,7 +197,7 @@ void loopback_blob_seeds() {
   two.insert(two.end(), valid.begin(), valid.end());
   write_seed(t, false, "two_blobs", two);
   write_seed(t, false, "bad_magic", flip(valid, 3));
-  write_seed(t, false, "ucx_magic", set_u32(valid, 0, kBlobMagic));
+  write_seed(t, false, "ucx_magic", set_u32(valid, 0, wire::kBlobMagic));
 }
 
 // ---------------------------------------------------------------- metadata
@@ -219,7 +218,7 @@ wire::AgentMetadata agent(const std::string& engine, Bytes blob) {
 
 void metadata_seeds() {
   const std::string t = "metadata";
-  const Bytes valid = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsCma)));
+  const Bytes valid = wire::encode(agent("UCX", ucx_blob(72, 16, wire::kBlobAcceptsCma)));
   write_seed(t, true, "valid_ucx", valid);
   write_seed(t, true, "valid_loopback",
              wire::encode(agent("LOOPBACK", wire::encode_loopback_blob({1, 2}))));
@@ -245,7 +244,7 @@ void metadata_seeds() {
 
 void handshake_seeds() {
   const std::string t = "handshake";
-  const Bytes meta = wire::encode(agent("UCX", ucx_blob(72, 16, kBlobAcceptsCma)));
+  const Bytes meta = wire::encode(agent("UCX", ucx_blob(72, 16, wire::kBlobAcceptsCma)));
   std::string hex;
   for (const std::uint8_t b : meta) hex += fmt::format("{:02x}", b);
   const auto ready = [&](const std::string& metadata_hex, const std::string& rest) {
@@ -270,100 +269,100 @@ void handshake_seeds() {
 
 // ---------------------------------------------------------------- fence
 
-Bytes fence(const Fence& f) {
-  Bytes b(fence_len(f.name.size()));
-  encode_fence(b.data(), f);
+Bytes fence(const wire::Fence& f) {
+  Bytes b(wire::fence_len(f.name.size()));
+  wire::encode_fence(b.data(), f);
   return b;
 }
 
 void fence_seeds() {
   const std::string t = "fence";
   const Bytes valid =
-      fence(Fence{0x1234567890abcdef, 0x0102030405060708, 1, 0xa1a2a3a4a5a6a7a8, "initiator"});
+      fence(wire::Fence{0x1234567890abcdef, 0x0102030405060708, 1, 0xa1a2a3a4a5a6a7a8, "initiator"});
   constexpr std::size_t kVersionAt = 4;
   constexpr std::size_t kNameLenAt = 6;
   write_seed(t, true, "valid", valid);
   write_seed(t, true, "valid_gen_2",
-             fence(Fence{0x1234567890abcdef, 0x0102030405060708, 2, 9, "initiator"}));
-  write_seed(t, true, "valid_zero_token", fence(Fence{0, 1, 1, 1, "initiator"}));
-  write_seed(t, true, "valid_one_char_name", fence(Fence{1, 1, 1, 1, "a"}));
-  const std::string longest(kMaxFenceName, 'n');
-  write_seed(t, true, "valid_max_fields", fence(Fence{~0ull, ~0ull, ~0ull, ~0ull, longest}));
+             fence(wire::Fence{0x1234567890abcdef, 0x0102030405060708, 2, 9, "initiator"}));
+  write_seed(t, true, "valid_zero_token", fence(wire::Fence{0, 1, 1, 1, "initiator"}));
+  write_seed(t, true, "valid_one_char_name", fence(wire::Fence{1, 1, 1, 1, "a"}));
+  const std::string longest(wire::kMaxFenceName, 'n');
+  write_seed(t, true, "valid_max_fields", fence(wire::Fence{~0ull, ~0ull, ~0ull, ~0ull, longest}));
   write_seed(t, false, "empty", {});
-  write_seed(t, false, "fixed_only", Bytes(valid.begin(), valid.begin() + kFenceFixedLen));
-  write_seed(t, false, "truncated_fixed", Bytes(valid.begin(), valid.begin() + kFenceFixedLen - 1));
+  write_seed(t, false, "fixed_only", Bytes(valid.begin(), valid.begin() + wire::kFenceFixedLen));
+  write_seed(t, false, "truncated_fixed", Bytes(valid.begin(), valid.begin() + wire::kFenceFixedLen - 1));
   write_seed(t, false, "truncated_name", cut(valid, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
-  write_seed(t, false, "bad_version", set_u16(valid, kVersionAt, kFenceVersion + 1));
+  write_seed(t, false, "bad_version", set_u16(valid, kVersionAt, wire::kFenceVersion + 1));
   // Version 1 (no name: a zero where its length is), as its encoder wrote
   // it, and its number on a version-2 fence.
   write_seed(t, false, "version_1",
-             set_u16(set_u16(Bytes(valid.begin(), valid.begin() + kFenceFixedLen), kVersionAt, 1),
+             set_u16(set_u16(Bytes(valid.begin(), valid.begin() + wire::kFenceFixedLen), kVersionAt, 1),
                      kNameLenAt, 0));
   write_seed(t, false, "version_1_number", set_u16(valid, kVersionAt, 1));
   write_seed(t, false, "zero_name_length",
-             set_u16(Bytes(valid.begin(), valid.begin() + kFenceFixedLen), kNameLenAt, 0));
+             set_u16(Bytes(valid.begin(), valid.begin() + wire::kFenceFixedLen), kNameLenAt, 0));
   write_seed(t, false, "name_too_long",
-             fence(Fence{1, 1, 1, 1, std::string(kMaxFenceName + 1, 'n')}));
+             fence(wire::Fence{1, 1, 1, 1, std::string(wire::kMaxFenceName + 1, 'n')}));
   write_seed(t, false, "name_length_says_more", set_u16(valid, kNameLenAt, 10));
   write_seed(t, false, "name_length_says_fewer", set_u16(valid, kNameLenAt, 8));
-  write_seed(t, false, "zero_lineage", fence(Fence{1, 0, 1, 1, "initiator"}));
-  write_seed(t, false, "zero_gen", fence(Fence{1, 1, 0, 1, "initiator"}));
-  write_seed(t, false, "zero_epoch", fence(Fence{1, 1, 1, 0, "initiator"}));
-  write_seed(t, false, "notify_magic", set_u32(valid, 0, kNotifyMagic));
+  write_seed(t, false, "zero_lineage", fence(wire::Fence{1, 0, 1, 1, "initiator"}));
+  write_seed(t, false, "zero_gen", fence(wire::Fence{1, 1, 0, 1, "initiator"}));
+  write_seed(t, false, "zero_epoch", fence(wire::Fence{1, 1, 1, 0, "initiator"}));
+  write_seed(t, false, "notify_magic", set_u32(valid, 0, wire::kNotifyMagic));
 }
 
 // ---------------------------------------------------------------- notify
 
-Bytes notify_header(const NotifyHeader& h) {
-  Bytes b(notify_header_len(h.name.size()));
-  encode_notify_header(b.data(), h);
+Bytes notify_header(const wire::NotifyHeader& h) {
+  Bytes b(wire::notify_header_len(h.name.size()));
+  wire::encode_notify_header(b.data(), h);
   return b;
 }
 
-Bytes ack(const NotifyAck& a) {
-  Bytes b(kAckLen);
-  encode_ack(b.data(), a);
+Bytes ack(const wire::NotifyAck& a) {
+  Bytes b(wire::kAckLen);
+  wire::encode_ack(b.data(), a);
   return b;
 }
 
 void notify_seeds() {
   const std::string t = "notify";
-  const Bytes valid = notify_header(NotifyHeader{0x1234, 0x99, 7, 0x55, 0x66, "initiator"});
+  const Bytes valid = notify_header(wire::NotifyHeader{0x1234, 0x99, 7, 0x55, 0x66, "initiator"});
   write_seed(t, true, "valid", valid);
-  write_seed(t, true, "valid_one_char_name", notify_header(NotifyHeader{1, 2, 3, 4, 5, "a"}));
-  const std::string longest(kMaxNotifyName, 'n');
-  write_seed(t, true, "valid_longest_name", notify_header(NotifyHeader{1, 2, 3, 4, 5, longest}));
+  write_seed(t, true, "valid_one_char_name", notify_header(wire::NotifyHeader{1, 2, 3, 4, 5, "a"}));
+  const std::string longest(wire::kMaxNotifyName, 'n');
+  write_seed(t, true, "valid_longest_name", notify_header(wire::NotifyHeader{1, 2, 3, 4, 5, longest}));
   write_seed(t, false, "empty", {});
   write_seed(t, false, "fixed_only", cut(valid, 9));
   write_seed(t, false, "truncated_name", cut(valid, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
-  write_seed(t, false, "bad_version", set_u16(valid, 4, kNotifyVersion + 1));
+  write_seed(t, false, "bad_version", set_u16(valid, 4, wire::kNotifyVersion + 1));
   write_seed(t, false, "zero_name_length", set_u16(cut(valid, 9), 6, 0));
   write_seed(t, false, "name_too_long",
-             notify_header(NotifyHeader{1, 2, 3, 4, 5, std::string(kMaxNotifyName + 1, 'n')}));
+             notify_header(wire::NotifyHeader{1, 2, 3, 4, 5, std::string(wire::kMaxNotifyName + 1, 'n')}));
   write_seed(t, false, "reserved_set", set_u32(valid, 28, 1));
-  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "initiator"}));
-  write_seed(t, false, "an_ack", ack(NotifyAck{3, 7, 0}));
+  write_seed(t, false, "a_fence", fence(wire::Fence{1, 1, 1, 1, "initiator"}));
+  write_seed(t, false, "an_ack", ack(wire::NotifyAck{3, 7, 0}));
 }
 
 void ack_seeds() {
   const std::string t = "ack";
-  const Bytes valid = ack(NotifyAck{3, 7, 0});
+  const Bytes valid = ack(wire::NotifyAck{3, 7, 0});
   write_seed(t, true, "ack", valid);
-  write_seed(t, true, "ack_error", ack(NotifyAck{3, 7, -25}));
-  write_seed(t, true, "ack_max_fields", ack(NotifyAck{0xffffffff, ~0ull, -1}));
+  write_seed(t, true, "ack_error", ack(wire::NotifyAck{3, 7, -25}));
+  write_seed(t, true, "ack_max_fields", ack(wire::NotifyAck{0xffffffff, ~0ull, -1}));
   write_seed(t, false, "empty", {});
   write_seed(t, false, "truncated", cut(valid, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
-  write_seed(t, false, "notify_magic", set_u32(valid, 0, kNotifyMagic));
-  write_seed(t, false, "fence_magic", set_u32(valid, 0, kFenceMagic));
+  write_seed(t, false, "notify_magic", set_u32(valid, 0, wire::kNotifyMagic));
+  write_seed(t, false, "fence_magic", set_u32(valid, 0, wire::kFenceMagic));
   write_seed(t, false, "reserved_set", set_u32(valid, 20, 1));
-  write_seed(t, false, "a_notification", notify_header(NotifyHeader{1, 2, 3, 4, 5, "a"}));
-  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "a"}));
+  write_seed(t, false, "a_notification", notify_header(wire::NotifyHeader{1, 2, 3, 4, 5, "a"}));
+  write_seed(t, false, "a_fence", fence(wire::Fence{1, 1, 1, 1, "a"}));
 }
 
 // ---------------------------------------------------------------- cookie
@@ -407,7 +406,7 @@ void cookie_seeds() {
   page.resize(4096, 0);
   write_seed(t, false, "whole_page", page);
   write_seed(t, false, "bad_magic", flip(valid, kMagicAt));
-  write_seed(t, false, "fence_magic", set_u32(valid, kMagicAt, kFenceMagic));
+  write_seed(t, false, "fence_magic", set_u32(valid, kMagicAt, wire::kFenceMagic));
   write_seed(t, false, "bad_version", set_u16(valid, kVersionAt, wire::kCookieVersion + 1));
   write_seed(t, false, "version_0", set_u16(valid, kVersionAt, 0));
   write_seed(t, false, "reserved_set", set_u16(valid, kReservedAt, 1));
@@ -424,12 +423,11 @@ void cookie_seeds() {
     wire::store_le(native.data() + 8 * i, word[i]);
   }
   write_seed(t, false, "native_layout", native);
-  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "initiator"}));
+  write_seed(t, false, "a_fence", fence(wire::Fence{1, 1, 1, 1, "initiator"}));
 }
 
 // ---------------------------------------------------------------- tcp frames
 
-namespace tcp = kvxfer::internal::tcp;
 
 struct Run {
   std::uint64_t offset;
@@ -445,9 +443,9 @@ std::vector<Run> runs_of(std::size_t count, std::uint64_t length) {
 // The pool tcp_frame_fuzz.cc checks runs against (its kPool).
 constexpr std::uint64_t kTcpPool = 1 << 20;
 
-tcp::Header frame_header(tcp::FrameType type, std::uint32_t count, std::uint64_t length,
+wire::FrameHeader frame_header(wire::FrameType type, std::uint32_t count, std::uint64_t length,
                          std::uint16_t flags = 0, std::uint32_t status = 0) {
-  tcp::Header h;
+  wire::FrameHeader h;
   h.type = type;
   h.flags = flags;
   h.count = count;
@@ -457,25 +455,25 @@ tcp::Header frame_header(tcp::FrameType type, std::uint32_t count, std::uint64_t
   return h;
 }
 
-Bytes frame(const tcp::Header& h, const Bytes& body = {}) {
-  Bytes b(tcp::kHeaderLen);
-  tcp::encode_header(b.data(), h);
+Bytes frame(const wire::FrameHeader& h, const Bytes& body = {}) {
+  Bytes b(wire::kHeaderLen);
+  wire::encode_header(b.data(), h);
   b.insert(b.end(), body.begin(), body.end());
   return b;
 }
 
 Bytes hello_frame(const std::string& name, std::uint64_t lineage = 0x0102030405060708,
                   std::uint64_t gen = 1, std::uint64_t epoch = 0xa1a2a3a4a5a6a7a8) {
-  Bytes body(tcp::kHelloFixedLen + name.size() + tcp::kHelloMacLen);
-  tcp::Hello hello{0x1234567890abcdef, lineage, gen, epoch, name};
+  Bytes body(wire::kHelloFixedLen + name.size() + wire::kHelloMacLen);
+  wire::Hello hello{0x1234567890abcdef, lineage, gen, epoch, name};
   for (std::size_t i = 0; i < hello.key.size(); ++i)
     hello.key[i] = static_cast<std::uint8_t>(i + 9);
-  tcp::encode_hello_body(body.data(), hello);
+  wire::encode_hello_body(body.data(), hello);
   // A MAC the wire format cannot judge (the lane checks it): any bytes.
-  for (std::size_t i = 0; i < tcp::kHelloMacLen; ++i) {
-    body[body.size() - tcp::kHelloMacLen + i] = static_cast<std::uint8_t>(0xc0 + i);
+  for (std::size_t i = 0; i < wire::kHelloMacLen; ++i) {
+    body[body.size() - wire::kHelloMacLen + i] = static_cast<std::uint8_t>(0xc0 + i);
   }
-  return frame(frame_header(tcp::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0),
+  return frame(frame_header(wire::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0),
                body);
 }
 
@@ -495,7 +493,7 @@ std::uint64_t total_of(const std::vector<Run>& runs) {
 
 // A write (or read request) of `runs`; its length is their total unless
 // `length` says otherwise.
-Bytes runs_frame(tcp::FrameType type, const std::vector<Run>& runs, std::uint16_t flags = 0,
+Bytes runs_frame(wire::FrameType type, const std::vector<Run>& runs, std::uint16_t flags = 0,
                  std::optional<std::uint64_t> length = std::nullopt) {
   return frame(frame_header(type, static_cast<std::uint32_t>(runs.size()),
                             length.value_or(total_of(runs)), flags),
@@ -503,46 +501,46 @@ Bytes runs_frame(tcp::FrameType type, const std::vector<Run>& runs, std::uint16_
 }
 
 Bytes write_frame(const std::vector<Run>& runs, std::uint16_t flags = 0) {
-  return runs_frame(tcp::FrameType::kWrite, runs, flags);
+  return runs_frame(wire::FrameType::kWrite, runs, flags);
 }
 
 Bytes notify_frame(const Bytes& message, std::uint16_t flags = 0) {
-  return frame(frame_header(tcp::FrameType::kNotify, 0, message.size(), flags), message);
+  return frame(frame_header(wire::FrameType::kNotify, 0, message.size(), flags), message);
 }
 
 void tcp_frame_seeds() {
   const std::string t = "tcp_frame";
-  using tcp::FrameType;
+  using wire::FrameType;
   const std::vector<Run> three = {{0, 16}, {4096, 32}, {kTcpPool - 16, 16}};
   write_seed(t, true, "hello", hello_frame("agent-0"));
-  write_seed(t, true, "hello_longest_name", hello_frame(std::string(tcp::kMaxName, 'n')));
-  write_seed(t, true, "welcome", frame(frame_header(FrameType::kWelcome, 0, 0)));
+  write_seed(t, true, "hello_longest_name", hello_frame(std::string(wire::kMaxName, 'n')));
+  write_seed(t, true, "welcome", frame(frame_header(wire::FrameType::kWelcome, 0, 0)));
   write_seed(t, true, "welcome_refused_stale",
-             frame(frame_header(FrameType::kWelcome, 0, 0, 0, tcp::kStatusStaleFence)));
+             frame(frame_header(wire::FrameType::kWelcome, 0, 0, 0, wire::kStatusStaleFence)));
   write_seed(t, true, "write_1run", write_frame({{4096, 4096}}));
   Bytes with_payload = write_frame(three);
   const Bytes payload = pattern(total_of(three), 5);
   with_payload.insert(with_payload.end(), payload.begin(), payload.end());
   write_seed(t, true, "write_3runs_and_payload", with_payload);
-  write_seed(t, true, "write_more", write_frame(three, tcp::kMore));
-  Bytes then_notify = write_frame(three, tcp::kNotifyFollows);
+  write_seed(t, true, "write_more", write_frame(three, wire::kMore));
+  Bytes then_notify = write_frame(three, wire::kNotifyFollows);
   const Bytes note = notify_frame(text("done:42"));
   then_notify.insert(then_notify.end(), note.begin(), note.end());
   write_seed(t, true, "write_notify_follows", then_notify);
   write_seed(t, true, "write_whole_pool", write_frame({{0, kTcpPool}}));
-  write_seed(t, true, "write_max_runs", write_frame(runs_of(tcp::kMaxRuns, 16)));
+  write_seed(t, true, "write_max_runs", write_frame(runs_of(wire::kMaxRuns, 16)));
   write_seed(t, true, "notify", note);
-  write_seed(t, true, "notify_longest", notify_frame(pattern(tcp::kMaxMessage, 1)));
-  write_seed(t, true, "read_req", runs_frame(FrameType::kReadReq, {{0, 4096}, {8192, 4096}}));
-  write_seed(t, true, "read_req_more", runs_frame(FrameType::kReadReq, three, tcp::kMore));
-  write_seed(t, true, "ack", frame(frame_header(FrameType::kAck, 0, 0)));
+  write_seed(t, true, "notify_longest", notify_frame(pattern(wire::kMaxMessage, 1)));
+  write_seed(t, true, "read_req", runs_frame(wire::FrameType::kReadReq, {{0, 4096}, {8192, 4096}}));
+  write_seed(t, true, "read_req_more", runs_frame(wire::FrameType::kReadReq, three, wire::kMore));
+  write_seed(t, true, "ack", frame(frame_header(wire::FrameType::kAck, 0, 0)));
   write_seed(t, true, "ack_refused",
-             frame(frame_header(FrameType::kAck, 0, 0, 0, tcp::kStatusRefused)));
+             frame(frame_header(wire::FrameType::kAck, 0, 0, 0, wire::kStatusRefused)));
   write_seed(t, true, "ack_queue_full",
-             frame(frame_header(FrameType::kAck, 0, 0, 0, tcp::kStatusQueueFull)));
-  write_seed(t, true, "read_data", frame(frame_header(FrameType::kReadData, 0, 8192)));
+             frame(frame_header(wire::FrameType::kAck, 0, 0, 0, wire::kStatusQueueFull)));
+  write_seed(t, true, "read_data", frame(frame_header(wire::FrameType::kReadData, 0, 8192)));
   write_seed(t, true, "read_data_refused",
-             frame(frame_header(FrameType::kReadData, 0, 0, 0, tcp::kStatusRefused)));
+             frame(frame_header(wire::FrameType::kReadData, 0, 0, 0, wire::kStatusRefused)));
 
   const Bytes valid = write_frame(three);
   constexpr std::size_t kTypeAt = 5;
@@ -554,7 +552,7 @@ void tcp_frame_seeds() {
   write_seed(t, false, "truncated_header", Bytes(valid.begin(), valid.begin() + 31));
   write_seed(t, false, "bad_magic", flip(valid, 0));
   Bytes version = valid;
-  version[4] = tcp::kFrameVersion + 1;
+  version[4] = wire::kFrameVersion + 1;
   write_seed(t, false, "bad_version", version);
   Bytes type = valid;
   type[kTypeAt] = 0;
@@ -563,9 +561,9 @@ void tcp_frame_seeds() {
   write_seed(t, false, "type_8", type);
   const Bytes good_hello = hello_frame("agent-0");
   write_seed(t, false, "hello_no_name", set_u32(good_hello, kCountAt, 0));
-  write_seed(t, false, "hello_name_too_long", hello_frame(std::string(tcp::kMaxName + 1, 'n')));
+  write_seed(t, false, "hello_name_too_long", hello_frame(std::string(wire::kMaxName + 1, 'n')));
   write_seed(t, false, "hello_with_length", set_u64(good_hello, kLengthAt, 1));
-  write_seed(t, false, "hello_with_flags", set_u16(good_hello, kFlagsAt, tcp::kMore));
+  write_seed(t, false, "hello_with_flags", set_u16(good_hello, kFlagsAt, wire::kMore));
   write_seed(t, false, "hello_zero_lineage", hello_frame("agent-0", 0));
   write_seed(t, false, "hello_zero_gen", hello_frame("agent-0", 1, 0));
   write_seed(t, false, "hello_zero_epoch", hello_frame("agent-0", 1, 1, 0));
@@ -574,13 +572,13 @@ void tcp_frame_seeds() {
   Bytes v1 = good_hello;
   v1[4] = 1;
   write_seed(t, false, "frame_version_1", v1);
-  write_seed(t, false, "hello_without_mac", cut(good_hello, tcp::kHelloMacLen));
-  write_seed(t, false, "welcome_with_count", frame(frame_header(FrameType::kWelcome, 1, 0)));
+  write_seed(t, false, "hello_without_mac", cut(good_hello, wire::kHelloMacLen));
+  write_seed(t, false, "welcome_with_count", frame(frame_header(wire::FrameType::kWelcome, 1, 0)));
   write_seed(t, false, "write_zero_runs", set_u32(valid, kCountAt, 0));
-  write_seed(t, false, "write_too_many_runs", write_frame(runs_of(tcp::kMaxRuns + 1, 16)));
+  write_seed(t, false, "write_too_many_runs", write_frame(runs_of(wire::kMaxRuns + 1, 16)));
   write_seed(t, false, "write_zero_length", set_u64(valid, kLengthAt, 0));
   write_seed(t, false, "write_more_and_notify_follows",
-             write_frame(three, tcp::kMore | tcp::kNotifyFollows));
+             write_frame(three, wire::kMore | wire::kNotifyFollows));
   write_seed(t, false, "write_unknown_flag", write_frame(three, 1u << 2));
   write_seed(t, false, "write_with_status", set_u32(valid, kStatusAt, 1));
   write_seed(t, false, "write_truncated_runs", cut(valid, 1));
@@ -589,27 +587,27 @@ void tcp_frame_seeds() {
   write_seed(t, false, "write_run_over_pool_end", write_frame({{0, 16}, {kTcpPool - 8, 16}}));
   write_seed(t, false, "write_zero_length_run", write_frame({{0, 16}, {4096, 0}}));
   write_seed(t, false, "write_length_short",
-             runs_frame(FrameType::kWrite, three, 0, total_of(three) - 1));
+             runs_frame(wire::FrameType::kWrite, three, 0, total_of(three) - 1));
   write_seed(t, false, "write_length_long",
-             runs_frame(FrameType::kWrite, three, 0, total_of(three) + 1));
+             runs_frame(wire::FrameType::kWrite, three, 0, total_of(three) + 1));
   write_seed(t, false, "write_end_overflows", write_frame({{~0ull - 100, 4096}}));
   // Two runs whose lengths wrap to the header's length in 64 bits.
   write_seed(t, false, "write_sum_overflows",
-             runs_frame(FrameType::kWrite, {{0, 1ull << 63}, {0, (1ull << 63) + 16}}, 0, 16));
+             runs_frame(wire::FrameType::kWrite, {{0, 1ull << 63}, {0, (1ull << 63) + 16}}, 0, 16));
   write_seed(t, false, "read_req_notify_follows",
-             runs_frame(FrameType::kReadReq, three, tcp::kNotifyFollows));
+             runs_frame(wire::FrameType::kReadReq, three, wire::kNotifyFollows));
   write_seed(t, false, "read_req_run_past_pool",
-             runs_frame(FrameType::kReadReq, {{kTcpPool - 16, 32}}));
-  write_seed(t, false, "notify_empty", frame(frame_header(FrameType::kNotify, 0, 0)));
-  write_seed(t, false, "notify_too_long", notify_frame(pattern(tcp::kMaxMessage + 1, 1)));
+             runs_frame(wire::FrameType::kReadReq, {{kTcpPool - 16, 32}}));
+  write_seed(t, false, "notify_empty", frame(frame_header(wire::FrameType::kNotify, 0, 0)));
+  write_seed(t, false, "notify_too_long", notify_frame(pattern(wire::kMaxMessage + 1, 1)));
   write_seed(t, false, "notify_truncated", cut(note, 1));
-  write_seed(t, false, "notify_with_flags", notify_frame(text("done:42"), tcp::kMore));
-  write_seed(t, false, "ack_with_length", frame(frame_header(FrameType::kAck, 0, 16)));
-  write_seed(t, false, "ack_with_count", frame(frame_header(FrameType::kAck, 1, 0)));
+  write_seed(t, false, "notify_with_flags", notify_frame(text("done:42"), wire::kMore));
+  write_seed(t, false, "ack_with_length", frame(frame_header(wire::FrameType::kAck, 0, 16)));
+  write_seed(t, false, "ack_with_count", frame(frame_header(wire::FrameType::kAck, 1, 0)));
   write_seed(t, false, "read_data_refusal_with_bytes",
-             frame(frame_header(FrameType::kReadData, 0, 8192, 0, tcp::kStatusRefused)));
+             frame(frame_header(wire::FrameType::kReadData, 0, 8192, 0, wire::kStatusRefused)));
   write_seed(t, false, "a_ucx_blob", ucx_blob(72, 16, 0, {ipv4(10, 1, 2, 3)}));
-  write_seed(t, false, "a_fence", fence(Fence{1, 1, 1, 1, "initiator"}));
+  write_seed(t, false, "a_fence", fence(wire::Fence{1, 1, 1, 1, "initiator"}));
 }
 
 }  // namespace

@@ -14,25 +14,25 @@
 namespace kvxfer::fuzz {
 
 bool accepts(std::span<const std::uint8_t> input) {
-  using namespace internal::ucx;
-  const NotifyHeader sentinel{1, 2, 3, 4, 5, "sentinel"};
-  NotifyHeader h = sentinel;
-  if (!decode_notify_header(input, &h)) {
+
+  const wire::NotifyHeader sentinel{1, 2, 3, 4, 5, "sentinel"};
+  wire::NotifyHeader h = sentinel;
+  if (!wire::decode_notify_header(input, &h)) {
     if (h.token != sentinel.token || h.sequence != sentinel.sequence || h.slot != sentinel.slot ||
         h.lineage != sentinel.lineage || h.epoch != sentinel.epoch || h.name != sentinel.name) {
       std::abort();
     }
     return false;
   }
-  if (h.name.empty() || h.name.size() > kMaxNotifyName ||
-      input.size() != notify_header_len(h.name.size())) {
+  if (h.name.empty() || h.name.size() > wire::kMaxNotifyName ||
+      input.size() != wire::notify_header_len(h.name.size())) {
     std::abort();
   }
   // The name lies inside the input.
   const auto* first = reinterpret_cast<const std::uint8_t*>(h.name.data());
   if (first < input.data() || first + h.name.size() > input.data() + input.size()) std::abort();
   std::vector<std::uint8_t> again(input.size());
-  encode_notify_header(again.data(), h);
+  wire::encode_notify_header(again.data(), h);
   if (std::memcmp(again.data(), input.data(), input.size()) != 0) std::abort();
   return true;
 }

@@ -25,7 +25,7 @@
 
 namespace {
 
-using namespace kvxfer::internal::tcp;
+using namespace kvxfer;
 
 __extension__ typedef unsigned __int128 u128;  // __extension__: no -Wpedantic warning
 
@@ -35,43 +35,43 @@ constexpr std::uint64_t kPool = 1 << 20;
 constexpr std::uint64_t kMaxU64 = ~0ull;
 // The most body a frame can announce: a hello's, a write's or a notification's.
 constexpr std::size_t kMaxBody =
-    std::max({kHelloFixedLen + kMaxName + kHelloMacLen,
-              std::size_t{kMaxRuns * kvxfer::wire::kRunLen}, kMaxMessage});
+    std::max({wire::kHelloFixedLen + wire::kMaxName + wire::kHelloMacLen,
+              std::size_t{wire::kMaxRuns * kvxfer::wire::kRunLen}, wire::kMaxMessage});
 
-bool same(const Header& a, const Header& b) {
+bool same(const wire::FrameHeader& a, const wire::FrameHeader& b) {
   return a.type == b.type && a.flags == b.flags && a.count == b.count && a.status == b.status &&
          a.seq == b.seq && a.length == b.length;
 }
 
 // The bounds tcp_frame.h's comments give each type, written out apart from
 // decode_header.
-bool in_bounds(const Header& h) {
+bool in_bounds(const wire::FrameHeader& h) {
   const bool no_flags = h.flags == 0;
   switch (h.type) {
-    case FrameType::kHello:
-      return h.count >= 1 && h.count <= kMaxName && h.length == 0 && no_flags && h.status == 0;
-    case FrameType::kWelcome:
+    case wire::FrameType::kHello:
+      return h.count >= 1 && h.count <= wire::kMaxName && h.length == 0 && no_flags && h.status == 0;
+    case wire::FrameType::kWelcome:
       return h.count == 0 && h.length == 0 && no_flags;
-    case FrameType::kWrite:
-      return h.count >= 1 && h.count <= kMaxRuns && h.length != 0 && h.status == 0 &&
-             (h.flags == 0 || h.flags == kMore || h.flags == kNotifyFollows);
-    case FrameType::kReadReq:
-      return h.count >= 1 && h.count <= kMaxRuns && h.length != 0 && h.status == 0 &&
-             (h.flags == 0 || h.flags == kMore);
-    case FrameType::kNotify:
-      return h.count == 0 && h.length >= 1 && h.length <= kMaxMessage && no_flags &&
+    case wire::FrameType::kWrite:
+      return h.count >= 1 && h.count <= wire::kMaxRuns && h.length != 0 && h.status == 0 &&
+             (h.flags == 0 || h.flags == wire::kMore || h.flags == wire::kNotifyFollows);
+    case wire::FrameType::kReadReq:
+      return h.count >= 1 && h.count <= wire::kMaxRuns && h.length != 0 && h.status == 0 &&
+             (h.flags == 0 || h.flags == wire::kMore);
+    case wire::FrameType::kNotify:
+      return h.count == 0 && h.length >= 1 && h.length <= wire::kMaxMessage && no_flags &&
              h.status == 0;
-    case FrameType::kAck:
+    case wire::FrameType::kAck:
       return h.count == 0 && h.length == 0 && no_flags;
-    case FrameType::kReadData:
-      return h.count == 0 && no_flags && (h.status == kStatusOk || h.length == 0);
+    case wire::FrameType::kReadData:
+      return h.count == 0 && no_flags && (h.status == wire::kStatusOk || h.length == 0);
   }
   return false;
 }
 
 // Whether `runs` (h.count of them) lie in a pool of `pool` bytes, none empty,
 // adding up to h.length: in 128 bits, where nothing wraps.
-bool reference_fit(const Header& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
+bool reference_fit(const wire::FrameHeader& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
   if (runs.size() != std::size_t{h.count} * kvxfer::wire::kRunLen) return false;
   const kvxfer::wire::RunList list{runs};
   u128 total = 0;
@@ -84,16 +84,16 @@ bool reference_fit(const Header& h, std::span<const std::uint8_t> runs, std::uin
 }
 
 // runs_fit, checked against the reference; a disagreement aborts.
-bool checked_fit(const Header& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
+bool checked_fit(const wire::FrameHeader& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
   const bool fits = runs_fit(h, runs, pool);
   if (fits != reference_fit(h, runs, pool)) std::abort();
   return fits;
 }
 
-bool hello_fits(const Header& h, std::span<const std::uint8_t> body) {
-  const Hello sentinel{1, 2, 3, 4, "sentinel"};
-  Hello hello = sentinel;
-  if (!decode_hello_body(body, h.count, &hello)) {
+bool hello_fits(const wire::FrameHeader& h, std::span<const std::uint8_t> body) {
+  const wire::Hello sentinel{1, 2, 3, 4, "sentinel"};
+  wire::Hello hello = sentinel;
+  if (!wire::decode_hello_body(body, h.count, &hello)) {
     if (hello.token != sentinel.token || hello.lineage != sentinel.lineage ||
         hello.gen != sentinel.gen || hello.epoch != sentinel.epoch || hello.name != sentinel.name) {
       std::abort();
@@ -106,19 +106,19 @@ bool hello_fits(const Header& h, std::span<const std::uint8_t> body) {
   // The name follows the fixed part and the MAC ends the body, both views
   // of it; everything before the MAC re-encodes to the same bytes.
   const auto* first = reinterpret_cast<const std::uint8_t*>(hello.name.data());
-  if (first != body.data() + kHelloFixedLen) std::abort();
-  if (hello.mac.size() != kHelloMacLen ||
-      hello.mac.data() != body.data() + body.size() - kHelloMacLen) {
+  if (first != body.data() + wire::kHelloFixedLen) std::abort();
+  if (hello.mac.size() != wire::kHelloMacLen ||
+      hello.mac.data() != body.data() + body.size() - wire::kHelloMacLen) {
     std::abort();
   }
-  const auto signed_part = hello_signed_part(body);
+  const auto signed_part = wire::hello_signed_part(body);
   std::vector<std::uint8_t> again(signed_part.size());
-  encode_hello_body(again.data(), hello);
+  wire::encode_hello_body(again.data(), hello);
   if (std::memcmp(again.data(), signed_part.data(), signed_part.size()) != 0) std::abort();
   return true;
 }
 
-bool runs_fit_pool(const Header& h, std::span<const std::uint8_t> runs) {
+bool runs_fit_pool(const wire::FrameHeader& h, std::span<const std::uint8_t> runs) {
   // Sizes where a sum or an end would wrap in 64 bits, and one the input
   // picks; only kPool decides.
   (void)checked_fit(h, runs, kMaxU64);
@@ -133,36 +133,36 @@ bool runs_fit_pool(const Header& h, std::span<const std::uint8_t> runs) {
 namespace kvxfer::fuzz {
 
 bool accepts(std::span<const std::uint8_t> input) {
-  if (input.size() < kHeaderLen) return false;
-  const auto bytes = input.first(kHeaderLen);
-  Header sentinel;
-  sentinel.type = FrameType::kReadData;
+  if (input.size() < wire::kHeaderLen) return false;
+  const auto bytes = input.first(wire::kHeaderLen);
+  wire::FrameHeader sentinel;
+  sentinel.type = wire::FrameType::kReadData;
   sentinel.flags = 9;
   sentinel.count = 9;
   sentinel.status = 9;
   sentinel.seq = 9;
   sentinel.length = 9;
-  Header h = sentinel;
-  if (!decode_header(bytes, &h)) {
+  wire::FrameHeader h = sentinel;
+  if (!wire::decode_header(bytes, &h)) {
     if (!same(h, sentinel)) std::abort();
     return false;
   }
   if (!in_bounds(h)) std::abort();
-  std::uint8_t again[kHeaderLen];
-  encode_header(again, h);
-  if (std::memcmp(again, bytes.data(), kHeaderLen) != 0) std::abort();
+  std::uint8_t again[wire::kHeaderLen];
+  wire::encode_header(again, h);
+  if (std::memcmp(again, bytes.data(), wire::kHeaderLen) != 0) std::abort();
 
   // A decoded header never announces more body than a frame can have.
   const std::size_t body = body_len(h);
   if (body > kMaxBody) std::abort();
-  const auto rest = input.subspan(kHeaderLen);
+  const auto rest = input.subspan(wire::kHeaderLen);
   if (rest.size() < body) return false;
   const auto body_bytes = rest.first(body);
   switch (h.type) {
-    case FrameType::kHello:
+    case wire::FrameType::kHello:
       return hello_fits(h, body_bytes);
-    case FrameType::kWrite:
-    case FrameType::kReadReq:
+    case wire::FrameType::kWrite:
+    case wire::FrameType::kReadReq:
       return runs_fit_pool(h, body_bytes);
     default:
       return true;

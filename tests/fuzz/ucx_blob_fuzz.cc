@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the UCX engine's blob (wire/ucx_blob.h), which a peer
 // sends inside its metadata: accepted inputs decode to a version-3 blob
-// whose tcp part keeps its bounds (at most kMaxTcpAddresses addresses, each
+// whose tcp part keeps its bounds (at most wire::kMaxTcpAddresses addresses, each
 // of family 4 or 6, an IPv4 one zero past its 4 bytes, none without a port)
 // and that re-encodes to the same bytes and decodes again to an equal blob;
 // every other input is refused, the output left alone. Anything else (a
@@ -12,17 +12,17 @@
 #include <span>
 
 #include "fuzz_target.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace {
 
-using namespace kvxfer::internal::ucx;
+using namespace kvxfer;
 
 bool same_bytes(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) {
   return std::ranges::equal(a, b);
 }
 
-bool same_blob(const Blob& a, const Blob& b) {
+bool same_blob(const wire::PeerBlob& a, const wire::PeerBlob& b) {
   return a.flags == b.flags && a.pidns_dev == b.pidns_dev && a.pidns_ino == b.pidns_ino &&
          a.cookie_addr == b.cookie_addr && a.cookie_epoch == b.cookie_epoch &&
          same_bytes(a.worker_address, b.worker_address) && same_bytes(a.rkey, b.rkey) &&
@@ -30,10 +30,10 @@ bool same_blob(const Blob& a, const Blob& b) {
          a.tcp_addresses == b.tcp_addresses;
 }
 
-bool tcp_part_in_bounds(const Blob& blob) {
-  if (blob.tcp_addresses.size() > kMaxTcpAddresses) return false;
+bool tcp_part_in_bounds(const wire::PeerBlob& blob) {
+  if (blob.tcp_addresses.size() > wire::kMaxTcpAddresses) return false;
   if (blob.tcp_port == 0 && !blob.tcp_addresses.empty()) return false;
-  for (const TcpAddress& a : blob.tcp_addresses) {
+  for (const wire::TcpAddress& a : blob.tcp_addresses) {
     if (a.family != 4 && a.family != 6) return false;
     if (a.family == 4 &&
         !std::all_of(a.bytes.begin() + 4, a.bytes.end(), [](std::uint8_t b) { return b == 0; })) {
@@ -54,23 +54,23 @@ bool inside(std::span<const std::uint8_t> field, std::span<const std::uint8_t> b
 namespace kvxfer::fuzz {
 
 bool accepts(std::span<const std::uint8_t> bytes) {
-  using namespace internal::ucx;
-  Blob blob;
+
+  wire::PeerBlob blob;
   blob.flags = 0x7777;
   blob.tcp_port = 0x6666;
-  if (!decode_blob(bytes, &blob)) {
+  if (!wire::decode_blob(bytes, &blob)) {
     if (blob.flags != 0x7777 || blob.tcp_port != 0x6666 || !blob.tcp_addresses.empty())
       __builtin_trap();
     return false;
   }
   if (!inside(blob.worker_address, bytes) || !inside(blob.rkey, bytes)) __builtin_trap();
-  if (blob.worker_address.size() > kMaxBlobField || blob.rkey.size() > kMaxBlobField)
+  if (blob.worker_address.size() > wire::kMaxBlobField || blob.rkey.size() > wire::kMaxBlobField)
     __builtin_trap();
   if (!tcp_part_in_bounds(blob)) __builtin_trap();
-  const auto again = encode_blob(blob);
+  const auto again = wire::encode_blob(blob);
   if (!same_bytes(again, bytes)) __builtin_trap();
-  Blob twice;
-  if (!decode_blob(again, &twice) || !same_blob(blob, twice)) __builtin_trap();
+  wire::PeerBlob twice;
+  if (!wire::decode_blob(again, &twice) || !same_blob(blob, twice)) __builtin_trap();
   return true;
 }
 

@@ -19,7 +19,7 @@
 #include "engines/ucx/ucx_compat.h"
 #include "wire/fence.h"
 #include "wire/notify.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::it {
 
@@ -146,18 +146,18 @@ class RawWorker {
 class RawTarget {
  public:
   struct Note {
-    ucx::NotifyHeader header;  // name cleared: it points into UCX's buffer
+    wire::NotifyHeader header;  // name cleared: it points into UCX's buffer
     ucp_ep_h reply_ep = nullptr;
   };
   struct SeenFence {
-    ucx::Fence fence;  // name cleared, kept in `name`
+    wire::Fence fence;  // name cleared, kept in `name`
     std::string name;
   };
 
   explicit RawTarget(std::uint64_t token)
       : raw_(UCP_FEATURE_AM | UCP_FEATURE_RMA), token_(token), buffer_(kBufferLen) {
-    raw_.set_handler(ucx::kNotifyAmId, &RawTarget::on_note, this);
-    raw_.set_handler(ucx::kFenceAmId, &RawTarget::on_fence, this);
+    raw_.set_handler(wire::kNotifyAmId, &RawTarget::on_note, this);
+    raw_.set_handler(wire::kFenceAmId, &RawTarget::on_fence, this);
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     mp.address = buffer_.data();
@@ -181,11 +181,11 @@ class RawTarget {
   RawWorker& raw() { return raw_; }
   // The engine blob a kvxfer initiator connects to.
   [[nodiscard]] std::vector<std::uint8_t> blob() const {
-    ucx::Blob b;
+    wire::PeerBlob b;
     b.cookie_epoch = token_;
     b.worker_address = raw_.address();
     b.rkey = rkey_;
-    return ucx::encode_blob(b);
+    return wire::encode_blob(b);
   }
   // The region that blob describes, under `name`.
   [[nodiscard]] internal::RemoteRegion region(const std::string& name) const {
@@ -196,16 +196,16 @@ class RawTarget {
 
   // Acks `n` through the endpoint it came by, as the lane's handler does.
   ucs_status_t ack(const Note& n, std::int32_t status) {
-    std::vector<std::uint8_t> bytes(ucx::kAckLen);
-    ucx::encode_ack(bytes.data(), ucx::NotifyAck{n.header.slot, n.header.sequence, status});
-    return raw_.send(n.reply_ep, ucx::kNotifyAckAmId, bytes, {}, UCP_AM_SEND_FLAG_REPLY);
+    std::vector<std::uint8_t> bytes(wire::kAckLen);
+    wire::encode_ack(bytes.data(), wire::NotifyAck{n.header.slot, n.header.sequence, status});
+    return raw_.send(n.reply_ep, wire::kNotifyAckAmId, bytes, {}, UCP_AM_SEND_FLAG_REPLY);
   }
 
  private:
   static ucs_status_t on_note(void* arg, const void* header, std::size_t header_length, void*,
                               std::size_t, const ucp_am_recv_param_t* param) {
     Note n;
-    if (!ucx::decode_notify_header({static_cast<const std::uint8_t*>(header), header_length},
+    if (!wire::decode_notify_header({static_cast<const std::uint8_t*>(header), header_length},
                                    &n.header)) {
       return UCS_OK;
     }
@@ -217,7 +217,7 @@ class RawTarget {
   static ucs_status_t on_fence(void* arg, const void* header, std::size_t header_length, void*,
                                std::size_t, const ucp_am_recv_param_t*) {
     SeenFence f;
-    if (ucx::decode_fence({static_cast<const std::uint8_t*>(header), header_length}, &f.fence)) {
+    if (wire::decode_fence({static_cast<const std::uint8_t*>(header), header_length}, &f.fence)) {
       f.name.assign(f.fence.name);
       f.fence.name = {};
       static_cast<RawTarget*>(arg)->fences_.push_back(f);

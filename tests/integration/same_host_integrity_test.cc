@@ -26,7 +26,7 @@
 #include "kvxfer/transport.h"
 #include "wire/cookie.h"
 #include "wire/metadata.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::it {
 namespace {
@@ -331,12 +331,12 @@ TEST_F(ForgedMetadataTest, ACookieForgedInsideThePoolIsRefused) {
     ASSERT_EQ(writer.stats().peers.at(0).transfers_done, 1u);
   }
   wire::AgentMetadata m = wire::decode(target_.metadata());
-  internal::ucx::Blob blob;
-  ASSERT_TRUE(internal::ucx::decode_blob(m.engine_blob, &blob));
+  wire::PeerBlob blob;
+  ASSERT_TRUE(wire::decode_blob(m.engine_blob, &blob));
   blob.cookie_addr = target_.base_addr() + kFakeBlock * kBlockLen;
   blob.cookie_epoch = kFakeEpoch;
   // Re-encode while the blob's views still point into m.engine_blob.
-  std::vector<std::uint8_t> forged_blob = internal::ucx::encode_blob(blob);
+  std::vector<std::uint8_t> forged_blob = wire::encode_blob(blob);
   m.engine_blob = std::move(forged_blob);
   m.base_addr = guard_base;
 

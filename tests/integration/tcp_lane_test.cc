@@ -36,7 +36,7 @@
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
 #include "wire/tcp_frame.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::it {
 namespace {
@@ -61,8 +61,8 @@ class TcpTarget {
       : pool_(kBlocks, kBlockLen, kGuard),
         transport_("target", Region{pool_.base(), kBlocks, kBlockLen}, tcp_options()) {
     const wire::AgentMetadata m = wire::decode(transport_.agent_metadata());
-    internal::ucx::Blob blob;
-    if (!internal::ucx::decode_blob(m.engine_blob, &blob)) throw std::runtime_error("bad blob");
+    wire::PeerBlob blob;
+    if (!wire::decode_blob(m.engine_blob, &blob)) throw std::runtime_error("bad blob");
     token_ = blob.tcp_token;
     port_ = blob.tcp_port;
     key_ = blob.tcp_key;
@@ -128,8 +128,8 @@ class Client {
 
   // The next frame header from the target, or nothing when the connection
   // closed (or nothing came within `timeout`).
-  std::optional<tcp::Header> next_header(std::chrono::milliseconds timeout = 5s) {
-    std::array<std::uint8_t, tcp::kHeaderLen> head{};
+  std::optional<wire::FrameHeader> next_header(std::chrono::milliseconds timeout = 5s) {
+    std::array<std::uint8_t, wire::kHeaderLen> head{};
     std::size_t have = 0;
     while (have < head.size()) {
       pollfd p{fd_, POLLIN, 0};
@@ -138,8 +138,8 @@ class Client {
       if (n <= 0) return std::nullopt;
       have += static_cast<std::size_t>(n);
     }
-    tcp::Header h;
-    if (!tcp::decode_header(head, &h)) return std::nullopt;
+    wire::FrameHeader h;
+    if (!wire::decode_header(head, &h)) return std::nullopt;
     return h;
   }
 
@@ -161,9 +161,9 @@ class Client {
   int fd_ = -1;
 };
 
-std::vector<std::uint8_t> header(const tcp::Header& h) {
-  std::vector<std::uint8_t> out(tcp::kHeaderLen);
-  tcp::encode_header(out.data(), h);
+std::vector<std::uint8_t> header(const wire::FrameHeader& h) {
+  std::vector<std::uint8_t> out(wire::kHeaderLen);
+  wire::encode_header(out.data(), h);
   return out;
 }
 
@@ -181,36 +181,36 @@ std::vector<std::uint8_t> hello(const TcpTarget& t, std::uint64_t token, std::ui
                                 const internal::Identity& id = client_identity(),
                                 const internal::Identity* mac_by = nullptr) {
   std::vector<std::uint8_t> out =
-      header({tcp::FrameType::kHello, 0, static_cast<std::uint32_t>(name.size()), 0, 0, 0});
-  out.resize(tcp::kHeaderLen + tcp::kHelloFixedLen + name.size() + tcp::kHelloMacLen);
-  tcp::Hello h{token, lineage, gen, epoch, name};
+      header({wire::FrameType::kHello, 0, static_cast<std::uint32_t>(name.size()), 0, 0, 0});
+  out.resize(wire::kHeaderLen + wire::kHelloFixedLen + name.size() + wire::kHelloMacLen);
+  wire::Hello h{token, lineage, gen, epoch, name};
   h.key = id.public_key();
-  tcp::encode_hello_body(out.data() + tcp::kHeaderLen, h);
+  wire::encode_hello_body(out.data() + wire::kHeaderLen, h);
   internal::IdentityKey conn_key{};
   if (!(mac_by != nullptr ? *mac_by : id).connection_key(t.key(), true, &conn_key)) {
     throw std::runtime_error("no connection key");
   }
   internal::Mac mac{};
-  const auto body = std::span<const std::uint8_t>(out).subspan(tcp::kHeaderLen);
-  if (!internal::mac_of(conn_key, tcp::hello_signed_part(body), &mac)) {
+  const auto body = std::span<const std::uint8_t>(out).subspan(wire::kHeaderLen);
+  if (!internal::mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
     throw std::runtime_error("no MAC");
   }
-  std::copy(mac.begin(), mac.end(), out.end() - static_cast<std::ptrdiff_t>(tcp::kHelloMacLen));
+  std::copy(mac.begin(), mac.end(), out.end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
   return out;
 }
 
 // A write frame of one run (offset, length) with `payload` after it.
 std::vector<std::uint8_t> write_frame(std::uint64_t seq, std::uint64_t offset, std::uint64_t length,
                                       std::uint8_t fill) {
-  std::vector<std::uint8_t> out = header({tcp::FrameType::kWrite, 0, 1, 0, seq, length});
-  out.resize(tcp::kHeaderLen + wire::kRunLen);
-  wire::put_run_at(out.data() + tcp::kHeaderLen, offset, length);
+  std::vector<std::uint8_t> out = header({wire::FrameType::kWrite, 0, 1, 0, seq, length});
+  out.resize(wire::kHeaderLen + wire::kRunLen);
+  wire::put_run_at(out.data() + wire::kHeaderLen, offset, length);
   out.resize(out.size() + length, fill);
   return out;
 }
 
 std::vector<std::uint8_t> notify_frame(std::uint64_t seq, std::string_view message) {
-  std::vector<std::uint8_t> out = header({tcp::FrameType::kNotify, 0, 0, 0, seq, message.size()});
+  std::vector<std::uint8_t> out = header({wire::FrameType::kNotify, 0, 0, 0, seq, message.size()});
   out.insert(out.end(), message.begin(), message.end());
   return out;
 }
@@ -221,7 +221,7 @@ bool greet(Client& c, const TcpTarget& t, std::uint64_t lineage = 7, std::uint64
            const internal::Identity& id = client_identity()) {
   if (!c.send_bytes(hello(t, t.token(), lineage, gen, epoch, name, id))) return false;
   const auto h = c.next_header();
-  return h && h->type == tcp::FrameType::kWelcome;
+  return h && h->type == wire::FrameType::kWelcome;
 }
 
 bool pool_is_zero(MappedPool& pool) {
@@ -267,8 +267,8 @@ TEST(TcpHostile, AWriteWithARunPastThePoolIsRefusedAndNothingLands) {
   ASSERT_TRUE(c.send_bytes(write_frame(1, pool_len - 128, 256, 0xab)));
   const auto ack = c.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->type, tcp::FrameType::kAck);
-  EXPECT_EQ(ack->status, tcp::kStatusRefused);
+  EXPECT_EQ(ack->type, wire::FrameType::kAck);
+  EXPECT_EQ(ack->status, wire::kStatusRefused);
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
   EXPECT_EQ(t.pool().guard_mismatch(), -1);
@@ -292,7 +292,7 @@ TEST(TcpHostile, ARefusalReachesThePeerBeforeTheConnectionCloses) {
   ASSERT_TRUE(c.send_bytes(bytes));
   const auto ack = c.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusRefused);
+  EXPECT_EQ(ack->status, wire::kStatusRefused);
   // Then an orderly end of stream (FIN), not a reset.
   std::array<std::uint8_t, 64> buf{};
   pollfd p{c.fd(), POLLIN, 0};
@@ -316,9 +316,9 @@ TEST(TcpHostile, AWriteInsideThePoolLandsAndIsAckedAfterItsBytes) {
   ASSERT_TRUE(c.send_bytes(write_frame(5, 3 * kBlockLen, kBlockLen, 0x5a)));
   const auto ack = c.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->type, tcp::FrameType::kAck);
+  EXPECT_EQ(ack->type, wire::FrameType::kAck);
   EXPECT_EQ(ack->seq, 5u);
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   for (std::uint64_t i = 0; i < kBlockLen; ++i) ASSERT_EQ(t.pool().block(3)[i], 0x5a) << i;
   EXPECT_EQ(t.pool().block(2)[kBlockLen - 1], 0);
   EXPECT_EQ(t.pool().block(4)[0], 0);
@@ -332,7 +332,7 @@ TEST(TcpLane, APayloadThatTricklesInLandsAndTheSmallFramesAfterItAreHeard) {
   Client c(t.port());
   ASSERT_TRUE(greet(c, t, 7, 1, 11, "alice"));
   const std::vector<std::uint8_t> frame = write_frame(5, 0, 8 * kBlockLen, 0x33);
-  const std::size_t cuts[] = {tcp::kHeaderLen + wire::kRunLen + 1000, 20'000, frame.size()};
+  const std::size_t cuts[] = {wire::kHeaderLen + wire::kRunLen + 1000, 20'000, frame.size()};
   std::size_t at = 0;
   for (const std::size_t cut : cuts) {
     ASSERT_TRUE(c.send_bytes(std::vector<std::uint8_t>(frame.begin() + static_cast<long>(at),
@@ -343,7 +343,7 @@ TEST(TcpLane, APayloadThatTricklesInLandsAndTheSmallFramesAfterItAreHeard) {
   auto ack = c.next_header();
   ASSERT_TRUE(ack.has_value());
   EXPECT_EQ(ack->seq, 5u);
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   for (std::uint64_t i = 0; i < 8 * kBlockLen; ++i) ASSERT_EQ(t.pool().base()[i], 0x33) << i;
   // One block, then a notification: each far less than the payload's rest
   // the target last waited for.
@@ -356,7 +356,7 @@ TEST(TcpLane, APayloadThatTricklesInLandsAndTheSmallFramesAfterItAreHeard) {
   ack = c.next_header(2s);
   ASSERT_TRUE(ack.has_value());
   EXPECT_EQ(ack->seq, 7u);
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   EXPECT_EQ(t.transport().get_notifications().count("alice"), 1u);
 }
 
@@ -364,7 +364,7 @@ TEST(TcpHostile, AHeaderWithAHugeRunCountIsRefusedBeforeAnythingIsAllocated) {
   TcpTarget t;
   Client c(t.port());
   ASSERT_TRUE(greet(c, t));
-  ASSERT_TRUE(c.send_bytes(header({tcp::FrameType::kWrite, 0, 1u << 30, 0, 1, 1u << 30})));
+  ASSERT_TRUE(c.send_bytes(header({wire::FrameType::kWrite, 0, 1u << 30, 0, 1, 1u << 30})));
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_frame", 1));
 }
@@ -374,7 +374,7 @@ TEST(TcpHostile, AnOversizedNotificationIsRefusedFromItsHeader) {
   Client c(t.port());
   ASSERT_TRUE(greet(c, t));
   // 1 GiB announced; the header alone is refused, nothing is reassembled.
-  ASSERT_TRUE(c.send_bytes(header({tcp::FrameType::kNotify, 0, 0, 0, 1, 1u << 30})));
+  ASSERT_TRUE(c.send_bytes(header({wire::FrameType::kNotify, 0, 0, 0, 1, 1u << 30})));
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_frame", 1));
   EXPECT_TRUE(t.transport().get_notifications().empty());
@@ -387,7 +387,7 @@ TEST(TcpHostile, ANotificationCarriesTheNameItsConnectionPresented) {
   ASSERT_TRUE(c.send_bytes(notify_frame(1, "hello from alice")));
   const auto ack = c.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   const auto notes = t.transport().get_notifications();
   ASSERT_EQ(notes.size(), 1u);
   ASSERT_EQ(notes.count("alice"), 1u);
@@ -413,7 +413,7 @@ TEST(TcpHostile, OneSendersNotificationFloodCostsOnlyThatSender) {
   for (std::size_t i = 0; i < limit + 10; ++i) {
     const auto ack = flood.next_header();
     ASSERT_TRUE(ack.has_value()) << i;
-    (ack->status == tcp::kStatusOk ? ok : full) += 1;
+    (ack->status == wire::kStatusOk ? ok : full) += 1;
   }
   sender.join();
   EXPECT_EQ(ok, limit);
@@ -421,7 +421,7 @@ TEST(TcpHostile, OneSendersNotificationFloodCostsOnlyThatSender) {
   ASSERT_TRUE(honest.send_bytes(notify_frame(1, "still heard")));
   const auto ack = honest.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   const auto notes = t.transport().get_notifications();
   EXPECT_EQ(notes.at("flood").size(), limit);
   ASSERT_EQ(notes.at("honest").size(), 1u);
@@ -440,7 +440,7 @@ TEST(TcpHostile, ANewerRegistrationClosesTheOlderConnectionOfItsLineage) {
   ASSERT_TRUE(new_conn.send_bytes(write_frame(1, kBlockLen, kBlockLen, 0x22)));
   const auto ack = new_conn.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   EXPECT_EQ(t.pool().block(0)[0], 0);
   EXPECT_EQ(t.pool().block(1)[0], 0x22);
   EXPECT_EQ(t.counter("tcp_fences_superseded"), 1u);
@@ -456,8 +456,8 @@ TEST(TcpHostile, AnOlderRegistrationArrivingLateIsRefused) {
   // Told why (it held the token), then closed.
   const auto refusal = late.next_header();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->type, tcp::FrameType::kWelcome);
-  EXPECT_EQ(refusal->status, tcp::kStatusStaleFence);
+  EXPECT_EQ(refusal->type, wire::FrameType::kWelcome);
+  EXPECT_EQ(refusal->status, wire::kStatusStaleFence);
   EXPECT_TRUE(late.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_stale_fence", 1));
   EXPECT_EQ(t.pool().block(0)[0], 0);
@@ -465,7 +465,7 @@ TEST(TcpHostile, AnOlderRegistrationArrivingLateIsRefused) {
   ASSERT_TRUE(new_conn.send_bytes(write_frame(1, 0, kBlockLen, 0x33)));
   const auto ack = new_conn.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
 }
 
 TEST(TcpHostile, AReaderThatNeverReadsRepliesStallsOnlyItsOwnConnection) {
@@ -477,9 +477,9 @@ TEST(TcpHostile, AReaderThatNeverReadsRepliesStallsOnlyItsOwnConnection) {
   const std::uint64_t pool_len = kBlocks * kBlockLen;
   for (int i = 0; i < 20000; ++i) {
     auto h =
-        header({tcp::FrameType::kReadReq, 0, 1, 0, static_cast<std::uint64_t>(i + 1), pool_len});
-    h.resize(tcp::kHeaderLen + wire::kRunLen);
-    wire::put_run_at(h.data() + tcp::kHeaderLen, 0, pool_len);
+        header({wire::FrameType::kReadReq, 0, 1, 0, static_cast<std::uint64_t>(i + 1), pool_len});
+    h.resize(wire::kHeaderLen + wire::kRunLen);
+    wire::put_run_at(h.data() + wire::kHeaderLen, 0, pool_len);
     requests.insert(requests.end(), h.begin(), h.end());
   }
   // The target stops reading them once its replies back up, so this send
@@ -491,7 +491,7 @@ TEST(TcpHostile, AReaderThatNeverReadsRepliesStallsOnlyItsOwnConnection) {
   ASSERT_TRUE(honest.send_bytes(write_frame(1, 0, kBlockLen, 0x44)));
   const auto ack = honest.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   EXPECT_EQ(t.pool().block(0)[0], 0x44);
   // Far fewer replies went out than were asked for.
   EXPECT_LT(t.counter("tcp_bytes_sent"), 2000 * pool_len);
@@ -514,7 +514,7 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   ASSERT_TRUE(newcomer.send_bytes(hello(t, t.token(), 999999, 1, 1, "newcomer")));
   const auto refusal = newcomer.next_header();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->status, tcp::kStatusTableFull);
+  EXPECT_EQ(refusal->status, wire::kStatusTableFull);
   EXPECT_TRUE(newcomer.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
   // The honest lineage's older generation is still refused...
@@ -526,7 +526,7 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   ASSERT_TRUE(honest.send_bytes(write_frame(1, 0, kBlockLen, 0x66)));
   const auto ack = honest.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   EXPECT_EQ(t.pool().block(0)[0], 0x66);
 }
 
@@ -540,7 +540,7 @@ TEST(TcpHostile, AHelloWhoseMacDoesNotProveItsKeyIsRefused) {
   c.send_bytes(write_frame(1, 0, kBlockLen, 0xee));
   const auto refusal = c.next_header();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->status, tcp::kStatusUnproven);
+  EXPECT_EQ(refusal->status, wire::kStatusUnproven);
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
   EXPECT_TRUE(pool_is_zero(t.pool()));
@@ -569,7 +569,7 @@ TEST(TcpHostile, AnotherIdentityCannotTakeOverALineage) {
   ASSERT_TRUE(owner.send_bytes(write_frame(1, 0, kBlockLen, 0x51)));
   const auto ack = owner.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   EXPECT_EQ(t.pool().block(0)[0], 0x51);
 }
 
@@ -584,7 +584,7 @@ TEST(TcpHostile, OneRegistrationHoldsAFewConnectionsAtMost) {
   ASSERT_TRUE(extra.send_bytes(hello(t, t.token(), 42, 1, 100, "mallory")));
   const auto refusal = extra.next_header();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->status, tcp::kStatusTableFull);
+  EXPECT_EQ(refusal->status, wire::kStatusTableFull);
   EXPECT_TRUE(extra.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
 }
@@ -606,7 +606,7 @@ TEST(TcpHostile, SilentConnectionsDoNotKeepAHelloOut) {
   ASSERT_TRUE(honest.send_bytes(write_frame(1, 0, kBlockLen, 0x52)));
   const auto ack = honest.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
 }
 
 // A second Transport on the tcp lane, registered by a target as a peer:
@@ -657,7 +657,7 @@ TEST(TcpHostile, ARegisteredPeersNameWithAnotherKeyIsRefused) {
   ASSERT_TRUE(impostor.send_bytes(hello(t, t.token(), 7, 1, 11, "alice")));
   const auto refusal = impostor.next_header();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->status, tcp::kStatusNotYours);
+  EXPECT_EQ(refusal->status, wire::kStatusNotYours);
   EXPECT_TRUE(impostor.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
   // A transport of that name with its own key is refused, and told why.
@@ -686,7 +686,7 @@ TEST(TcpHostile, NotesAnImpostorQueuedBeforeTheRegistrationAreNotHandedOut) {
   ASSERT_TRUE(impostor.send_bytes(notify_frame(1, "forged")));
   const auto ack = impostor.next_header();
   ASSERT_TRUE(ack.has_value());
-  EXPECT_EQ(ack->status, tcp::kStatusOk);
+  EXPECT_EQ(ack->status, wire::kStatusOk);
   // Now the target's owner registers the real alice.
   Peer alice("alice");
   alice.register_both_ways(t);
@@ -700,7 +700,7 @@ TEST(TcpHostile, NotesAnImpostorQueuedBeforeTheRegistrationAreNotHandedOut) {
   ASSERT_TRUE(impostor.send_bytes(notify_frame(2, "forged again")));
   const auto refusal = impostor.next_header();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->status, tcp::kStatusNotYours);
+  EXPECT_EQ(refusal->status, wire::kStatusNotYours);
   EXPECT_TRUE(impostor.closed_by_target());
   EXPECT_TRUE(t.transport().get_notifications().empty());
 }
@@ -727,7 +727,7 @@ TEST(TcpHostile, UnregisteredSendersCannotFillARegisteredPeersQueue) {
     for (std::size_t i = 0; i < per_sender; ++i) {
       const auto ack = c.next_header();
       ASSERT_TRUE(ack.has_value()) << n << " " << i;
-      (ack->status == tcp::kStatusOk ? ok : full) += 1;
+      (ack->status == wire::kStatusOk ? ok : full) += 1;
     }
     sender.join();
   }

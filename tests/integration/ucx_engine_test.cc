@@ -14,7 +14,7 @@
 
 #include "engine.h"
 #include "engine_agent.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 #include "it_support.h"
 
 namespace kvxfer::it {
@@ -188,17 +188,17 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxEngineTest, ::testing::Values("sm,self", "tcp",
 TEST(UcxBlobTest, RoundTripsAndRejectsEveryTruncation) {
   const std::vector<std::uint8_t> address = {1, 2, 3, 4, 5};
   const std::vector<std::uint8_t> rkey = {9, 8, 7};
-  internal::ucx::Blob blob;
-  blob.flags = internal::ucx::kBlobAcceptsCma;
+  wire::PeerBlob blob;
+  blob.flags = wire::kBlobAcceptsCma;
   blob.pidns_dev = 11;
   blob.pidns_ino = 22;
   blob.cookie_addr = 0x1000;
   blob.cookie_epoch = 0xdeadbeef;
   blob.worker_address = address;
   blob.rkey = rkey;
-  const auto bytes = internal::ucx::encode_blob(blob);
-  internal::ucx::Blob decoded;
-  ASSERT_TRUE(internal::ucx::decode_blob(bytes, &decoded));
+  const auto bytes = wire::encode_blob(blob);
+  wire::PeerBlob decoded;
+  ASSERT_TRUE(wire::decode_blob(bytes, &decoded));
   EXPECT_EQ(decoded.flags, blob.flags);
   EXPECT_EQ(decoded.pidns_ino, 22u);
   EXPECT_EQ(decoded.cookie_epoch, 0xdeadbeefu);
@@ -206,7 +206,7 @@ TEST(UcxBlobTest, RoundTripsAndRejectsEveryTruncation) {
                          address.begin(), address.end()));
   EXPECT_TRUE(std::equal(decoded.rkey.begin(), decoded.rkey.end(), rkey.begin(), rkey.end()));
   for (std::size_t len = 0; len < bytes.size(); ++len) {
-    EXPECT_FALSE(internal::ucx::decode_blob(std::span(bytes.data(), len), &decoded)) << len;
+    EXPECT_FALSE(wire::decode_blob(std::span(bytes.data(), len), &decoded)) << len;
   }
 }
 

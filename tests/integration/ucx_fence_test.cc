@@ -34,7 +34,7 @@
 #include "wire/fence.h"
 #include "wire/metadata.h"
 #include "wire/notify.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::it {
 namespace {
@@ -148,9 +148,9 @@ TEST(UcxFenceTest, FencesCarryAFreshEpochPerRegistrationALineagePerTargetAndTheN
   ASSERT_EQ(a.engine->connect(t2.blob(), t2.region("raw-2"), &p3), Status::kSuccess);
   ASSERT_TRUE(t1.raw().progress_until([&] { return t1.fences().size() == 2; }));
   ASSERT_TRUE(t2.raw().progress_until([&] { return t2.fences().size() == 1; }));
-  const ucx::Fence& f1 = t1.fences()[0].fence;
-  const ucx::Fence& f2 = t1.fences()[1].fence;
-  const ucx::Fence& g1 = t2.fences()[0].fence;
+  const wire::Fence& f1 = t1.fences()[0].fence;
+  const wire::Fence& f2 = t1.fences()[1].fence;
+  const wire::Fence& g1 = t2.fences()[0].fence;
   EXPECT_EQ(f1.token, 0x1111u);
   EXPECT_EQ(g1.token, 0x2222u);
   EXPECT_EQ(f1.lineage, f2.lineage);
@@ -167,33 +167,33 @@ TEST(UcxFenceTest, FencesCarryAFreshEpochPerRegistrationALineagePerTargetAndTheN
 class RawClient {
  public:
   explicit RawClient(std::vector<std::uint8_t> target_blob) : bytes_(std::move(target_blob)) {
-    if (!ucx::decode_blob(bytes_, &blob_)) throw std::runtime_error("bad blob");
-    raw_.set_handler(ucx::kNotifyAckAmId, &RawClient::on_ack, this);
+    if (!wire::decode_blob(bytes_, &blob_)) throw std::runtime_error("bad blob");
+    raw_.set_handler(wire::kNotifyAckAmId, &RawClient::on_ack, this);
   }
   ucp_ep_h endpoint() { return raw_.connect(blob_.worker_address); }
 
   void fence(ucp_ep_h ep, std::uint64_t lineage, std::uint64_t gen, std::uint64_t epoch,
              const std::string& name = "raw") {
-    std::vector<std::uint8_t> bytes(ucx::fence_len(name.size()));
-    encode_fence(bytes.data(), ucx::Fence{blob_.cookie_epoch, lineage, gen, epoch, name});
-    ASSERT_EQ(raw_.send(ep, ucx::kFenceAmId, bytes, {}, UCP_AM_SEND_FLAG_REPLY), UCS_OK);
+    std::vector<std::uint8_t> bytes(wire::fence_len(name.size()));
+    wire::encode_fence(bytes.data(), wire::Fence{blob_.cookie_epoch, lineage, gen, epoch, name});
+    ASSERT_EQ(raw_.send(ep, wire::kFenceAmId, bytes, {}, UCP_AM_SEND_FLAG_REPLY), UCS_OK);
   }
 
   // One notification; the ack's status, or nullopt when none came.
   std::optional<std::int32_t> note(ucp_ep_h ep, std::uint64_t lineage, std::uint64_t epoch,
                                    const std::string& text, const std::string& name = "raw") {
     const std::uint64_t sequence = ++sequence_;
-    std::vector<std::uint8_t> h(ucx::notify_header_len(name.size()));
-    encode_notify_header(h.data(),
-                         ucx::NotifyHeader{blob_.cookie_epoch, sequence, 3, lineage, epoch, name});
+    std::vector<std::uint8_t> h(wire::notify_header_len(name.size()));
+    wire::encode_notify_header(h.data(),
+                         wire::NotifyHeader{blob_.cookie_epoch, sequence, 3, lineage, epoch, name});
     const std::vector<std::uint8_t> payload(text.begin(), text.end());
-    if (raw_.send(ep, ucx::kNotifyAmId, h, payload, UCP_AM_SEND_FLAG_REPLY) != UCS_OK) {
+    if (raw_.send(ep, wire::kNotifyAmId, h, payload, UCP_AM_SEND_FLAG_REPLY) != UCS_OK) {
       return std::nullopt;
     }
     std::optional<std::int32_t> status;
     raw_.progress_until(
         [&] {
-          for (const ucx::NotifyAck& ack : acks_) {
+          for (const wire::NotifyAck& ack : acks_) {
             if (ack.sequence == sequence) status = ack.status;
           }
           return status.has_value();
@@ -205,18 +205,18 @@ class RawClient {
  private:
   static ucs_status_t on_ack(void* arg, const void* header, std::size_t header_length, void*,
                              std::size_t, const ucp_am_recv_param_t*) {
-    ucx::NotifyAck ack;
-    if (ucx::decode_ack({static_cast<const std::uint8_t*>(header), header_length}, &ack)) {
+    wire::NotifyAck ack;
+    if (wire::decode_ack({static_cast<const std::uint8_t*>(header), header_length}, &ack)) {
       static_cast<RawClient*>(arg)->acks_.push_back(ack);
     }
     return UCS_OK;
   }
 
   std::vector<std::uint8_t> bytes_;  // what blob_ views
-  ucx::Blob blob_;
+  wire::PeerBlob blob_;
   RawWorker raw_;
   std::uint64_t sequence_ = 1000;
-  std::vector<ucx::NotifyAck> acks_;
+  std::vector<wire::NotifyAck> acks_;
 };
 
 constexpr std::int32_t kOk = UCS_OK;
@@ -249,18 +249,18 @@ TEST(UcxFenceTest, NotificationsOfAStaleEpochAnUnknownLineageOrAnotherEndpointAr
   EXPECT_EQ(b.counter("ucx_notifications_refused"), 5u);
 }
 
-// kMaxFences lineages fill the table; the next new lineage is refused, and
+// wire::kMaxFences lineages fill the table; the next new lineage is refused, and
 // none of those in it is forgotten to make room.
 TEST(UcxFenceTest, AFullFenceTableRefusesNewLineagesAndForgetsNoneThatTalk) {
   Agent b("fence-b", 2);
   RawClient c(b.engine->local_blob());
   ucp_ep_h ep = c.endpoint();
-  for (std::uint64_t lineage = 1; lineage <= ucx::kMaxFences + 1; ++lineage) {
+  for (std::uint64_t lineage = 1; lineage <= wire::kMaxFences + 1; ++lineage) {
     c.fence(ep, lineage, 1, 0x100 + lineage);
   }
-  EXPECT_EQ(c.note(ep, ucx::kMaxFences + 1, 0x101 + ucx::kMaxFences, "late"), kCanceled);
+  EXPECT_EQ(c.note(ep, wire::kMaxFences + 1, 0x101 + wire::kMaxFences, "late"), kCanceled);
   EXPECT_EQ(c.note(ep, 1, 0x101, "first"), kOk);
-  EXPECT_EQ(c.note(ep, ucx::kMaxFences, 0x100 + ucx::kMaxFences, "last"), kOk);
+  EXPECT_EQ(c.note(ep, wire::kMaxFences, 0x100 + wire::kMaxFences, "last"), kOk);
   EXPECT_EQ(b.counter("ucx_fences_refused"), 1u);
   EXPECT_EQ(taken(b), (std::vector<std::string>{"raw:first", "raw:last"}));
 }
@@ -302,9 +302,9 @@ TEST(UcxFenceTest, ANotificationAloneDoesNotOvertakeAnEarlierWritesNotification)
 // the blob offers no worker to reach and no rkey.
 TEST(UcxRawPutTest, WithoutAnRdmaDeviceNoUcxWorkerListens) {
   EngineAgent target("put-target", {{"TLS", "tcp"}}, kBlocks, kBlockLen, 2);
-  ucx::Blob blob;
+  wire::PeerBlob blob;
   const auto bytes = target.engine->local_blob();  // blob views it
-  ASSERT_TRUE(ucx::decode_blob(bytes, &blob));
+  ASSERT_TRUE(wire::decode_blob(bytes, &blob));
   EXPECT_TRUE(blob.worker_address.empty());
   EXPECT_TRUE(blob.rkey.empty());
   EXPECT_THROW(
@@ -317,9 +317,9 @@ TEST(UcxRawPutTest, WithoutAnRdmaDeviceNoUcxWorkerListens) {
 // the pool: why that transport serves tests only (docs/reliability.md).
 TEST(UcxRawPutTest, WithRmaForcedOnOverTcpAUcpPutWritesAnywhere) {
   Agent target("put-target", 2);
-  ucx::Blob blob;
+  wire::PeerBlob blob;
   const auto bytes = target.engine->local_blob();  // blob views it
-  ASSERT_TRUE(ucx::decode_blob(bytes, &blob));
+  ASSERT_TRUE(wire::decode_blob(bytes, &blob));
   std::vector<std::uint8_t> guard(64 * 1024, 0x5A);
   RawWorker client(UCP_FEATURE_RMA | UCP_FEATURE_AM);
   ucp_ep_h ep = client.connect(blob.worker_address);
@@ -373,14 +373,14 @@ TEST(UcxAckTest, AnotherPeersAckCannotCompleteANotification) {
   forged.header.slot = n.header.slot;
   forged.header.sequence = n.header.sequence;
   EXPECT_EQ(c.ack(forged, 0), UCS_OK);
-  ucx::Blob a_blob;
+  wire::PeerBlob a_blob;
   const auto a_bytes = a.engine->local_blob();  // a_blob views it
-  ASSERT_TRUE(ucx::decode_blob(a_bytes, &a_blob));
+  ASSERT_TRUE(wire::decode_blob(a_bytes, &a_blob));
   ucp_ep_h own = c.raw().connect(a_blob.worker_address);
-  std::vector<std::uint8_t> ack(ucx::kAckLen);
-  ucx::encode_ack(ack.data(), ucx::NotifyAck{n.header.slot, n.header.sequence, 0});
-  EXPECT_EQ(c.raw().send(own, ucx::kNotifyAckAmId, ack, {}, UCP_AM_SEND_FLAG_REPLY), UCS_OK);
-  EXPECT_EQ(c.raw().send(own, ucx::kNotifyAckAmId, ack, {}, 0), UCS_OK);
+  std::vector<std::uint8_t> ack(wire::kAckLen);
+  wire::encode_ack(ack.data(), wire::NotifyAck{n.header.slot, n.header.sequence, 0});
+  EXPECT_EQ(c.raw().send(own, wire::kNotifyAckAmId, ack, {}, UCP_AM_SEND_FLAG_REPLY), UCS_OK);
+  EXPECT_EQ(c.raw().send(own, wire::kNotifyAckAmId, ack, {}, 0), UCS_OK);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (a.counter("ucx_acks_ignored") < 3 && std::chrono::steady_clock::now() < deadline) {
     c.raw().progress_until([] { return false; }, 5ms);

@@ -18,30 +18,30 @@ namespace {
 
 constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 
-std::vector<std::uint8_t> bytes_of(const Fence& f) {
-  std::vector<std::uint8_t> out(fence_len(f.name.size()));
-  encode_fence(out.data(), f);
+std::vector<std::uint8_t> bytes_of(const wire::Fence& f) {
+  std::vector<std::uint8_t> out(wire::fence_len(f.name.size()));
+  wire::encode_fence(out.data(), f);
   return out;
 }
 
 // True when `bytes` is refused and the output, filled beforehand, is left
 // as it was.
 bool refused(const std::vector<std::uint8_t>& bytes) {
-  Fence f{9, 9, 9, 9, "untouched"};
-  if (decode_fence(bytes, &f)) return false;
+  wire::Fence f{9, 9, 9, 9, "untouched"};
+  if (wire::decode_fence(bytes, &f)) return false;
   return f.token == 9 && f.lineage == 9 && f.gen == 9 && f.epoch == 9 && f.name == "untouched";
 }
 
-const Fence kGood{0x1122334455667788ull, 0x0102030405060708ull, 3, 0xa1a2a3a4a5a6a7a8ull, "ab"};
+const wire::Fence kGood{0x1122334455667788ull, 0x0102030405060708ull, 3, 0xa1a2a3a4a5a6a7a8ull, "ab"};
 
 TEST(Fence, RoundTripsWithTheName) {
-  const std::string longest(kMaxFenceName, 'n');
-  for (const Fence in : {kGood, Fence{0, 1, 1, 1, "a"}, Fence{kMax, kMax, kMax, kMax, longest},
-                         Fence{5, 6, 7, 8, "initiator-agent"}}) {
+  const std::string longest(wire::kMaxFenceName, 'n');
+  for (const wire::Fence in : {kGood, wire::Fence{0, 1, 1, 1, "a"}, wire::Fence{kMax, kMax, kMax, kMax, longest},
+                         wire::Fence{5, 6, 7, 8, "initiator-agent"}}) {
     const auto bytes = bytes_of(in);
-    ASSERT_EQ(bytes.size(), kFenceFixedLen + in.name.size());
-    Fence out;
-    ASSERT_TRUE(decode_fence(bytes, &out)) << in.name;
+    ASSERT_EQ(bytes.size(), wire::kFenceFixedLen + in.name.size());
+    wire::Fence out;
+    ASSERT_TRUE(wire::decode_fence(bytes, &out)) << in.name;
     EXPECT_EQ(out.token, in.token);
     EXPECT_EQ(out.lineage, in.lineage);
     EXPECT_EQ(out.gen, in.gen);
@@ -49,7 +49,7 @@ TEST(Fence, RoundTripsWithTheName) {
     EXPECT_EQ(out.name, in.name);
     // The name is a view of the decoded bytes, not a copy.
     EXPECT_EQ(reinterpret_cast<const std::uint8_t*>(out.name.data()),
-              bytes.data() + kFenceFixedLen);
+              bytes.data() + wire::kFenceFixedLen);
   }
 }
 
@@ -63,8 +63,8 @@ TEST(Fence, LayoutIsLittleEndianWithMagicKVXFAndTheNameLast) {
       'a',  'b',                                       // name
   };
   EXPECT_EQ(bytes_of(kGood), expected);
-  EXPECT_EQ(kFenceFixedLen, expected.size() - 2);
-  EXPECT_EQ(fence_len(2), expected.size());
+  EXPECT_EQ(wire::kFenceFixedLen, expected.size() - 2);
+  EXPECT_EQ(wire::fence_len(2), expected.size());
 }
 
 TEST(Fence, RefusesEveryTruncationAndExtension) {
@@ -95,7 +95,7 @@ TEST(Fence, RefusesAVersion1Fence) {
   // As version 1 wrote it: 40 bytes, a zero where version 2 keeps the name
   // length, no name.
   auto v1 = bytes_of(kGood);
-  v1.resize(kFenceFixedLen);
+  v1.resize(wire::kFenceFixedLen);
   v1[4] = 1;
   v1[6] = 0;
   EXPECT_TRUE(refused(v1));
@@ -104,12 +104,12 @@ TEST(Fence, RefusesAVersion1Fence) {
 TEST(Fence, RefusesAnEmptyTooLongOrLyingName) {
   // Empty: the fixed part alone, its name length zero.
   auto empty = bytes_of(kGood);
-  empty.resize(kFenceFixedLen);
+  empty.resize(wire::kFenceFixedLen);
   empty[6] = 0;
   EXPECT_TRUE(refused(empty));
-  EXPECT_TRUE(refused(bytes_of(Fence{1, 1, 1, 1, std::string(kMaxFenceName + 1, 'n')})));
-  Fence out;
-  EXPECT_TRUE(decode_fence(bytes_of(Fence{1, 1, 1, 1, std::string(kMaxFenceName, 'n')}), &out));
+  EXPECT_TRUE(refused(bytes_of(wire::Fence{1, 1, 1, 1, std::string(wire::kMaxFenceName + 1, 'n')})));
+  wire::Fence out;
+  EXPECT_TRUE(wire::decode_fence(bytes_of(wire::Fence{1, 1, 1, 1, std::string(wire::kMaxFenceName, 'n')}), &out));
   for (const std::uint16_t len : {0, 1, 3, 0x0102, 0xffff}) {
     auto bytes = bytes_of(kGood);  // two name bytes
     bytes[6] = static_cast<std::uint8_t>(len);
@@ -119,10 +119,10 @@ TEST(Fence, RefusesAnEmptyTooLongOrLyingName) {
 }
 
 TEST(Fence, RefusesZeroLineageGenOrEpoch) {
-  EXPECT_TRUE(refused(bytes_of(Fence{1, 0, 1, 1, "a"})));
-  EXPECT_TRUE(refused(bytes_of(Fence{1, 1, 0, 1, "a"})));
-  EXPECT_TRUE(refused(bytes_of(Fence{1, 1, 1, 0, "a"})));
-  EXPECT_TRUE(refused(bytes_of(Fence{0, 0, 0, 0, "a"})));
+  EXPECT_TRUE(refused(bytes_of(wire::Fence{1, 0, 1, 1, "a"})));
+  EXPECT_TRUE(refused(bytes_of(wire::Fence{1, 1, 0, 1, "a"})));
+  EXPECT_TRUE(refused(bytes_of(wire::Fence{1, 1, 1, 0, "a"})));
+  EXPECT_TRUE(refused(bytes_of(wire::Fence{0, 0, 0, 0, "a"})));
 }
 
 }  // namespace

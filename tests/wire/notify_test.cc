@@ -13,17 +13,17 @@
 namespace kvxfer::internal::ucx {
 namespace {
 
-std::vector<std::uint8_t> encode(const NotifyHeader& h) {
-  std::vector<std::uint8_t> b(notify_header_len(h.name.size()));
-  encode_notify_header(b.data(), h);
+std::vector<std::uint8_t> encode(const wire::NotifyHeader& h) {
+  std::vector<std::uint8_t> b(wire::notify_header_len(h.name.size()));
+  wire::encode_notify_header(b.data(), h);
   return b;
 }
 
 TEST(NotifyHeaderTest, RoundTrips) {
-  const auto bytes = encode(NotifyHeader{0x1122, 0x3344, 7, 0x5566, 0x7788, "agent-a"});
-  ASSERT_EQ(bytes.size(), kNotifyFixedLen + 7);
-  NotifyHeader h;
-  ASSERT_TRUE(decode_notify_header(bytes, &h));
+  const auto bytes = encode(wire::NotifyHeader{0x1122, 0x3344, 7, 0x5566, 0x7788, "agent-a"});
+  ASSERT_EQ(bytes.size(), wire::kNotifyFixedLen + 7);
+  wire::NotifyHeader h;
+  ASSERT_TRUE(wire::decode_notify_header(bytes, &h));
   EXPECT_EQ(h.token, 0x1122u);
   EXPECT_EQ(h.sequence, 0x3344u);
   EXPECT_EQ(h.slot, 7u);
@@ -33,12 +33,12 @@ TEST(NotifyHeaderTest, RoundTrips) {
 }
 
 TEST(NotifyHeaderTest, LayoutIsLittleEndianWithTheNameLast) {
-  const auto b = encode(NotifyHeader{1, 2, 3, 4, 5, "xy"});
+  const auto b = encode(wire::NotifyHeader{1, 2, 3, 4, 5, "xy"});
   EXPECT_EQ(b[0], 'K');
   EXPECT_EQ(b[1], 'V');
   EXPECT_EQ(b[2], 'X');
   EXPECT_EQ(b[3], 'N');
-  EXPECT_EQ(b[4], kNotifyVersion);
+  EXPECT_EQ(b[4], wire::kNotifyVersion);
   EXPECT_EQ(b[6], 2);  // name length
   EXPECT_EQ(b[8], 1);  // token
   EXPECT_EQ(b[16], 2);
@@ -50,7 +50,7 @@ TEST(NotifyHeaderTest, LayoutIsLittleEndianWithTheNameLast) {
 }
 
 TEST(NotifyHeaderTest, MalformedHeadersAreRefusedAndLeaveTheOutputAlone) {
-  const auto valid = encode(NotifyHeader{1, 2, 3, 4, 5, "name"});
+  const auto valid = encode(wire::NotifyHeader{1, 2, 3, 4, 5, "name"});
   std::vector<std::vector<std::uint8_t>> bad;
   bad.emplace_back();                                   // empty
   bad.emplace_back(valid.begin(), valid.end() - 1);     // name cut
@@ -62,46 +62,46 @@ TEST(NotifyHeaderTest, MalformedHeadersAreRefusedAndLeaveTheOutputAlone) {
   magic[0] ^= 1;
   bad.push_back(magic);
   auto version = valid;
-  version[4] = kNotifyVersion + 1;
+  version[4] = wire::kNotifyVersion + 1;
   bad.push_back(version);
   auto reserved = valid;
   reserved[28] = 1;
   bad.push_back(reserved);
-  std::vector<std::uint8_t> no_name(valid.begin(), valid.begin() + kNotifyFixedLen);
+  std::vector<std::uint8_t> no_name(valid.begin(), valid.begin() + wire::kNotifyFixedLen);
   no_name[6] = 0;
   bad.push_back(no_name);
-  bad.push_back(encode(NotifyHeader{1, 2, 3, 4, 5, std::string(kMaxNotifyName + 1, 'n')}));
+  bad.push_back(encode(wire::NotifyHeader{1, 2, 3, 4, 5, std::string(wire::kMaxNotifyName + 1, 'n')}));
   for (std::size_t i = 0; i < bad.size(); ++i) {
-    NotifyHeader h{9, 9, 9, 9, 9, "untouched"};
-    EXPECT_FALSE(decode_notify_header(bad[i], &h)) << "variant " << i;
+    wire::NotifyHeader h{9, 9, 9, 9, 9, "untouched"};
+    EXPECT_FALSE(wire::decode_notify_header(bad[i], &h)) << "variant " << i;
     EXPECT_EQ(h.name, "untouched") << "variant " << i;
     EXPECT_EQ(h.token, 9u) << "variant " << i;
   }
-  NotifyHeader h;
-  EXPECT_TRUE(decode_notify_header(
-      encode(NotifyHeader{1, 2, 3, 4, 5, std::string(kMaxNotifyName, 'n')}), &h));
+  wire::NotifyHeader h;
+  EXPECT_TRUE(wire::decode_notify_header(
+      encode(wire::NotifyHeader{1, 2, 3, 4, 5, std::string(wire::kMaxNotifyName, 'n')}), &h));
 }
 
-std::vector<std::uint8_t> encode(const NotifyAck& a) {
-  std::vector<std::uint8_t> b(kAckLen);
-  encode_ack(b.data(), a);
+std::vector<std::uint8_t> encode(const wire::NotifyAck& a) {
+  std::vector<std::uint8_t> b(wire::kAckLen);
+  wire::encode_ack(b.data(), a);
   return b;
 }
 
 // True when `bytes` is refused as an ack and the output, filled beforehand,
 // is left as it was.
 bool ack_refused(const std::vector<std::uint8_t>& bytes) {
-  NotifyAck a{9, 9, 9};
-  if (decode_ack(bytes, &a)) return false;
+  wire::NotifyAck a{9, 9, 9};
+  if (wire::decode_ack(bytes, &a)) return false;
   return a.slot == 9 && a.sequence == 9 && a.status == 9;
 }
 
 TEST(NotifyAckTest, RoundTrips) {
   constexpr std::int32_t kMin = std::numeric_limits<std::int32_t>::min();
-  for (const NotifyAck in : {NotifyAck{3, 7, 0}, NotifyAck{0, 0, -25},
-                             NotifyAck{0xffffffff, ~0ull, -1}, NotifyAck{1, 2, kMin}}) {
-    NotifyAck out;
-    ASSERT_TRUE(decode_ack(encode(in), &out));
+  for (const wire::NotifyAck in : {wire::NotifyAck{3, 7, 0}, wire::NotifyAck{0, 0, -25},
+                             wire::NotifyAck{0xffffffff, ~0ull, -1}, wire::NotifyAck{1, 2, kMin}}) {
+    wire::NotifyAck out;
+    ASSERT_TRUE(wire::decode_ack(encode(in), &out));
     EXPECT_EQ(out.slot, in.slot);
     EXPECT_EQ(out.sequence, in.sequence);
     EXPECT_EQ(out.status, in.status);
@@ -114,12 +114,12 @@ TEST(NotifyAckTest, LayoutIsLittleEndianWithMagicKVXA) {
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // sequence
       0xe7, 0xff, 0xff, 0xff, 0,    0,    0,    0,     // status -25, zero
   };
-  EXPECT_EQ(encode(NotifyAck{0x01020304, 0x1112131415161718ull, -25}), expected);
-  EXPECT_EQ(kAckLen, expected.size());
+  EXPECT_EQ(encode(wire::NotifyAck{0x01020304, 0x1112131415161718ull, -25}), expected);
+  EXPECT_EQ(wire::kAckLen, expected.size());
 }
 
 TEST(NotifyAckTest, RefusesEveryOtherLength) {
-  const auto good = encode(NotifyAck{3, 7, 0});
+  const auto good = encode(wire::NotifyAck{3, 7, 0});
   for (std::size_t len = 0; len < good.size(); ++len) {
     EXPECT_TRUE(ack_refused({good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)}))
         << len;
@@ -134,29 +134,29 @@ TEST(NotifyAckTest, RefusesEveryOtherLength) {
 
 TEST(NotifyAckTest, RefusesABadMagic) {
   for (std::size_t at = 0; at < 4; ++at) {
-    auto bytes = encode(NotifyAck{3, 7, 0});
+    auto bytes = encode(wire::NotifyAck{3, 7, 0});
     bytes[at] ^= 0x01;
     EXPECT_TRUE(ack_refused(bytes)) << "byte " << at;
   }
   // The other messages' magics.
-  auto notify = encode(NotifyAck{3, 7, 0});
+  auto notify = encode(wire::NotifyAck{3, 7, 0});
   notify[3] = 'N';
   EXPECT_TRUE(ack_refused(notify));
-  auto fence = encode(NotifyAck{3, 7, 0});
+  auto fence = encode(wire::NotifyAck{3, 7, 0});
   fence[3] = 'F';
   EXPECT_TRUE(ack_refused(fence));
 }
 
 TEST(NotifyAckTest, RefusesANonzeroReservedWord) {
-  for (std::size_t at = 20; at < kAckLen; ++at) {
-    auto bytes = encode(NotifyAck{3, 7, 0});
+  for (std::size_t at = 20; at < wire::kAckLen; ++at) {
+    auto bytes = encode(wire::NotifyAck{3, 7, 0});
     bytes[at] = 0x80;
     EXPECT_TRUE(ack_refused(bytes)) << "byte " << at;
   }
 }
 
 TEST(NotifyAckTest, RefusesANotificationHeader) {
-  EXPECT_TRUE(ack_refused(encode(NotifyHeader{1, 2, 3, 4, 5, "a"})));
+  EXPECT_TRUE(ack_refused(encode(wire::NotifyHeader{1, 2, 3, 4, 5, "a"})));
 }
 
 }  // namespace

@@ -19,9 +19,9 @@ using Bytes = std::vector<std::uint8_t>;
 constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t kRegion = 1 << 20;
 
-Header header(FrameType type, std::uint32_t count, std::uint64_t length, std::uint16_t flags = 0,
+wire::FrameHeader header(wire::FrameType type, std::uint32_t count, std::uint64_t length, std::uint16_t flags = 0,
               std::uint32_t status = 0, std::uint64_t seq = 7) {
-  Header h;
+  wire::FrameHeader h;
   h.type = type;
   h.flags = flags;
   h.count = count;
@@ -31,13 +31,13 @@ Header header(FrameType type, std::uint32_t count, std::uint64_t length, std::ui
   return h;
 }
 
-Bytes bytes_of(const Header& h) {
-  Bytes out(kHeaderLen);
-  encode_header(out.data(), h);
+Bytes bytes_of(const wire::FrameHeader& h) {
+  Bytes out(wire::kHeaderLen);
+  wire::encode_header(out.data(), h);
   return out;
 }
 
-bool same(const Header& a, const Header& b) {
+bool same(const wire::FrameHeader& a, const wire::FrameHeader& b) {
   return a.type == b.type && a.flags == b.flags && a.count == b.count && a.status == b.status &&
          a.seq == b.seq && a.length == b.length;
 }
@@ -45,85 +45,85 @@ bool same(const Header& a, const Header& b) {
 // True when `bytes` is refused and the output, filled beforehand, is left
 // as it was.
 bool refused(const Bytes& bytes) {
-  const Header sentinel = header(FrameType::kReadData, 9, 9, 9, 9, 9);
-  Header out = sentinel;
-  return !decode_header(bytes, &out) && same(out, sentinel);
+  const wire::FrameHeader sentinel = header(wire::FrameType::kReadData, 9, 9, 9, 9, 9);
+  wire::FrameHeader out = sentinel;
+  return !wire::decode_header(bytes, &out) && same(out, sentinel);
 }
 
-bool refused(const Header& h) { return refused(bytes_of(h)); }
+bool refused(const wire::FrameHeader& h) { return refused(bytes_of(h)); }
 
 // True when `h` encodes to a header that decodes to `h` again.
-bool accepted(const Header& h) {
-  Header out;
-  return decode_header(bytes_of(h), &out) && same(out, h);
+bool accepted(const wire::FrameHeader& h) {
+  wire::FrameHeader out;
+  return wire::decode_header(bytes_of(h), &out) && same(out, h);
 }
 
 // -------------------------------------------------------------- the header
 
 TEST(TcpFrameHeader, LayoutIsLittleEndianWithMagicKVXT) {
   const Bytes expected = {
-      'K',  'V',  'X',  'T',  2,    3,    0x01, 0x00,  // magic, version 2, kWrite, kMore
+      'K',  'V',  'X',  'T',  2,    3,    0x01, 0x00,  // magic, version 2, kWrite, wire::kMore
       0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // count (3 runs), status
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // seq
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // length
   };
-  EXPECT_EQ(bytes_of(header(FrameType::kWrite, 3, 0x1112131415161718ull, kMore, 0,
+  EXPECT_EQ(bytes_of(header(wire::FrameType::kWrite, 3, 0x1112131415161718ull, wire::kMore, 0,
                             0x0102030405060708ull)),
             expected);
-  EXPECT_EQ(kHeaderLen, expected.size());
+  EXPECT_EQ(wire::kHeaderLen, expected.size());
 }
 
 TEST(TcpFrameHeader, TypesFlagsAndStatusesKeepTheirValues) {
-  EXPECT_EQ(static_cast<int>(FrameType::kHello), 1);
-  EXPECT_EQ(static_cast<int>(FrameType::kWelcome), 2);
-  EXPECT_EQ(static_cast<int>(FrameType::kWrite), 3);
-  EXPECT_EQ(static_cast<int>(FrameType::kNotify), 4);
-  EXPECT_EQ(static_cast<int>(FrameType::kReadReq), 5);
-  EXPECT_EQ(static_cast<int>(FrameType::kAck), 6);
-  EXPECT_EQ(static_cast<int>(FrameType::kReadData), 7);
-  EXPECT_EQ(kMore, 1);
-  EXPECT_EQ(kNotifyFollows, 2);
-  EXPECT_EQ(kStatusOk, 0u);
-  EXPECT_EQ(kStatusRefused, 1u);
-  EXPECT_EQ(kStatusQueueFull, 2u);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kHello), 1);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kWelcome), 2);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kWrite), 3);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kNotify), 4);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kReadReq), 5);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kAck), 6);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kReadData), 7);
+  EXPECT_EQ(wire::kMore, 1);
+  EXPECT_EQ(wire::kNotifyFollows, 2);
+  EXPECT_EQ(wire::kStatusOk, 0u);
+  EXPECT_EQ(wire::kStatusRefused, 1u);
+  EXPECT_EQ(wire::kStatusQueueFull, 2u);
 }
 
 TEST(TcpFrameHeader, RoundTripsEveryFrameType) {
-  const std::vector<Header> frames = {
-      header(FrameType::kHello, 5, 0),
-      header(FrameType::kWelcome, 0, 0),
-      header(FrameType::kWrite, 3, 12288),
-      header(FrameType::kWrite, 1, 4096, kMore),
-      header(FrameType::kWrite, 1, 4096, kNotifyFollows),
-      header(FrameType::kNotify, 0, 11),
-      header(FrameType::kReadReq, 2, 8192),
-      header(FrameType::kReadReq, 2, 8192, kMore),
-      header(FrameType::kAck, 0, 0),
-      header(FrameType::kAck, 0, 0, 0, kStatusRefused),
-      header(FrameType::kReadData, 0, 8192),
-      header(FrameType::kReadData, 0, 0, 0, kStatusRefused),
+  const std::vector<wire::FrameHeader> frames = {
+      header(wire::FrameType::kHello, 5, 0),
+      header(wire::FrameType::kWelcome, 0, 0),
+      header(wire::FrameType::kWrite, 3, 12288),
+      header(wire::FrameType::kWrite, 1, 4096, wire::kMore),
+      header(wire::FrameType::kWrite, 1, 4096, wire::kNotifyFollows),
+      header(wire::FrameType::kNotify, 0, 11),
+      header(wire::FrameType::kReadReq, 2, 8192),
+      header(wire::FrameType::kReadReq, 2, 8192, wire::kMore),
+      header(wire::FrameType::kAck, 0, 0),
+      header(wire::FrameType::kAck, 0, 0, 0, wire::kStatusRefused),
+      header(wire::FrameType::kReadData, 0, 8192),
+      header(wire::FrameType::kReadData, 0, 0, 0, wire::kStatusRefused),
   };
-  for (const Header& h : frames) {
+  for (const wire::FrameHeader& h : frames) {
     EXPECT_TRUE(accepted(h)) << "type " << static_cast<int>(h.type) << " flags " << h.flags;
   }
   // The sequence number is the sender's: any value.
-  EXPECT_TRUE(accepted(header(FrameType::kAck, 0, 0, 0, 0, 0)));
-  EXPECT_TRUE(accepted(header(FrameType::kAck, 0, 0, 0, 0, kMax)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kAck, 0, 0, 0, 0, 0)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kAck, 0, 0, 0, 0, kMax)));
 }
 
 TEST(TcpFrameHeader, BodyLengthFollowsTheType) {
-  EXPECT_EQ(body_len(header(FrameType::kHello, 5, 0)), kHelloFixedLen + 5 + kHelloMacLen);
-  EXPECT_EQ(body_len(header(FrameType::kWelcome, 0, 0)), 0u);
-  EXPECT_EQ(body_len(header(FrameType::kWrite, 3, 12288)), 3 * wire::kRunLen);
-  EXPECT_EQ(body_len(header(FrameType::kReadReq, kMaxRuns, 1)), kMaxRuns * wire::kRunLen);
-  EXPECT_EQ(body_len(header(FrameType::kNotify, 0, 11)), 11u);
-  EXPECT_EQ(body_len(header(FrameType::kAck, 0, 0)), 0u);
+  EXPECT_EQ(body_len(header(wire::FrameType::kHello, 5, 0)), wire::kHelloFixedLen + 5 + wire::kHelloMacLen);
+  EXPECT_EQ(body_len(header(wire::FrameType::kWelcome, 0, 0)), 0u);
+  EXPECT_EQ(body_len(header(wire::FrameType::kWrite, 3, 12288)), 3 * wire::kRunLen);
+  EXPECT_EQ(body_len(header(wire::FrameType::kReadReq, wire::kMaxRuns, 1)), wire::kMaxRuns * wire::kRunLen);
+  EXPECT_EQ(body_len(header(wire::FrameType::kNotify, 0, 11)), 11u);
+  EXPECT_EQ(body_len(header(wire::FrameType::kAck, 0, 0)), 0u);
   // A read's payload is not body: it goes straight into the reader's pool.
-  EXPECT_EQ(body_len(header(FrameType::kReadData, 0, 8192)), 0u);
+  EXPECT_EQ(body_len(header(wire::FrameType::kReadData, 0, 8192)), 0u);
 }
 
 TEST(TcpFrameHeader, RefusesEveryOtherSize) {
-  const Bytes good = bytes_of(header(FrameType::kAck, 0, 0));
+  const Bytes good = bytes_of(header(wire::FrameType::kAck, 0, 0));
   for (std::size_t len = 0; len < good.size(); ++len) {
     EXPECT_TRUE(refused(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len))))
         << len;
@@ -134,7 +134,7 @@ TEST(TcpFrameHeader, RefusesEveryOtherSize) {
 }
 
 TEST(TcpFrameHeader, RefusesWrongMagicOrVersion) {
-  const Bytes good = bytes_of(header(FrameType::kAck, 0, 0));
+  const Bytes good = bytes_of(header(wire::FrameType::kAck, 0, 0));
   for (std::size_t at = 0; at < 4; ++at) {
     Bytes bytes = good;
     bytes[at] ^= 0x01;
@@ -149,110 +149,110 @@ TEST(TcpFrameHeader, RefusesWrongMagicOrVersion) {
 
 TEST(TcpFrameHeader, RefusesUnknownTypes) {
   for (const int type : {0, 8, 0x80, 0xff}) {
-    Bytes bytes = bytes_of(header(FrameType::kAck, 0, 0));
+    Bytes bytes = bytes_of(header(wire::FrameType::kAck, 0, 0));
     bytes[5] = static_cast<std::uint8_t>(type);
     EXPECT_TRUE(refused(bytes)) << "type " << type;
   }
 }
 
 TEST(TcpFrameHeader, AHelloCarriesANameOf1ToKMaxNameBytesAndNothingElse) {
-  EXPECT_TRUE(accepted(header(FrameType::kHello, 1, 0)));
-  EXPECT_TRUE(accepted(header(FrameType::kHello, kMaxName, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kHello, 0, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kHello, kMaxName + 1, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kHello, 0xffffffff, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kHello, 5, 1)));
-  EXPECT_TRUE(refused(header(FrameType::kHello, 5, 0, kMore)));
-  EXPECT_TRUE(refused(header(FrameType::kHello, 5, 0, 0, 1)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kHello, 1, 0)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kHello, wire::kMaxName, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, wire::kMaxName + 1, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 0xffffffff, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 1)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, wire::kMore)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, 0, 1)));
 }
 
 TEST(TcpFrameHeader, AWelcomeCarriesOnlyItsStatus) {
-  EXPECT_TRUE(refused(header(FrameType::kWelcome, 1, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 1)));
-  EXPECT_TRUE(refused(header(FrameType::kWelcome, 0, 0, kMore)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWelcome, 1, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWelcome, 0, 1)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWelcome, 0, 0, wire::kMore)));
   // A refused hello's answer: the status says why, and comes through.
   for (const std::uint32_t status :
-       {std::uint32_t{kStatusOk}, std::uint32_t{kStatusNotYours}, std::uint32_t{kStatusStaleFence},
-        std::uint32_t{kStatusTableFull}, std::uint32_t{kStatusUnproven}}) {
-    Header h;
-    ASSERT_TRUE(decode_header(bytes_of(header(FrameType::kWelcome, 0, 0, 0, status)), &h));
+       {std::uint32_t{wire::kStatusOk}, std::uint32_t{wire::kStatusNotYours}, std::uint32_t{wire::kStatusStaleFence},
+        std::uint32_t{wire::kStatusTableFull}, std::uint32_t{wire::kStatusUnproven}}) {
+    wire::FrameHeader h;
+    ASSERT_TRUE(wire::decode_header(bytes_of(header(wire::FrameType::kWelcome, 0, 0, 0, status)), &h));
     EXPECT_EQ(h.status, status);
   }
 }
 
 TEST(TcpFrameHeader, AWriteCarries1ToKMaxRunsAndANonzeroLength) {
-  EXPECT_TRUE(accepted(header(FrameType::kWrite, 1, 1)));
-  EXPECT_TRUE(accepted(header(FrameType::kWrite, kMaxRuns, kMax)));
-  EXPECT_TRUE(refused(header(FrameType::kWrite, 0, 4096)));
-  EXPECT_TRUE(refused(header(FrameType::kWrite, kMaxRuns + 1, 4096)));
-  EXPECT_TRUE(refused(header(FrameType::kWrite, 0xffffffff, 4096)));
-  EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 4096, 0, kStatusRefused)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kWrite, 1, 1)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kWrite, wire::kMaxRuns, kMax)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWrite, 0, 4096)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWrite, wire::kMaxRuns + 1, 4096)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWrite, 0xffffffff, 4096)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWrite, 1, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWrite, 1, 4096, 0, wire::kStatusRefused)));
 }
 
 TEST(TcpFrameHeader, AWriteCarriesKMoreOrKNotifyFollowsButNotBoth) {
-  EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 4096, kMore | kNotifyFollows)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWrite, 1, 4096, wire::kMore | wire::kNotifyFollows)));
   // The other bits are no flag of any frame.
   for (int bit = 2; bit < 16; ++bit) {
-    EXPECT_TRUE(refused(header(FrameType::kWrite, 1, 4096, static_cast<std::uint16_t>(1u << bit))))
+    EXPECT_TRUE(refused(header(wire::FrameType::kWrite, 1, 4096, static_cast<std::uint16_t>(1u << bit))))
         << "bit " << bit;
   }
 }
 
 TEST(TcpFrameHeader, AReadRequestCarries1ToKMaxRunsAndOnlyKMore) {
-  EXPECT_TRUE(accepted(header(FrameType::kReadReq, 1, 1)));
-  EXPECT_TRUE(accepted(header(FrameType::kReadReq, kMaxRuns, kMax, kMore)));
-  EXPECT_TRUE(refused(header(FrameType::kReadReq, 0, 4096)));
-  EXPECT_TRUE(refused(header(FrameType::kReadReq, kMaxRuns + 1, 4096)));
-  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, 0, kStatusRefused)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kReadReq, 1, 1)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kReadReq, wire::kMaxRuns, kMax, wire::kMore)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadReq, 0, 4096)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadReq, wire::kMaxRuns + 1, 4096)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadReq, 1, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadReq, 1, 4096, 0, wire::kStatusRefused)));
   // A read delivers no notification.
-  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, kNotifyFollows)));
-  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, kMore | kNotifyFollows)));
-  EXPECT_TRUE(refused(header(FrameType::kReadReq, 1, 4096, 1u << 15)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadReq, 1, 4096, wire::kNotifyFollows)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadReq, 1, 4096, wire::kMore | wire::kNotifyFollows)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadReq, 1, 4096, 1u << 15)));
 }
 
 TEST(TcpFrameHeader, ANotificationCarries1ToKMaxNotificationBytes) {
-  EXPECT_TRUE(accepted(header(FrameType::kNotify, 0, 1)));
-  EXPECT_TRUE(accepted(header(FrameType::kNotify, 0, kMaxMessage)));
-  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, kMaxMessage + 1)));
-  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, kMax)));
-  EXPECT_TRUE(refused(header(FrameType::kNotify, 1, 11)));
-  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, 11, kMore)));
-  EXPECT_TRUE(refused(header(FrameType::kNotify, 0, 11, 0, 1)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kNotify, 0, 1)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kNotify, 0, wire::kMaxMessage)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kNotify, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kNotify, 0, wire::kMaxMessage + 1)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kNotify, 0, kMax)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kNotify, 1, 11)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kNotify, 0, 11, wire::kMore)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kNotify, 0, 11, 0, 1)));
 }
 
 TEST(TcpFrameHeader, AnAckCarriesAStatusAndNothingElse) {
-  EXPECT_TRUE(accepted(header(FrameType::kAck, 0, 0, 0, kStatusQueueFull)));
-  EXPECT_TRUE(refused(header(FrameType::kAck, 1, 0)));
-  EXPECT_TRUE(refused(header(FrameType::kAck, 0, 1)));
-  EXPECT_TRUE(refused(header(FrameType::kAck, 0, 0, kMore)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kAck, 0, 0, 0, wire::kStatusQueueFull)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kAck, 1, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kAck, 0, 1)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kAck, 0, 0, wire::kMore)));
 }
 
 TEST(TcpFrameHeader, ReadDataCarriesBytesOnlyWithStatusOk) {
-  EXPECT_TRUE(accepted(header(FrameType::kReadData, 0, kMax)));
-  EXPECT_TRUE(accepted(header(FrameType::kReadData, 0, 0, 0, kStatusRefused)));
-  EXPECT_TRUE(refused(header(FrameType::kReadData, 0, 1, 0, kStatusRefused)));
-  EXPECT_TRUE(refused(header(FrameType::kReadData, 1, 4096)));
-  EXPECT_TRUE(refused(header(FrameType::kReadData, 0, 4096, kMore)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kReadData, 0, kMax)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kReadData, 0, 0, 0, wire::kStatusRefused)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadData, 0, 1, 0, wire::kStatusRefused)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadData, 1, 4096)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kReadData, 0, 4096, wire::kMore)));
 }
 
 // -------------------------------------------------------------- the hello
 
-Hello make_hello() {
-  Hello h{0x0102030405060708ull, 0x1112131415161718ull, 3, 0x2122232425262728ull, "ab"};
+wire::Hello make_hello() {
+  wire::Hello h{0x0102030405060708ull, 0x1112131415161718ull, 3, 0x2122232425262728ull, "ab"};
   for (std::size_t i = 0; i < h.key.size(); ++i) h.key[i] = static_cast<std::uint8_t>(0x40 + i);
   return h;
 }
-const Hello kHello = make_hello();
+const wire::Hello kHello = make_hello();
 
 // The body with a MAC of 0xa0, 0xa1, ... (the lane computes the real one).
-Bytes hello_body(const Hello& hello) {
-  Bytes out(kHelloFixedLen + hello.name.size() + kHelloMacLen);
-  encode_hello_body(out.data(), hello);
-  for (std::size_t i = 0; i < kHelloMacLen; ++i) {
-    out[kHelloFixedLen + hello.name.size() + i] = static_cast<std::uint8_t>(0xa0 + i);
+Bytes hello_body(const wire::Hello& hello) {
+  Bytes out(wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
+  wire::encode_hello_body(out.data(), hello);
+  for (std::size_t i = 0; i < wire::kHelloMacLen; ++i) {
+    out[wire::kHelloFixedLen + hello.name.size() + i] = static_cast<std::uint8_t>(0xa0 + i);
   }
   return out;
 }
@@ -260,8 +260,8 @@ Bytes hello_body(const Hello& hello) {
 // True when `body` is refused and the output, filled beforehand, is left
 // as it was.
 bool hello_refused(const Bytes& body, std::size_t name_len) {
-  Hello out{9, 9, 9, 9, "untouched"};
-  return !decode_hello_body(body, name_len, &out) && out.token == 9 && out.lineage == 9 &&
+  wire::Hello out{9, 9, 9, 9, "untouched"};
+  return !wire::decode_hello_body(body, name_len, &out) && out.token == 9 && out.lineage == 9 &&
          out.gen == 9 && out.epoch == 9 && out.name == "untouched";
 }
 
@@ -278,31 +278,31 @@ TEST(TcpHello, BodyLayoutIsLittleEndianWithTheKeyThenTheNameThenTheMac) {
   for (std::uint8_t b = 0xa0; b < 0xc0; ++b) expected.push_back(b);  // MAC
   EXPECT_EQ(hello_body(kHello), expected);
   // The MAC covers everything before it.
-  EXPECT_EQ(hello_signed_part(expected).size(), kHelloFixedLen + 2);
+  EXPECT_EQ(wire::hello_signed_part(expected).size(), wire::kHelloFixedLen + 2);
 }
 
 TEST(TcpHello, RoundTripsIntoAViewOfTheBody) {
-  const std::string name(kMaxName, 'n');
-  for (const Hello& in : {kHello, Hello{0, 1, 1, 1, "a"}, Hello{kMax, kMax, kMax, kMax, name}}) {
+  const std::string name(wire::kMaxName, 'n');
+  for (const wire::Hello& in : {kHello, wire::Hello{0, 1, 1, 1, "a"}, wire::Hello{kMax, kMax, kMax, kMax, name}}) {
     const Bytes body = hello_body(in);
-    Hello out;
-    ASSERT_TRUE(decode_hello_body(body, in.name.size(), &out)) << in.name;
+    wire::Hello out;
+    ASSERT_TRUE(wire::decode_hello_body(body, in.name.size(), &out)) << in.name;
     EXPECT_EQ(out.token, in.token);
     EXPECT_EQ(out.lineage, in.lineage);
     EXPECT_EQ(out.gen, in.gen);
     EXPECT_EQ(out.epoch, in.epoch);
     EXPECT_EQ(out.name, in.name);
     EXPECT_EQ(out.key, in.key);
-    EXPECT_EQ(reinterpret_cast<const std::uint8_t*>(out.name.data()), body.data() + kHelloFixedLen);
-    EXPECT_EQ(out.mac.data(), body.data() + kHelloFixedLen + in.name.size());
-    EXPECT_EQ(out.mac.size(), kHelloMacLen);
+    EXPECT_EQ(reinterpret_cast<const std::uint8_t*>(out.name.data()), body.data() + wire::kHelloFixedLen);
+    EXPECT_EQ(out.mac.data(), body.data() + wire::kHelloFixedLen + in.name.size());
+    EXPECT_EQ(out.mac.size(), wire::kHelloMacLen);
   }
 }
 
 TEST(TcpHello, RefusesZeroLineageGenOrEpoch) {
-  EXPECT_TRUE(hello_refused(hello_body(Hello{1, 0, 1, 1, "ab"}), 2));
-  EXPECT_TRUE(hello_refused(hello_body(Hello{1, 1, 0, 1, "ab"}), 2));
-  EXPECT_TRUE(hello_refused(hello_body(Hello{1, 1, 1, 0, "ab"}), 2));
+  EXPECT_TRUE(hello_refused(hello_body(wire::Hello{1, 0, 1, 1, "ab"}), 2));
+  EXPECT_TRUE(hello_refused(hello_body(wire::Hello{1, 1, 0, 1, "ab"}), 2));
+  EXPECT_TRUE(hello_refused(hello_body(wire::Hello{1, 1, 1, 0, "ab"}), 2));
 }
 
 TEST(TcpHello, RefusesABodyOfAnotherSizeThanTheNameLengthSays) {
@@ -320,13 +320,13 @@ TEST(TcpHello, RefusesABodyOfAnotherSizeThanTheNameLengthSays) {
 }
 
 TEST(TcpHello, RefusesANameLengthThatWrapsTheSize) {
-  // kHelloFixedLen + name_len + kHelloMacLen wraps to one byte short of
+  // wire::kHelloFixedLen + name_len + wire::kHelloMacLen wraps to one byte short of
   // the fixed part and the MAC.
   const Bytes good = hello_body(kHello);
-  const Bytes short_body(good.begin(), good.begin() + kHelloFixedLen + kHelloMacLen - 1);
+  const Bytes short_body(good.begin(), good.begin() + wire::kHelloFixedLen + wire::kHelloMacLen - 1);
   EXPECT_TRUE(hello_refused(short_body, std::numeric_limits<std::size_t>::max()));
   // A name longer than any hello's, with a body to match, is refused too.
-  EXPECT_TRUE(hello_refused(Bytes(kHelloFixedLen + kMaxName + 1 + kHelloMacLen, 1), kMaxName + 1));
+  EXPECT_TRUE(hello_refused(Bytes(wire::kHelloFixedLen + wire::kMaxName + 1 + wire::kHelloMacLen, 1), wire::kMaxName + 1));
 }
 
 // -------------------------------------------------------------- runs_fit
@@ -342,8 +342,8 @@ Bytes runs_of(const std::vector<wire::Run>& runs) {
 // Whether a write (or a frame of `type`) of `runs` whose header says `length`
 // bytes fits a pool of `region` bytes.
 bool fits(const std::vector<wire::Run>& runs, std::uint64_t length, std::uint64_t region = kRegion,
-          FrameType type = FrameType::kWrite) {
-  const Header h = header(type, static_cast<std::uint32_t>(runs.size()), length);
+          wire::FrameType type = wire::FrameType::kWrite) {
+  const wire::FrameHeader h = header(type, static_cast<std::uint32_t>(runs.size()), length);
   return runs_fit(h, runs_of(runs), region);
 }
 
@@ -351,7 +351,7 @@ TEST(TcpRunsFit, AcceptsRunsInsideTheRegionThatAddUpToTheLength) {
   EXPECT_TRUE(fits({{0, 4096}}, 4096));
   EXPECT_TRUE(fits({{0, 4096}, {65536, 8192}, {kRegion - 4096, 4096}}, 16384));
   EXPECT_TRUE(fits({{0, kRegion}}, kRegion));
-  EXPECT_TRUE(fits({{0, 4096}, {65536, 8192}}, 12288, kRegion, FrameType::kReadReq));
+  EXPECT_TRUE(fits({{0, 4096}, {65536, 8192}}, 12288, kRegion, wire::FrameType::kReadReq));
 }
 
 TEST(TcpRunsFit, RefusesRunsOutsideTheRegion) {
@@ -359,7 +359,7 @@ TEST(TcpRunsFit, RefusesRunsOutsideTheRegion) {
   EXPECT_FALSE(fits({{kRegion + 4096, 4096}}, 4096));
   EXPECT_FALSE(fits({{0, kRegion + 1}}, kRegion + 1));
   EXPECT_FALSE(fits({{0, 4096}}, 4096, 0));
-  EXPECT_FALSE(fits({{0, 4096}, {kMax - 4095, 4096}}, 8192, kRegion, FrameType::kReadReq));
+  EXPECT_FALSE(fits({{0, 4096}, {kMax - 4095, 4096}}, 8192, kRegion, wire::FrameType::kReadReq));
 }
 
 TEST(TcpRunsFit, RefusesARunOverlappingTheRegionsEnd) {
@@ -393,7 +393,7 @@ TEST(TcpRunsFit, RefusesRunsWhoseEndOrSumOverflows) {
 }
 
 TEST(TcpRunsFit, RefusesRunsBytesOfAnotherSizeThanTheCount) {
-  const Header h = header(FrameType::kWrite, 2, 8192);
+  const wire::FrameHeader h = header(wire::FrameType::kWrite, 2, 8192);
   const Bytes runs = runs_of({{0, 4096}, {8192, 4096}});
   EXPECT_TRUE(runs_fit(h, runs, kRegion));
   EXPECT_FALSE(runs_fit(h, Bytes(runs.begin(), runs.end() - 1), kRegion));

@@ -2,7 +2,7 @@
 // The UCX engine's blob inside the agent metadata: its exact bytes, round
 // trips (the tcp part's IPv4 and IPv6 addresses included), and every
 // malformed blob refused without reading outside it.
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 #include <gtest/gtest.h>
 
@@ -17,24 +17,24 @@ namespace {
 const std::vector<std::uint8_t> kAddress = {0xa1, 0xa2, 0xa3};
 const std::vector<std::uint8_t> kRkey = {0xb1, 0xb2};
 
-TcpAddress ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
-  TcpAddress t;
+wire::TcpAddress ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
+  wire::TcpAddress t;
   t.family = 4;
   t.bytes = {a, b, c, d};
   return t;
 }
 
 // 2001:db8::<last> (the documentation prefix).
-TcpAddress ipv6(std::uint8_t last) {
-  TcpAddress t;
+wire::TcpAddress ipv6(std::uint8_t last) {
+  wire::TcpAddress t;
   t.family = 6;
   t.bytes = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
   return t;
 }
 
-Blob golden_value() {
-  Blob b;
-  b.flags = kBlobAcceptsCma | kBlobHasRdma;
+wire::PeerBlob golden_value() {
+  wire::PeerBlob b;
+  b.flags = wire::kBlobAcceptsCma | wire::kBlobHasRdma;
   b.pidns_dev = 0x0102030405060708ull;
   b.pidns_ino = 0x1112131415161718ull;
   b.cookie_addr = 0x2122232425262728ull;
@@ -98,36 +98,36 @@ std::vector<std::uint8_t> bytes_of(std::span<const std::uint8_t> s) { return {s.
 // True when `bytes` is refused and the output, filled beforehand, is left
 // as it was.
 bool refused(std::span<const std::uint8_t> bytes) {
-  Blob out;
+  wire::PeerBlob out;
   out.flags = 0x7777;
   out.tcp_port = 0x6666;
   out.tcp_addresses = {ipv6(0x99)};
-  if (decode_blob(bytes, &out)) return false;
+  if (wire::decode_blob(bytes, &out)) return false;
   return out.flags == 0x7777 && out.tcp_port == 0x6666 &&
-         out.tcp_addresses == std::vector<TcpAddress>{ipv6(0x99)};
+         out.tcp_addresses == std::vector<wire::TcpAddress>{ipv6(0x99)};
 }
 
-TEST(UcxBlob, EncodesToTheGoldenBytes) { EXPECT_EQ(encode_blob(golden_value()), kGoldenBytes); }
+TEST(UcxBlob, EncodesToTheGoldenBytes) { EXPECT_EQ(wire::encode_blob(golden_value()), kGoldenBytes); }
 
 TEST(UcxBlob, FlagsKeepTheirBits) {
-  EXPECT_EQ(kBlobAcceptsCma, 0x01);
-  EXPECT_EQ(kBlobHasRdma, 0x08);
+  EXPECT_EQ(wire::kBlobAcceptsCma, 0x01);
+  EXPECT_EQ(wire::kBlobHasRdma, 0x08);
 }
 
 TEST(UcxBlob, CarriesTheUnusedFlagBits) {
   // Bits 1 and 2 (set by blobs of the retired message protocols) decode,
   // and come back as they were.
-  Blob in = golden_value();
-  in.flags = 0x06 | kBlobHasRdma;
-  Blob out;
-  ASSERT_TRUE(decode_blob(encode_blob(in), &out));
-  EXPECT_EQ(out.flags, 0x06 | kBlobHasRdma);
+  wire::PeerBlob in = golden_value();
+  in.flags = 0x06 | wire::kBlobHasRdma;
+  wire::PeerBlob out;
+  ASSERT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
+  EXPECT_EQ(out.flags, 0x06 | wire::kBlobHasRdma);
 }
 
 TEST(UcxBlob, DecodesTheGoldenBytesIntoViewsOfThem) {
-  Blob b;
-  ASSERT_TRUE(decode_blob(kGoldenBytes, &b));
-  EXPECT_EQ(b.flags, kBlobAcceptsCma | kBlobHasRdma);
+  wire::PeerBlob b;
+  ASSERT_TRUE(wire::decode_blob(kGoldenBytes, &b));
+  EXPECT_EQ(b.flags, wire::kBlobAcceptsCma | wire::kBlobHasRdma);
   EXPECT_EQ(b.pidns_dev, 0x0102030405060708ull);
   EXPECT_EQ(b.pidns_ino, 0x1112131415161718ull);
   EXPECT_EQ(b.cookie_addr, 0x2122232425262728ull);
@@ -140,52 +140,52 @@ TEST(UcxBlob, DecodesTheGoldenBytesIntoViewsOfThem) {
   EXPECT_EQ(b.tcp_token, 0x5152535455565758ull);
   EXPECT_EQ(b.tcp_key, golden_value().tcp_key);
   EXPECT_EQ(b.tcp_port, 7000);
-  EXPECT_EQ(b.tcp_addresses, (std::vector<TcpAddress>{ipv4(10, 1, 2, 3), ipv6(0x01)}));
+  EXPECT_EQ(b.tcp_addresses, (std::vector<wire::TcpAddress>{ipv4(10, 1, 2, 3), ipv6(0x01)}));
 }
 
 TEST(UcxBlob, RoundTripsEmptyFieldsWithoutATcpLane) {
-  Blob in;
-  in.flags = kBlobAcceptsCma;
+  wire::PeerBlob in;
+  in.flags = wire::kBlobAcceptsCma;
   in.tcp_token = 0x1234;  // a token with no lane is carried, not judged
-  const auto bytes = encode_blob(in);
+  const auto bytes = wire::encode_blob(in);
   EXPECT_EQ(bytes.size(), 96u);  // 64 fixed bytes besides the 32-byte tcp key
-  Blob out;
-  ASSERT_TRUE(decode_blob(bytes, &out));
+  wire::PeerBlob out;
+  ASSERT_TRUE(wire::decode_blob(bytes, &out));
   EXPECT_EQ(out.flags, in.flags);
   EXPECT_TRUE(out.worker_address.empty());
   EXPECT_TRUE(out.rkey.empty());
-  EXPECT_EQ(out.notify_fd, kNoNotifyFd);
+  EXPECT_EQ(out.notify_fd, wire::kNoNotifyFd);
   EXPECT_EQ(out.tcp_token, 0x1234u);
   EXPECT_EQ(out.tcp_port, 0);
   EXPECT_TRUE(out.tcp_addresses.empty());
 }
 
 TEST(UcxBlob, RoundTripsATcpPartOfIPv4AndIPv6Addresses) {
-  Blob in = golden_value();
+  wire::PeerBlob in = golden_value();
   in.tcp_token = std::numeric_limits<std::uint64_t>::max();
   in.tcp_port = 0xffff;
   in.tcp_addresses.clear();
-  for (std::uint8_t i = 0; i < kMaxTcpAddresses; ++i) {
+  for (std::uint8_t i = 0; i < wire::kMaxTcpAddresses; ++i) {
     in.tcp_addresses.push_back(i % 2 == 0 ? ipv4(192, 168, i, 255) : ipv6(i));
   }
   // An IPv6 address may use all 16 bytes, the ones an IPv4 address must
   // leave zero included.
   in.tcp_addresses.back().bytes.fill(0xff);
-  const auto bytes = encode_blob(in);
-  EXPECT_EQ(bytes.size(), kGoldenBytes.size() + (kMaxTcpAddresses - 2) * kAddressLen);
-  Blob out;
-  ASSERT_TRUE(decode_blob(bytes, &out));
+  const auto bytes = wire::encode_blob(in);
+  EXPECT_EQ(bytes.size(), kGoldenBytes.size() + (wire::kMaxTcpAddresses - 2) * kAddressLen);
+  wire::PeerBlob out;
+  ASSERT_TRUE(wire::decode_blob(bytes, &out));
   EXPECT_EQ(out.tcp_token, in.tcp_token);
   EXPECT_EQ(out.tcp_port, in.tcp_port);
   EXPECT_EQ(out.tcp_addresses, in.tcp_addresses);
-  EXPECT_EQ(encode_blob(out), bytes);
+  EXPECT_EQ(wire::encode_blob(out), bytes);
 }
 
 TEST(UcxBlob, RoundTripsAPortWithoutAddresses) {
-  Blob in = golden_value();
+  wire::PeerBlob in = golden_value();
   in.tcp_addresses.clear();
-  Blob out;
-  ASSERT_TRUE(decode_blob(encode_blob(in), &out));
+  wire::PeerBlob out;
+  ASSERT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
   EXPECT_EQ(out.tcp_port, 7000);
   EXPECT_TRUE(out.tcp_addresses.empty());
 }
@@ -262,18 +262,18 @@ TEST(UcxBlob, RefusesAnIPv4AddressWithANonzeroBytePastItsFour) {
   auto bytes = kGoldenBytes;
   bytes[kFirstAddressAt] = 6;
   bytes[kFirstAddressAt + 1 + 15] = 0x01;
-  Blob out;
-  ASSERT_TRUE(decode_blob(bytes, &out));
+  wire::PeerBlob out;
+  ASSERT_TRUE(wire::decode_blob(bytes, &out));
   EXPECT_EQ(out.tcp_addresses[0].family, 6);
 }
 
 TEST(UcxBlob, RefusesMoreThanKMaxTcpAddresses) {
-  Blob in = golden_value();
-  in.tcp_addresses.assign(kMaxTcpAddresses + 1, ipv4(10, 0, 0, 1));
-  EXPECT_TRUE(refused(encode_blob(in)));
+  wire::PeerBlob in = golden_value();
+  in.tcp_addresses.assign(wire::kMaxTcpAddresses + 1, ipv4(10, 0, 0, 1));
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
   in.tcp_addresses.pop_back();
-  Blob out;
-  EXPECT_TRUE(decode_blob(encode_blob(in), &out));
+  wire::PeerBlob out;
+  EXPECT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
 }
 
 TEST(UcxBlob, RefusesACountOfMoreAddressesThanFollow) {
@@ -289,23 +289,23 @@ TEST(UcxBlob, RefusesAddressesWithoutAPort) {
   wire::store_le<std::uint16_t>(bytes.data() + kTcpPortAt, 0);
   EXPECT_TRUE(refused(bytes));
   // Port 0 and no addresses: the agent has no tcp lane.
-  Blob in = golden_value();
+  wire::PeerBlob in = golden_value();
   in.tcp_port = 0;
   in.tcp_addresses.clear();
-  Blob out;
-  EXPECT_TRUE(decode_blob(encode_blob(in), &out));
+  wire::PeerBlob out;
+  EXPECT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
 }
 
 TEST(UcxBlob, RefusesAFieldLongerThanTheLimit) {
-  // A worker address of kMaxBlobField + 1 bytes, all present.
-  std::vector<std::uint8_t> address(kMaxBlobField + 1, 0x5a);
-  Blob in = golden_value();
+  // A worker address of wire::kMaxBlobField + 1 bytes, all present.
+  std::vector<std::uint8_t> address(wire::kMaxBlobField + 1, 0x5a);
+  wire::PeerBlob in = golden_value();
   in.worker_address = address;
-  EXPECT_TRUE(refused(encode_blob(in)));
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
   address.pop_back();
   in.worker_address = address;
-  Blob out;
-  EXPECT_TRUE(decode_blob(encode_blob(in), &out));
+  wire::PeerBlob out;
+  EXPECT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
 }
 
 }  // namespace

@@ -30,20 +30,20 @@ CopyPolicy compute_copy_policy(const std::map<std::string, std::string>& engine_
         out.map = PoolMapping::kOff;
       } else {
         throw std::runtime_error(fmt::format(
-            "kvxfer UCX: engine_config KVXFER_CMA_MAP={} is not one of on, populate, off", value));
+            "kvxfer cma: engine_config KVXFER_CMA_MAP={} is not one of on, populate, off", value));
       }
     } else if (key == "KVXFER_CMA_SLICE") {
       out.caller_slice = parse_size_setting("UCX", key, value);
       if (out.caller_slice != 0 &&
           (out.caller_slice < 4096 || out.caller_slice > (std::uint64_t{1} << 20))) {
         throw std::runtime_error(fmt::format(
-            "kvxfer UCX: engine_config KVXFER_CMA_SLICE={} is neither 0 nor in 4K..1M", value));
+            "kvxfer cma: engine_config KVXFER_CMA_SLICE={} is neither 0 nor in 4K..1M", value));
       }
     } else {
       // Before this lane read its own keys, UCX was handed them and
       // rejected them: the same words.
       throw std::runtime_error(fmt::format(
-          "kvxfer UCX: engine_config {}={} rejected: not a setting of the same-host lane "
+          "kvxfer cma: engine_config {}={} rejected: not a setting of the same-host lane "
           "(KVXFER_CMA_MAP, KVXFER_CMA_SLICE)",
           key, value));
     }

@@ -98,7 +98,7 @@ Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_off
   // so that a peer that maps our pool can map this page too (read-only);
   // sealed at one page, so that its mapping can never fault (SIGBUS).
   const int fd = ::memfd_create("kvxfer-cookie", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) throw std::runtime_error("kvxfer UCX: memfd_create of the cookie page failed");
+  if (fd < 0) throw std::runtime_error("kvxfer cma: memfd_create of the cookie page failed");
   void* page = MAP_FAILED;
   if (::ftruncate(fd, kPageLen) == 0 &&
       ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
@@ -115,7 +115,7 @@ Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_off
   }
   if (page == MAP_FAILED) {
     ::close(fd);
-    throw std::runtime_error("kvxfer UCX: mmap of the cookie page failed");
+    throw std::runtime_error("kvxfer cma: mmap of the cookie page failed");
   }
   fd_ = fd;
   page_ = static_cast<std::uint8_t*>(page);

@@ -103,22 +103,22 @@ int duplicate_notify_socket(pid_t pid, int fd) {
 
 }  // namespace
 
-void CmaLane::publish(ucx::Blob& blob) const {
-  blob.flags |= ucx::kBlobAcceptsCma;
+void CmaLane::publish(wire::PeerBlob& blob) const {
+  blob.flags |= wire::kBlobAcceptsCma;
   blob.pidns_dev = pidns_.dev;
   blob.pidns_ino = pidns_.ino;
   blob.cookie_addr = cookie_.addr();
   if (notify_tx_ >= 0) blob.notify_fd = static_cast<std::uint32_t>(notify_tx_);
 }
 
-bool CmaLane::qualifies(const RemoteRegion& remote, const ucx::Blob& blob) const {
+bool CmaLane::qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const {
   return !boot_id().empty() && remote.boot_id == boot_id() && remote.pid != 0 && pidns_.ino != 0 &&
          blob.pidns_dev == pidns_.dev && blob.pidns_ino == pidns_.ino &&
-         (blob.flags & ucx::kBlobAcceptsCma) != 0;
+         (blob.flags & wire::kBlobAcceptsCma) != 0;
 }
 
-Status CmaLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, Connected* out) {
-  const int notify_fd = blob.notify_fd == ucx::kNoNotifyFd || blob.notify_fd > 0x7fffffff
+Status CmaLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
+  const int notify_fd = blob.notify_fd == wire::kNoNotifyFd || blob.notify_fd > 0x7fffffff
                             ? -1
                             : static_cast<int>(blob.notify_fd);
   auto peer = std::make_shared<Peer>(this);
@@ -365,11 +365,11 @@ Status CmaLane::release(XferHandle handle) {
 Status CmaLane::send_notification(Peer& peer, Xfer& xfer) {
   // The peer's fd is closed only by disconnect(), which waits for this copy.
   const std::string_view name =
-      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), ucx::kMaxNotifyName));
-  const std::size_t header_len = ucx::notify_header_len(name.size());
+      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxNotifyName));
+  const std::size_t header_len = wire::notify_header_len(name.size());
   xfer.datagram.resize(header_len + xfer.notify.size());
-  ucx::encode_notify_header(xfer.datagram.data(),
-                            ucx::NotifyHeader{peer.cookie_epoch, 0, 0, 0, 0, name});
+  wire::encode_notify_header(xfer.datagram.data(),
+                            wire::NotifyHeader{peer.cookie_epoch, 0, 0, 0, 0, name});
   std::memcpy(xfer.datagram.data() + header_len, xfer.notify.data(), xfer.notify.size());
   const ssize_t sent = ::send(peer.notify_fd, xfer.datagram.data(), xfer.datagram.size(),
                               MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -391,7 +391,7 @@ Status CmaLane::send_notification(Peer& peer, Xfer& xfer) {
 void CmaLane::take_notifications(std::vector<Notification>* out) {
   if (notify_rx_ < 0) return;
   std::lock_guard lock(notify_mu_);
-  notify_buffer_.resize(ucx::notify_header_len(ucx::kMaxNotifyName) + kMaxNotificationBytes + 1);
+  notify_buffer_.resize(wire::notify_header_len(wire::kMaxNotifyName) + kMaxNotificationBytes + 1);
   for (;;) {
     const ssize_t got =
         ::recv(notify_rx_, notify_buffer_.data(), notify_buffer_.size(), MSG_DONTWAIT | MSG_TRUNC);
@@ -401,13 +401,13 @@ void CmaLane::take_notifications(std::vector<Notification>* out) {
     const auto size = static_cast<std::size_t>(got);
     const std::span<const std::uint8_t> bytes(notify_buffer_.data(),
                                               std::min(size, notify_buffer_.size()));
-    ucx::NotifyHeader h;
+    wire::NotifyHeader h;
     std::size_t header_len = 0;
-    if (size <= notify_buffer_.size() && size >= ucx::kNotifyFixedLen) {
-      header_len = ucx::notify_header_len(wire::load_le<std::uint16_t>(bytes.data() + 6));
+    if (size <= notify_buffer_.size() && size >= wire::kNotifyFixedLen) {
+      header_len = wire::notify_header_len(wire::load_le<std::uint16_t>(bytes.data() + 6));
     }
     if (header_len == 0 || header_len >= size ||
-        !ucx::decode_notify_header(bytes.first(header_len), &h) || h.token != cookie_.epoch() ||
+        !wire::decode_notify_header(bytes.first(header_len), &h) || h.token != cookie_.epoch() ||
         size - header_len > kMaxNotificationBytes) {
       notifications_refused_.fetch_add(1, std::memory_order_relaxed);
       log().warn("kvxfer cma {}: dropped a malformed notification datagram ({} bytes)", agent_name_,

@@ -45,7 +45,7 @@
 #include "engines/cma/cma_cookie.h"
 #include "engines/cma/cma_mapping.h"
 #include "engines/lane.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal::cma {
 
@@ -77,10 +77,10 @@ class CmaLane final : public Lane {
   [[nodiscard]] const char* name() const noexcept override { return "cma"; }
   // Our pid namespace, cookie, token and notification socket, and that we
   // take same-host writes.
-  void publish(ucx::Blob& blob) const override;
+  void publish(wire::PeerBlob& blob) const override;
   // The peer shares our kernel (boot id) and pid namespace, has a pid, and
   // takes same-host writes.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const ucx::Blob& blob) const override;
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
   // Reads the peer's cookie and, when its epoch matches and the pool it
   // declares is exactly `remote`'s, adds the peer (and starts the copiers).
   // kRemoteDisconnect: the peer is gone. kMismatch: the metadata does not
@@ -88,7 +88,7 @@ class CmaLane final : public Lane {
   // this lane cannot reach it (no ptrace permission, seccomp), and the next
   // lane may try. When the peer's notification socket can be duplicated,
   // the peer takes our notifications.
-  [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote,
+  [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
                                Connected* out) override;
   [[nodiscard]] Status disconnect(LanePeer* peer) override;
   // One WRITE, READ (the peer's blocks into ours) or notification alone (no

@@ -29,12 +29,12 @@ void apply(const std::string& key, const std::string& value, const char* where, 
     in_addr addr{};
     if (!value.empty() && inet_pton(AF_INET, value.c_str(), &addr) != 1) {
       throw std::runtime_error(
-          fmt::format("kvxfer UCX: {} KVXFER_TCP_ADDRESS={} is not an IPv4 address", where, value));
+          fmt::format("kvxfer tcp: {} KVXFER_TCP_ADDRESS={} is not an IPv4 address", where, value));
     }
     // Peers connect to what is published: it must name this host.
     if (!value.empty() && addr.s_addr == htonl(INADDR_ANY)) {
       throw std::runtime_error(fmt::format(
-          "kvxfer UCX: {} KVXFER_TCP_ADDRESS={} is no address peers can reach; leave it unset "
+          "kvxfer tcp: {} KVXFER_TCP_ADDRESS={} is no address peers can reach; leave it unset "
           "to listen on every interface",
           where, value));
     }
@@ -50,14 +50,14 @@ void apply(const std::string& key, const std::string& value, const char* where, 
                               parse_port(text.substr(dash + 1), &high) && low <= high;
     if (!ok) {
       throw std::runtime_error(fmt::format(
-          "kvxfer UCX: {} KVXFER_TCP_PORTS={} is not a port or a range LOW-HIGH in 1..65535", where,
+          "kvxfer tcp: {} KVXFER_TCP_PORTS={} is not a port or a range LOW-HIGH in 1..65535", where,
           value));
     }
     out->port_low = low;
     out->port_high = high;
   } else {
     throw std::runtime_error(
-        fmt::format("kvxfer UCX: {} {}={} rejected: not a setting of the tcp lane "
+        fmt::format("kvxfer tcp: {} {}={} rejected: not a setting of the tcp lane "
                     "(KVXFER_TCP_ADDRESS, KVXFER_TCP_PORTS)",
                     where, key, value));
   }

@@ -43,9 +43,9 @@ constexpr std::uint64_t kPayloadLowat = std::uint64_t{1} << 20;
 
 Status status_of(std::uint32_t wire_status) {
   switch (wire_status) {
-    case kStatusOk:
+    case wire::kStatusOk:
       return Status::kSuccess;
-    case kStatusRefused:
+    case wire::kStatusRefused:
       return Status::kInvalidParam;
     default:
       return Status::kBackend;
@@ -54,11 +54,11 @@ Status status_of(std::uint32_t wire_status) {
 
 const char* detail_of(std::uint32_t wire_status) {
   switch (wire_status) {
-    case kStatusRefused:
+    case wire::kStatusRefused:
       return "the target refused the frame (runs outside its pool)";
-    case kStatusQueueFull:
+    case wire::kStatusQueueFull:
       return "the target's notification queue for this sender is full";
-    case kStatusNotYours:
+    case wire::kStatusNotYours:
       return "the target registered a peer of our name with another key, and closed the "
              "connection";
     default:
@@ -234,7 +234,7 @@ void TcpLane::Io::accept_all() {
     Conn* c = conn.get();
     c->fd = fd;
     c->hello_deadline = Clock::now() + kHelloTimeout;
-    c->body.reserve(kMaxRuns * wire::kRunLen);
+    c->body.reserve(wire::kMaxRuns * wire::kRunLen);
     conns_.emplace(c, std::move(conn));
     ++pending_hellos_;
     lane_.counters_->connections_accepted.fetch_add(1, std::memory_order_relaxed);
@@ -268,7 +268,7 @@ void TcpLane::Io::receive(Conn* c) {
     ssize_t n = 0;
     switch (c->rx) {
       case Conn::Rx::kHeader:
-        n = recv(c->fd, c->head.data() + c->head_have, kHeaderLen - c->head_have, 0);
+        n = recv(c->fd, c->head.data() + c->head_have, wire::kHeaderLen - c->head_have, 0);
         break;
       case Conn::Rx::kBody:
         n = recv(c->fd, c->body.data() + c->body_have, c->body.size() - c->body_have, 0);
@@ -301,7 +301,7 @@ void TcpLane::Io::receive(Conn* c) {
     switch (c->rx) {
       case Conn::Rx::kHeader:
         c->head_have += got;
-        if (c->head_have == kHeaderLen) ok = on_header(c);
+        if (c->head_have == wire::kHeaderLen) ok = on_header(c);
         break;
       case Conn::Rx::kBody:
         c->body_have += got;
@@ -350,37 +350,37 @@ void TcpLane::Io::refuse(Conn* c, std::atomic<std::uint64_t>& counter, const std
 bool TcpLane::Io::on_header(Conn* c) {
   c->head_have = 0;
   lane_.counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
-  Header h;
-  if (!decode_header(c->head, &h)) {
+  wire::FrameHeader h;
+  if (!wire::decode_header(c->head, &h)) {
     refuse(c, c->hello_done ? lane_.counters_->refused_frame : lane_.counters_->refused_token,
            "a malformed frame header");
     close_conn(c, "it sent a malformed frame");
     return false;
   }
-  if (!c->hello_done && h.type != FrameType::kHello) {
+  if (!c->hello_done && h.type != wire::FrameType::kHello) {
     refuse(c, lane_.counters_->refused_token, "a connection whose first frame is not a hello");
     close_conn(c, "no hello");
     return false;
   }
   // What an initiator may receive, and what a target may.
-  const bool for_initiator = h.type == FrameType::kAck || h.type == FrameType::kReadData;
-  if (c->initiator != for_initiator || (c->hello_done && h.type == FrameType::kHello) ||
-      h.type == FrameType::kWelcome) {
+  const bool for_initiator = h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
+  if (c->initiator != for_initiator || (c->hello_done && h.type == wire::FrameType::kHello) ||
+      h.type == wire::FrameType::kWelcome) {
     refuse(c, lane_.counters_->refused_frame, "a frame of a type it may not send");
     close_conn(c, "unexpected frame");
     return false;
   }
-  // A transfer's frames come together: after kMore the same transfer's
-  // next frame, after kNotifyFollows its notification.
+  // A transfer's frames come together: after wire::kMore the same transfer's
+  // next frame, after wire::kNotifyFollows its notification.
   if (!c->initiator) {
     if (c->cont && (h.seq != c->cont_seq || h.type != c->cont_type)) {
       refuse(c, lane_.counters_->refused_frame, "a frame that breaks off a transfer");
       close_conn(c, "broken transfer");
       return false;
     }
-    c->cont = (h.flags & (kMore | kNotifyFollows)) != 0;
+    c->cont = (h.flags & (wire::kMore | wire::kNotifyFollows)) != 0;
     c->cont_seq = h.seq;
-    c->cont_type = (h.flags & kNotifyFollows) != 0 ? FrameType::kNotify : h.type;
+    c->cont_type = (h.flags & wire::kNotifyFollows) != 0 ? wire::FrameType::kNotify : h.type;
   }
   c->h = h;
   const std::size_t len = body_len(h);
@@ -394,19 +394,19 @@ bool TcpLane::Io::on_header(Conn* c) {
 }
 
 bool TcpLane::Io::on_body(Conn* c) {
-  const Header& h = c->h;
+  const wire::FrameHeader& h = c->h;
   c->rx = Conn::Rx::kHeader;
   auto& counters = *lane_.counters_;
   switch (h.type) {
-    case FrameType::kHello:
+    case wire::FrameType::kHello:
       return on_hello(c);
-    case FrameType::kWrite:
-    case FrameType::kReadReq: {
+    case wire::FrameType::kWrite:
+    case wire::FrameType::kReadReq: {
       if (!runs_fit(h, c->body, lane_.pool_len_)) {
         refuse(c, counters.refused_runs, "runs outside this pool");
         return answer_and_close(
-            c, h.type == FrameType::kWrite ? FrameType::kAck : FrameType::kReadData, h.seq,
-            kStatusRefused);
+            c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData, h.seq,
+            wire::kStatusRefused);
       }
       auto* base = static_cast<std::uint8_t*>(lane_.region_.base);
       const wire::RunList list{c->body};
@@ -416,10 +416,10 @@ bool TcpLane::Io::on_body(Conn* c) {
         const wire::Run r = list.run(i);
         pool.push_back(iovec{base + r.offset, r.length});
       }
-      if (h.type == FrameType::kReadReq) {
+      if (h.type == wire::FrameType::kReadReq) {
         // The reply goes from our pool; nothing more is read from this
         // connection until it is out.
-        answer(c, FrameType::kReadData, h.seq, kStatusOk, h.length, std::move(pool));
+        answer(c, wire::FrameType::kReadData, h.seq, wire::kStatusOk, h.length, std::move(pool));
         return c->fd >= 0;
       }
       c->rx_iov = std::move(pool);
@@ -429,17 +429,17 @@ bool TcpLane::Io::on_body(Conn* c) {
       c->rx = Conn::Rx::kPayload;
       return true;
     }
-    case FrameType::kNotify: {
+    case wire::FrameType::kNotify: {
       // Where the sender stands now (our owner may have registered or
       // removed peers since its hello).
-      const Standing standing = lane_.standing(c->sender, c->key);
-      if (standing == Standing::kImpostor) {
+      const Claim claim = lane_.claim_of(c->sender, c->key);
+      if (claim == Claim::kImpostor) {
         refuse(c, counters.refused_identity,
                fmt::format("a notification under registered peer {}'s name from another key",
                            c->sender));
-        return answer_and_close(c, FrameType::kAck, h.seq, kStatusNotYours);
+        return answer_and_close(c, wire::FrameType::kAck, h.seq, wire::kStatusNotYours);
       }
-      const bool registered = standing == Standing::kRegistered;
+      const bool registered = claim == Claim::kRegistered;
       bool queued = false;
       {
         // A registered peer's share is its own; the others share
@@ -465,10 +465,10 @@ bool TcpLane::Io::on_body(Conn* c) {
                      lane_.agent_name_, c->sender);
         }
       }
-      answer(c, FrameType::kAck, h.seq, queued ? kStatusOk : kStatusQueueFull);
+      answer(c, wire::FrameType::kAck, h.seq, queued ? wire::kStatusOk : wire::kStatusQueueFull);
       return c->fd >= 0;
     }
-    case FrameType::kAck: {
+    case wire::FrameType::kAck: {
       if (c->awaiting.empty() || c->awaiting.front().part != SIZE_MAX ||
           c->awaiting.front().xfer->seq != h.seq) {
         refuse(c, counters.refused_frame, "an ack nobody waits for");
@@ -477,7 +477,7 @@ bool TcpLane::Io::on_body(Conn* c) {
       }
       Xfer* x = c->awaiting.front().xfer;
       c->awaiting.pop_front();
-      if (h.status != kStatusOk) {
+      if (h.status != wire::kStatusOk) {
         finish(x, status_of(h.status), detail_of(h.status));
       } else if (std::none_of(c->awaiting.begin(), c->awaiting.end(),
                               [x](const Conn::Await& a) { return a.xfer == x; })) {
@@ -486,7 +486,7 @@ bool TcpLane::Io::on_body(Conn* c) {
       unuse(x);
       return true;
     }
-    case FrameType::kReadData: {
+    case wire::FrameType::kReadData: {
       if (c->awaiting.empty() || c->awaiting.front().part == SIZE_MAX ||
           c->awaiting.front().xfer->seq != h.seq) {
         refuse(c, counters.refused_frame, "a read reply nobody waits for");
@@ -496,12 +496,12 @@ bool TcpLane::Io::on_body(Conn* c) {
       const Conn::Await a = c->awaiting.front();
       Xfer* x = a.xfer;
       const Xfer::Part& part = x->parts[a.part];
-      if (h.status == kStatusOk && h.length != part.bytes) {
+      if (h.status == wire::kStatusOk && h.length != part.bytes) {
         refuse(c, counters.refused_frame, "a read reply of the wrong length");
         close_conn(c, "bad reply length");
         return false;
       }
-      if (h.status != kStatusOk) {
+      if (h.status != wire::kStatusOk) {
         c->awaiting.pop_front();
         finish(x, status_of(h.status), detail_of(h.status));
         unuse(x);
@@ -531,8 +531,8 @@ bool TcpLane::Io::on_payload_done(Conn* c) {
   c->rx = Conn::Rx::kHeader;
   if (!c->initiator) {
     // A write's bytes are in place: ack its last frame.
-    if ((c->h.flags & (kMore | kNotifyFollows)) == 0)
-      answer(c, FrameType::kAck, c->h.seq, kStatusOk);
+    if ((c->h.flags & (wire::kMore | wire::kNotifyFollows)) == 0)
+      answer(c, wire::FrameType::kAck, c->h.seq, wire::kStatusOk);
     return c->fd >= 0;
   }
   Xfer* x = c->rx_xfer;
@@ -547,9 +547,9 @@ bool TcpLane::Io::on_payload_done(Conn* c) {
 }
 
 bool TcpLane::Io::on_hello(Conn* c) {
-  Hello hello;
+  wire::Hello hello;
   auto& counters = *lane_.counters_;
-  if (!decode_hello_body(c->body, c->h.count, &hello) || hello.token != lane_.token_) {
+  if (!wire::decode_hello_body(c->body, c->h.count, &hello) || hello.token != lane_.token_) {
     refuse(c, counters.refused_token, "a hello without this lane's token");
     close_conn(c, "wrong token");
     return false;
@@ -558,22 +558,22 @@ bool TcpLane::Io::on_hello(Conn* c) {
   IdentityKey conn_key{};
   Mac expected{};
   if (!lane_.identity_.connection_key(hello.key, /*we_initiate=*/false, &conn_key) ||
-      !mac_of(conn_key, hello_signed_part(c->body), &expected) || !same_mac(expected, hello.mac)) {
+      !mac_of(conn_key, wire::hello_signed_part(c->body), &expected) || !same_mac(expected, hello.mac)) {
     refuse(c, counters.refused_identity, "a hello whose MAC does not prove its key");
-    return refuse_hello(c, kStatusUnproven);
+    return refuse_hello(c, wire::kStatusUnproven);
   }
   std::string name(hello.name);
-  const Standing standing = lane_.standing(name, hello.key);
-  if (standing == Standing::kImpostor) {
+  const Claim claim = lane_.claim_of(name, hello.key);
+  if (claim == Claim::kImpostor) {
     refuse(c, counters.refused_identity,
            fmt::format("a hello presenting registered peer {}'s name with another key", name));
-    return refuse_hello(c, kStatusNotYours);
+    return refuse_hello(c, wire::kStatusNotYours);
   }
-  const bool registered = standing == Standing::kRegistered;
+  const bool registered = claim == Claim::kRegistered;
   if (!registered && unregistered_conns_ >= kMaxUnregisteredConnections) {
     refuse(c, counters.refused_full,
            "a connection of no registered peer while their share is full");
-    return refuse_hello(c, kStatusTableFull);
+    return refuse_hello(c, wire::kStatusTableFull);
   }
   auto it = fences_.find(hello.lineage);
   if (it == fences_.end()) {
@@ -583,23 +583,23 @@ bool TcpLane::Io::on_hello(Conn* c) {
     if (fences_.size() >= kMaxLineages && !(registered && of_key < kMaxLineagesPerPeer)) {
       if (of_key == 0) lineages_per_key_.erase(hello.key);
       refuse(c, counters.refused_full, "a new initiator while the fence table is full");
-      return refuse_hello(c, kStatusTableFull);
+      return refuse_hello(c, wire::kStatusTableFull);
     }
     ++lineages_per_key_[hello.key];
-    it = fences_.emplace(hello.lineage, Fence{hello.gen, hello.epoch, hello.key, {}, {}}).first;
+    it = fences_.emplace(hello.lineage, Lineage{hello.gen, hello.epoch, hello.key, {}, {}}).first;
   }
-  Fence& f = it->second;
+  Lineage& f = it->second;
   if (f.key != hello.key) {
     refuse(c, counters.refused_identity, "a hello of another identity's lineage");
-    return refuse_hello(c, kStatusNotYours);
+    return refuse_hello(c, wire::kStatusNotYours);
   }
   if (hello.gen < f.gen || (hello.gen == f.gen && hello.epoch != f.epoch)) {
     refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
-    return refuse_hello(c, kStatusStaleFence);
+    return refuse_hello(c, wire::kStatusStaleFence);
   }
   if (hello.gen == f.gen && f.conns.size() >= kMaxConnectionsPerLineage) {
     refuse(c, counters.refused_full, "one connection too many for one registration");
-    return refuse_hello(c, kStatusTableFull);
+    return refuse_hello(c, wire::kStatusTableFull);
   }
   if (hello.gen > f.gen) {
     // A newer registration: the older connections go, with whatever they
@@ -623,7 +623,7 @@ bool TcpLane::Io::on_hello(Conn* c) {
     c->counted_unregistered = true;
     ++unregistered_conns_;
   }
-  answer(c, FrameType::kWelcome, 0, kStatusOk);
+  answer(c, wire::FrameType::kWelcome, 0, wire::kStatusOk);
   return c->fd >= 0;
 }
 
@@ -634,13 +634,13 @@ bool TcpLane::Io::on_hello(Conn* c) {
 bool TcpLane::Io::refuse_hello(Conn* c, std::uint32_t status) {
   c->hello_done = true;
   --pending_hellos_;
-  return answer_and_close(c, FrameType::kWelcome, 0, status);
+  return answer_and_close(c, wire::FrameType::kWelcome, 0, status);
 }
 
 // A refusal's answer: nothing more is read as frames, and once the answer
 // is out the connection ends in order (send(), begin_closing). False, for
 // the frame handlers to return.
-bool TcpLane::Io::answer_and_close(Conn* c, FrameType type, std::uint64_t seq,
+bool TcpLane::Io::answer_and_close(Conn* c, wire::FrameType type, std::uint64_t seq,
                                    std::uint32_t status) {
   c->close_after_out = true;
   c->paused = true;
@@ -648,15 +648,15 @@ bool TcpLane::Io::answer_and_close(Conn* c, FrameType type, std::uint64_t seq,
   return false;
 }
 
-void TcpLane::Io::answer(Conn* c, FrameType type, std::uint64_t seq, std::uint32_t status,
+void TcpLane::Io::answer(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status,
                          std::uint64_t length, std::vector<iovec> pool) {
   Conn::Out o;
-  encode_header(o.answer.data(), Header{type, 0, 0, status, seq, length});
+  wire::encode_header(o.answer.data(), wire::FrameHeader{type, 0, 0, status, seq, length});
   o.reply = !pool.empty();
   o.own.reserve(pool.size() + 1);
   c->out.push_back(std::move(o));
   Conn::Out& q = c->out.back();
-  q.own.push_back(iovec{q.answer.data(), kHeaderLen});
+  q.own.push_back(iovec{q.answer.data(), wire::kHeaderLen});
   q.own.insert(q.own.end(), pool.begin(), pool.end());
   if (q.reply || c->out.size() >= kMaxQueuedAnswers) c->paused = true;
   send(c);

@@ -25,7 +25,8 @@ namespace kvxfer::internal::tcp {
 
 using Clock = std::chrono::steady_clock;
 
-// counters count every one.
+// At most five log lines a second for what peers can make us log as often
+// as they like (refused frames and hellos); the counters count every one.
 class RateLimit {
  public:
   bool allow() {
@@ -126,18 +127,18 @@ struct TcpLane::Conn {
   std::string sender;
   IdentityKey key{};                  // the identity key its hello proved
   bool counted_unregistered = false;  // in Io::unregistered_conns_
-  // What the next frame must continue (a transfer's kMore or
-  // kNotifyFollows): its seq and type, or none.
+  // What the next frame must continue (a transfer's wire::kMore or
+  // wire::kNotifyFollows): its seq and type, or none.
   std::uint64_t cont_seq = 0;
-  FrameType cont_type = FrameType::kHello;
+  wire::FrameType cont_type = wire::FrameType::kHello;
   bool cont = false;
 
   // Receiving.
   enum class Rx { kHeader, kBody, kPayload };
   Rx rx = Rx::kHeader;
-  std::array<std::uint8_t, kHeaderLen> head{};
+  std::array<std::uint8_t, wire::kHeaderLen> head{};
   std::size_t head_have = 0;
-  Header h;
+  wire::FrameHeader h;
   std::vector<std::uint8_t> body;
   std::size_t body_have = 0;
   std::vector<iovec> rx_iov;
@@ -151,7 +152,7 @@ struct TcpLane::Conn {
   // entry's iovecs are advanced in place as bytes go out.
   struct Out {
     Xfer* xfer = nullptr;
-    std::array<std::uint8_t, kHeaderLen> answer{};
+    std::array<std::uint8_t, wire::kHeaderLen> answer{};
     std::vector<iovec> own;  // an answer's iovecs (its header, a reply's pool bytes)
     std::size_t at = 0;      // first iovec not fully sent
     bool reply = false;      // a read's reply (the target reads nothing while it goes)
@@ -189,15 +190,14 @@ class TcpLane::Io {
   void receive(Conn* c);
   // Before the thread waits on `c`: how many bytes must arrive to wake it.
   void set_lowat(Conn* c);
-  bool receive_header(Conn* c);
   bool on_header(Conn* c);
   bool on_body(Conn* c);
   bool on_payload_done(Conn* c);
   bool on_hello(Conn* c);
   bool refuse_hello(Conn* c, std::uint32_t status);
-  bool answer_and_close(Conn* c, FrameType type, std::uint64_t seq, std::uint32_t status);
+  bool answer_and_close(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status);
   void send(Conn* c);
-  void answer(Conn* c, FrameType type, std::uint64_t seq, std::uint32_t status,
+  void answer(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status,
               std::uint64_t length = 0, std::vector<iovec> pool = {});
   void queue_transfer(Conn* c, Xfer* x);
   void finish(Xfer* x, Status status, const char* why);
@@ -212,14 +212,14 @@ class TcpLane::Io {
   TcpLane& lane_;
   std::unordered_map<Conn*, std::unique_ptr<Conn>> conns_;
   std::size_t pending_hellos_ = 0;
-  struct Fence {
+  struct Lineage {
     std::uint64_t gen = 0;
     std::uint64_t epoch = 0;
     IdentityKey key{};         // a lineage is one identity's: another key is refused
     std::vector<Conn*> conns;  // open connections of this lineage
     Clock::time_point idle_since{};
   };
-  std::unordered_map<std::uint64_t, Fence> fences_;
+  std::unordered_map<std::uint64_t, Lineage> fences_;
   // Lineages per identity key, and welcomed connections whose key was no
   // registered peer's when they said hello.
   std::map<IdentityKey, std::size_t> lineages_per_key_;

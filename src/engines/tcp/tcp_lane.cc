@@ -30,22 +30,22 @@ namespace {
 // Why a target refused our hello, from its welcome's status.
 const char* hello_refusal(std::uint32_t status) {
   switch (status) {
-    case kStatusNotYours:
+    case wire::kStatusNotYours:
       return "it registered a peer of our agent name with another identity key (another "
              "transport of that name), or the lineage we presented is another key's";
-    case kStatusStaleFence:
+    case wire::kStatusStaleFence:
       return "a newer registration of ours replaced this one";
-    case kStatusTableFull:
+    case wire::kStatusTableFull:
       return "its room for initiators is full (it refuses new ones rather than forget a fence); "
              "peers it registered keep room of their own";
-    case kStatusUnproven:
+    case wire::kStatusUnproven:
       return "our hello's MAC did not prove our identity key against the key in its metadata";
     default:
       return "a status this build does not know";
   }
 }
 
-static_assert(kMaxMessage == kMaxNotificationBytes, "the frame bound is the public bound");
+static_assert(wire::kMaxMessage == kMaxNotificationBytes, "the frame bound is the public bound");
 
 }  // namespace
 
@@ -122,14 +122,14 @@ void TcpLane::submit(Command command) {
   }
 }
 
-void TcpLane::publish(ucx::Blob& blob) const {
+void TcpLane::publish(wire::PeerBlob& blob) const {
   blob.tcp_token = token_;
   blob.tcp_key = identity_.public_key();
   blob.tcp_port = port_;
   blob.tcp_addresses = addresses_;
 }
 
-bool TcpLane::qualifies(const RemoteRegion& /*remote*/, const ucx::Blob& blob) const {
+bool TcpLane::qualifies(const RemoteRegion& /*remote*/, const wire::PeerBlob& blob) const {
   return blob.tcp_port != 0;
 }
 
@@ -149,7 +149,7 @@ void TcpLane::stop(StopStage stage) {
   if (stage == StopStage::kQuiesce) stop();
 }
 
-Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, Connected* out) {
+Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
   std::string* const reason = &out->reason;
   const auto fail = [&](std::string why) {
     *reason = std::move(why);
@@ -171,7 +171,7 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, Conne
                           remote.agent_name);
     return Status::kInvalidParam;
   }
-  Hello hello;
+  wire::Hello hello;
   hello.token = blob.tcp_token;
   hello.key = identity_.public_key();
   const Lineages::Registration registration = lineages_.next(remote.agent_name, blob.tcp_token);
@@ -179,31 +179,31 @@ Status TcpLane::connect(const ucx::Blob& blob, const RemoteRegion& remote, Conne
   hello.gen = registration.gen;
   hello.epoch = registration.epoch;
   const std::string_view name =
-      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), kMaxName));
+      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxName));
   hello.name = name.empty() ? std::string_view("?") : name;
-  std::vector<std::uint8_t> frame(kHeaderLen + kHelloFixedLen + hello.name.size() + kHelloMacLen);
-  encode_header(frame.data(), Header{FrameType::kHello, 0,
+  std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
+  wire::encode_header(frame.data(), wire::FrameHeader{wire::FrameType::kHello, 0,
                                      static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
-  encode_hello_body(frame.data() + kHeaderLen, hello);
-  const auto body = std::span<const std::uint8_t>(frame).subspan(kHeaderLen);
+  wire::encode_hello_body(frame.data() + wire::kHeaderLen, hello);
+  const auto body = std::span<const std::uint8_t>(frame).subspan(wire::kHeaderLen);
   Mac mac{};
-  if (!mac_of(conn_key, hello_signed_part(body), &mac)) {
+  if (!mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
     close(fd);
     return fail("OpenSSL could not compute the hello's MAC");
   }
-  std::copy(mac.begin(), mac.end(), frame.end() - static_cast<std::ptrdiff_t>(kHelloMacLen));
-  std::array<std::uint8_t, kHeaderLen> welcome{};
-  Header h;
+  std::copy(mac.begin(), mac.end(), frame.end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
+  std::array<std::uint8_t, wire::kHeaderLen> welcome{};
+  wire::FrameHeader h;
   if (!write_all(fd, frame.data(), frame.size()) ||
       !read_exactly(fd, welcome.data(), welcome.size(), kConnectTimeout) ||
-      !decode_header(welcome, &h) || h.type != FrameType::kWelcome) {
+      !wire::decode_header(welcome, &h) || h.type != wire::FrameType::kWelcome) {
     close(fd);
     return fail(fmt::format(
         "peer {}'s tcp lane closed the connection without an answer to our hello (its token is "
         "not the one in the metadata)",
         remote.agent_name));
   }
-  if (h.status != kStatusOk) {
+  if (h.status != wire::kStatusOk) {
     close(fd);
     return fail(fmt::format("peer {}'s tcp lane refused our hello: {}", remote.agent_name,
                             hello_refusal(h.status)));
@@ -270,9 +270,9 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
 
   // `wire` is sized once, so the iovecs into it stay valid.
   const std::size_t runs = post.runs.size();
-  const std::size_t frames = (runs + kMaxRuns - 1) / kMaxRuns;
-  x->wire.resize(frames * kHeaderLen + runs * wire::kRunLen +
-                 (x->has_notify ? kHeaderLen + notify.size() : 0));
+  const std::size_t frames = (runs + wire::kMaxRuns - 1) / wire::kMaxRuns;
+  x->wire.resize(frames * wire::kHeaderLen + runs * wire::kRunLen +
+                 (x->has_notify ? wire::kHeaderLen + notify.size() : 0));
   x->iov.reserve(frames + (read ? 0 : runs) + 1);
   if (read) {
     x->read_iov.reserve(runs);
@@ -285,8 +285,8 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   std::uint32_t frame_runs = 0;
   const auto close_frame = [&](bool last) {
     const std::uint16_t flags =
-        last ? (x->has_notify && !read ? kNotifyFollows : 0) : static_cast<std::uint16_t>(kMore);
-    encode_header(frame_start, Header{read ? FrameType::kReadReq : FrameType::kWrite, flags,
+        last ? (x->has_notify && !read ? wire::kNotifyFollows : 0) : static_cast<std::uint16_t>(wire::kMore);
+    wire::encode_header(frame_start, wire::FrameHeader{read ? wire::FrameType::kReadReq : wire::FrameType::kWrite, flags,
                                       frame_runs, 0, x->seq, frame_bytes});
     if (read) {
       Xfer::Part& part = x->parts.back();
@@ -295,14 +295,14 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   };
   std::size_t header_iov = 0;
   for (const BlockRun& run : post.runs) {
-    if (run_index % kMaxRuns == 0) {
+    if (run_index % wire::kMaxRuns == 0) {
       if (frame_start != nullptr) close_frame(false);
       frame_start = at;
-      at += kHeaderLen;
+      at += wire::kHeaderLen;
       frame_bytes = 0;
       frame_runs = 0;
       header_iov = x->iov.size();
-      x->iov.push_back(iovec{frame_start, kHeaderLen});
+      x->iov.push_back(iovec{frame_start, wire::kHeaderLen});
       if (read) x->parts.push_back(Xfer::Part{x->read_iov.size(), 0, 0});
     }
     const std::uint64_t bytes = run.count * block_len;
@@ -322,9 +322,9 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   }
   if (frame_start != nullptr) close_frame(true);
   if (x->has_notify) {
-    encode_header(at, Header{FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
-    std::memcpy(at + kHeaderLen, notify.data(), notify.size());
-    x->iov.push_back(iovec{at, kHeaderLen + notify.size()});
+    wire::encode_header(at, wire::FrameHeader{wire::FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
+    std::memcpy(at + wire::kHeaderLen, notify.data(), notify.size());
+    x->iov.push_back(iovec{at, wire::kHeaderLen + notify.size()});
   }
   live_xfers_.fetch_add(1, std::memory_order_relaxed);
   if (runs > 0)
@@ -425,7 +425,7 @@ void TcpLane::take_notifications(std::vector<Notification>* out) {
     if (!q.registered) --unregistered_notes_;
     // Queued before our owner registered a peer of that name with another
     // key: not that peer's, so not handed out under its name.
-    if (standing(q.note.agent, q.key) == Standing::kImpostor) {
+    if (claim_of(q.note.agent, q.key) == Claim::kImpostor) {
       counters_->refused_identity.fetch_add(1, std::memory_order_relaxed);
     } else {
       out->push_back(std::move(q.note));
@@ -434,7 +434,7 @@ void TcpLane::take_notifications(std::vector<Notification>* out) {
   }
 }
 
-void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const ucx::Blob& blob) {
+void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
   if (blob.tcp_port == 0) return;
   std::lock_guard lock(vouched_mu_);
   vouched_[remote.agent_name][handle] = blob.tcp_key;
@@ -453,14 +453,14 @@ void TcpLane::unvouch(PeerHandle handle) {
   vouched_names_.erase(it);
 }
 
-TcpLane::Standing TcpLane::standing(const std::string& agent_name, const IdentityKey& key) const {
+TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKey& key) const {
   std::lock_guard lock(vouched_mu_);
   auto it = vouched_.find(agent_name);
-  if (it == vouched_.end()) return Standing::kUnregistered;
+  if (it == vouched_.end()) return Claim::kUnregistered;
   for (const auto& [handle, k] : it->second) {
-    if (k == key) return Standing::kRegistered;
+    if (k == key) return Claim::kRegistered;
   }
-  return Standing::kImpostor;
+  return Claim::kImpostor;
 }
 
 void TcpLane::add_live(HandleCounts& counts) const {

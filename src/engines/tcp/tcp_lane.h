@@ -66,7 +66,7 @@
 #include "engines/lineages.h"
 #include "engines/tcp/tcp_config.h"
 #include "wire/tcp_frame.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal::tcp {
 
@@ -114,30 +114,30 @@ class TcpLane final : public Lane {
   // port and the addresses.
   [[nodiscard]] std::uint64_t token() const { return token_; }
   [[nodiscard]] std::uint16_t port() const { return port_; }
-  [[nodiscard]] const std::vector<ucx::TcpAddress>& addresses() const { return addresses_; }
+  [[nodiscard]] const std::vector<wire::TcpAddress>& addresses() const { return addresses_; }
   [[nodiscard]] const IdentityKey& identity_key() const { return identity_.public_key(); }
 
   [[nodiscard]] const char* name() const noexcept override { return "tcp"; }
   // Our token, identity key, port and addresses.
-  void publish(ucx::Blob& blob) const override;
+  void publish(wire::PeerBlob& blob) const override;
   // The peer publishes a tcp lane.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const ucx::Blob& blob) const override;
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
 
   // The peers our owner registered (any lane) whose metadata names a tcp
   // key: `handle` is the registration's, `remote.agent_name` the peer's. A
   // connection presenting that name must present that key; its
   // notifications have the peer's own share. unvouch() when the
   // registration goes; unknown handles are ignored.
-  void vouch(PeerHandle handle, const RemoteRegion& remote, const ucx::Blob& blob) override;
+  void vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) override;
   void unvouch(PeerHandle handle) override;
 
   // Where a connection's name and key stand against those registrations.
-  enum class Standing : std::uint8_t {
+  enum class Claim : std::uint8_t {
     kUnregistered,  // no registered peer has this name
     kRegistered,    // a registered peer has this name and this key
     kImpostor,      // registered peers have this name, none this key
   };
-  [[nodiscard]] Standing standing(const std::string& agent_name, const IdentityKey& key) const;
+  [[nodiscard]] Claim claim_of(const std::string& agent_name, const IdentityKey& key) const;
 
   // Connects to the peer's tcp lane (blob's tcp part) and presents a hello;
   // kSuccess once the peer welcomed it. kRemoteDisconnect when no address
@@ -145,7 +145,7 @@ class TcpLane final : public Lane {
   // newer registration of ours, another key's name or lineage, no room, an
   // unproven MAC) or closed the connection without an answer (our token is
   // not its own); *reason says which.
-  [[nodiscard]] Status connect(const ucx::Blob& blob, const RemoteRegion& remote,
+  [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
                                Connected* out) override;
   // Closes the peer's connection at once; its transfers still in flight end
   // kCanceled (a closed connection the peer ended: kRemoteDisconnect).
@@ -187,7 +187,7 @@ class TcpLane final : public Lane {
   std::uint64_t token_ = 0;
   Identity identity_;
   std::uint16_t port_ = 0;
-  std::vector<ucx::TcpAddress> addresses_;
+  std::vector<wire::TcpAddress> addresses_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   int epoll_fd_ = -1;

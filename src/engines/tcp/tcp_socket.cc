@@ -19,7 +19,7 @@
 namespace kvxfer::internal::tcp {
 namespace {
 
-sockaddr_in to_sockaddr(const ucx::TcpAddress& a, std::uint16_t port) {
+sockaddr_in to_sockaddr(const wire::TcpAddress& a, std::uint16_t port) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
@@ -27,9 +27,9 @@ sockaddr_in to_sockaddr(const ucx::TcpAddress& a, std::uint16_t port) {
   return sa;
 }
 
-bool is_loopback(const ucx::TcpAddress& a) { return a.family == 4 && a.bytes[0] == 127; }
+bool is_loopback(const wire::TcpAddress& a) { return a.family == 4 && a.bytes[0] == 127; }
 
-std::string to_text(const ucx::TcpAddress& a) {
+std::string to_text(const wire::TcpAddress& a) {
   char text[INET6_ADDRSTRLEN] = {};
   inet_ntop(a.family == 4 ? AF_INET : AF_INET6, a.bytes.data(), text, sizeof text);
   return text;
@@ -88,21 +88,21 @@ int open_listener(const TcpSettings& settings, std::uint16_t* port) {
       low == 0 ? std::string("(any)") : fmt::format("{}-{}", low, high), strerror(last_errno)));
 }
 
-std::vector<ucx::TcpAddress> published_addresses(const TcpSettings& settings) {
-  std::vector<ucx::TcpAddress> out;
+std::vector<wire::TcpAddress> published_addresses(const TcpSettings& settings) {
+  std::vector<wire::TcpAddress> out;
   if (!settings.address.empty()) {
-    ucx::TcpAddress a;
+    wire::TcpAddress a;
     inet_pton(AF_INET, settings.address.c_str(), a.bytes.data());
     out.push_back(a);
     return out;
   }
-  std::vector<ucx::TcpAddress> loopback;
+  std::vector<wire::TcpAddress> loopback;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) == 0) {
     for (const ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
       if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
       if ((it->ifa_flags & IFF_UP) == 0) continue;
-      ucx::TcpAddress a;
+      wire::TcpAddress a;
       std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr, 4);
       auto& into = is_loopback(a) ? loopback : out;
       bool seen = false;
@@ -112,21 +112,21 @@ std::vector<ucx::TcpAddress> published_addresses(const TcpSettings& settings) {
     freeifaddrs(list);
   }
   if (loopback.empty()) {
-    ucx::TcpAddress a;
+    wire::TcpAddress a;
     a.bytes = {127, 0, 0, 1};
     loopback.push_back(a);
   }
   for (const auto& a : loopback) {
-    if (out.size() < ucx::kMaxTcpAddresses) out.push_back(a);
+    if (out.size() < wire::kMaxTcpAddresses) out.push_back(a);
   }
-  if (out.size() > ucx::kMaxTcpAddresses) out.resize(ucx::kMaxTcpAddresses);
+  if (out.size() > wire::kMaxTcpAddresses) out.resize(wire::kMaxTcpAddresses);
   return out;
 }
 
-int connect_any(const std::vector<ucx::TcpAddress>& addresses, std::uint16_t port, bool same_host,
+int connect_any(const std::vector<wire::TcpAddress>& addresses, std::uint16_t port, bool same_host,
                 std::chrono::milliseconds timeout, std::string* why) {
   std::string tried;
-  for (const ucx::TcpAddress& a : addresses) {
+  for (const wire::TcpAddress& a : addresses) {
     if (a.family != 4 || (is_loopback(a) && !same_host)) continue;
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) break;

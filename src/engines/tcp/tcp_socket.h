@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engines/tcp/tcp_config.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal::tcp {
 
@@ -31,13 +31,13 @@ inline constexpr unsigned kUserTimeoutMs = 10000;
 
 // What a listener on settings.address publishes: that address, or the IPv4
 // addresses of every interface that is up, loopback last.
-[[nodiscard]] std::vector<ucx::TcpAddress> published_addresses(const TcpSettings& settings);
+[[nodiscard]] std::vector<wire::TcpAddress> published_addresses(const TcpSettings& settings);
 
 // Connects to the first of `addresses` that answers within `timeout` (each),
 // skipping loopback addresses unless `same_host`, and returns the socket,
 // blocking, tuned (tune()). -1 when none answered; *why then says what each
 // attempt got.
-[[nodiscard]] int connect_any(const std::vector<ucx::TcpAddress>& addresses, std::uint16_t port,
+[[nodiscard]] int connect_any(const std::vector<wire::TcpAddress>& addresses, std::uint16_t port,
                               bool same_host, std::chrono::milliseconds timeout, std::string* why);
 
 // TCP_NODELAY, keepalive and TCP_USER_TIMEOUT as above, close-on-exec.

@@ -20,7 +20,7 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
     if (raw_key == "KVXFER_RMA") {
       if (value != "auto" && value != "on" && value != "off") {
         throw std::runtime_error(fmt::format(
-            "kvxfer UCX: engine_config KVXFER_RMA={} is not one of auto, on, off", value));
+            "kvxfer ucx: engine_config KVXFER_RMA={} is not one of auto, on, off", value));
       }
       if (value != "auto") out.rma = value == "on";
       continue;
@@ -36,7 +36,7 @@ UcxSettings compute_ucx_settings(const std::map<std::string, std::string>& engin
     if (name.starts_with("KVXFER_SCATTER_") || name == "KVXFER_POST" || name == "KVXFER_NAP_US" ||
         name.starts_with("KVXFER_LINGER") || name == "KVXFER_PROGRESS_NICE") {
       throw std::runtime_error(fmt::format(
-          "kvxfer UCX: engine_config {} is gone: the UCX lane writes with puts, and its progress "
+          "kvxfer ucx: engine_config {} is gone: the UCX lane writes with puts, and its progress "
           "thread sleeps until UCX or a post wakes it (docs/configuration.md)",
           raw_key));
     }

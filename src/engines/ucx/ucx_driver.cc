@@ -31,7 +31,7 @@ constexpr auto kWorkerFlushTimeout = std::chrono::milliseconds(500);
 constexpr int kMaxEmptyWakeups = 64;
 
 [[noreturn]] void fail(const char* what, ucs_status_t st) {
-  throw std::runtime_error(fmt::format("kvxfer UCX: {} failed: {}", what, ucs_status_string(st)));
+  throw std::runtime_error(fmt::format("kvxfer ucx: {} failed: {}", what, ucs_status_string(st)));
 }
 
 std::uint64_t this_thread_id() {
@@ -72,7 +72,7 @@ UcxDriver::UcxDriver(std::string agent_name, const std::map<std::string, std::st
   if (st != UCS_OK) fail("ucp_config_read", st);
   for (const auto& [key, value] : overrides) {
     if ((st = ucp_config_modify(config.get(), key.c_str(), value.c_str())) != UCS_OK) {
-      throw std::runtime_error(fmt::format("kvxfer UCX: engine_config {}={} rejected: {}", key,
+      throw std::runtime_error(fmt::format("kvxfer ucx: engine_config {}={} rejected: {}", key,
                                            value, ucs_status_string(st)));
     }
   }
@@ -113,7 +113,7 @@ void UcxDriver::set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg
 bool UcxDriver::check_turn() {
   if (inside_.load(std::memory_order_acquire) == this_thread_id()) return true;
   if (overlaps_.fetch_add(1, std::memory_order_relaxed) == 0) {
-    log().error("kvxfer UCX {}: a thread without the driver's turn is inside the worker",
+    log().error("kvxfer ucx {}: a thread without the driver's turn is inside the worker",
                 agent_name_);
   }
   return false;
@@ -177,7 +177,7 @@ void UcxDriver::start_thread() {
     ev.events = EPOLLIN;
     ev.data.fd = fd;
     if (epoll_fd_ < 0 || wake_fd_ < 0 || ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      throw std::runtime_error(fmt::format("kvxfer UCX: epoll: {}", std::strerror(errno)));
+      throw std::runtime_error(fmt::format("kvxfer ucx: epoll: {}", std::strerror(errno)));
     }
   }
   {

@@ -3,10 +3,10 @@
 
 namespace kvxfer::internal::ucx {
 
-FenceTable::Verdict FenceTable::take(const Fence& fence, ucp_ep_h from, Clock::time_point now) {
+FenceTable::Verdict FenceTable::take(const wire::Fence& fence, ucp_ep_h from, Clock::time_point now) {
   auto it = entries_.find(fence.lineage);
   if (it == entries_.end()) {
-    if (entries_.size() >= kMaxFences) {
+    if (entries_.size() >= wire::kMaxFences) {
       auto quietest = entries_.end();
       for (auto e = entries_.begin(); e != entries_.end(); ++e) {
         if (e->second.acks == 0 &&

@@ -5,7 +5,7 @@
 // on that endpoint, and is delivered under that name. Driver only.
 //
 // Bounded without evicting what an attacker can flood: a full table
-// (kMaxFences) refuses new lineages, except that it forgets the quietest
+// (wire::kMaxFences) refuses new lineages, except that it forgets the quietest
 // one once that has been silent for kIdle with no ack in flight.
 #pragma once
 
@@ -37,7 +37,7 @@ class FenceTable {
 
   // A fence that came on `from`: taken for a new lineage (with room) or a
   // newer gen than the one kept.
-  Verdict take(const Fence& fence, ucp_ep_h from, Clock::time_point now);
+  Verdict take(const wire::Fence& fence, ucp_ep_h from, Clock::time_point now);
   // The entry a notification of (lineage, epoch) from `from` belongs to.
   Entry* admit(std::uint64_t lineage, std::uint64_t epoch, ucp_ep_h from, Clock::time_point now);
 

@@ -70,9 +70,9 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
       has_rdma_(has_rdma),
       tcp_lane_here_(tcp_lane_here),
       driver_(agent_name_, settings.overrides) {
-  driver_.set_am_handler(kFenceAmId, &UcxLane::on_fence, this);
-  driver_.set_am_handler(kNotifyAmId, &UcxLane::on_note, this);
-  driver_.set_am_handler(kNotifyAckAmId, &UcxLane::on_ack, this);
+  driver_.set_am_handler(wire::kFenceAmId, &UcxLane::on_fence, this);
+  driver_.set_am_handler(wire::kNotifyAmId, &UcxLane::on_note, this);
+  driver_.set_am_handler(wire::kNotifyAckAmId, &UcxLane::on_ack, this);
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   params.address = region_.base;
@@ -83,7 +83,7 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   if (st != UCS_OK ||
       (st = ucx_compat::pack_rkey(driver_.context(), memh_, &rkey, &rkey_len)) != UCS_OK) {
     throw std::runtime_error(
-        fmt::format("kvxfer UCX: registering the pool failed: {}", ucs_status_string(st)));
+        fmt::format("kvxfer ucx: registering the pool failed: {}", ucs_status_string(st)));
   }
   packed_rkey_.assign(static_cast<std::uint8_t*>(rkey),
                       static_cast<std::uint8_t*>(rkey) + rkey_len);
@@ -97,26 +97,26 @@ UcxLane::~UcxLane() {
   driver_.destroy();
 }
 
-void UcxLane::publish(Blob& blob) const {
+void UcxLane::publish(wire::PeerBlob& blob) const {
   blob.worker_address = driver_.address();
   blob.rkey = packed_rkey_;
 }
 
-bool UcxLane::qualifies(const RemoteRegion& /*remote*/, const Blob& blob) const {
-  const bool both_rdma = has_rdma_ && (blob.flags & kBlobHasRdma) != 0;
+bool UcxLane::qualifies(const RemoteRegion& /*remote*/, const wire::PeerBlob& blob) const {
+  const bool both_rdma = has_rdma_ && (blob.flags & wire::kBlobHasRdma) != 0;
   const bool tcp_serves = tcp_lane_here_ && blob.tcp_port != 0;
   return !blob.worker_address.empty() && !blob.rkey.empty() && (both_rdma || !tcp_serves);
 }
 
 struct UcxLane::ConnectJob {
   std::shared_ptr<Endpoint> ep;
-  const Blob* blob = nullptr;
+  const wire::PeerBlob* blob = nullptr;
   Status status = Status::kSuccess;
   std::string reason;
   bool done = false;  // under the driver's lock
 };
 
-Status UcxLane::connect(const Blob& blob, const RemoteRegion& remote, Connected* out) {
+Status UcxLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
   ConnectJob job;
   job.blob = &blob;
   if (blob.worker_address.empty() || blob.rkey.empty()) {
@@ -171,12 +171,12 @@ void UcxLane::run_connect(void* arg) {
   ep.lineage = registration.lineage;
   ep.gen = registration.gen;
   ep.epoch = registration.epoch;
-  const std::string_view name = std::string_view(lane.agent_name_).substr(0, kMaxFenceName);
-  ep.fence.resize(fence_len(name.size()));
-  encode_fence(ep.fence.data(), Fence{ep.token, ep.lineage, ep.gen, ep.epoch, name});
+  const std::string_view name = std::string_view(lane.agent_name_).substr(0, wire::kMaxFenceName);
+  ep.fence.resize(wire::fence_len(name.size()));
+  wire::encode_fence(ep.fence.data(), wire::Fence{ep.token, ep.lineage, ep.gen, ep.epoch, name});
   const ucp_request_param_t param = am_param(&UcxLane::on_sent, &lane);
   const ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep.ep, kFenceAmId, ep.fence.data(), ep.fence.size(), nullptr, 0, &param);
+      ucp_am_send_nbx(ep.ep, wire::kFenceAmId, ep.fence.data(), ep.fence.size(), nullptr, 0, &param);
   if (UCS_PTR_IS_PTR(request)) lane.live_requests_.fetch_add(1, std::memory_order_relaxed);
   const ucs_status_t failed = UCS_PTR_IS_ERR(request) ? UCS_PTR_STATUS(request) : ep.error();
   if (failed == UCS_OK && ep.connected()) return end(Status::kSuccess, {});
@@ -321,7 +321,7 @@ void UcxLane::take_notifications(std::vector<Notification>* out) {
   std::lock_guard lock(mu_);
   for (Notification& n : notes_) out->push_back(std::move(n));
   notes_.clear();
-  queued_.clear();
+  queued_per_lineage_.clear();
 }
 
 void UcxLane::run_post(void* arg) {
@@ -393,16 +393,16 @@ void UcxLane::on_flush(void* request, ucs_status_t status, void* arg) {
   Endpoint& ep = *x->ep;
   if (!ep.usable()) return lane.complete(x, ep.error() != UCS_OK ? ep.error() : UCS_ERR_CANCELED);
   // The target labels it with the fence's name, not this one.
-  const std::string_view name = std::string_view(lane.agent_name_).substr(0, kMaxNotifyName);
-  x->note_header.resize(notify_header_len(name.size()));
-  encode_notify_header(x->note_header.data(),
-                       NotifyHeader{ep.token, x->sequence, x->slot, ep.lineage, ep.epoch, name});
+  const std::string_view name = std::string_view(lane.agent_name_).substr(0, wire::kMaxNotifyName);
+  x->note_header.resize(wire::notify_header_len(name.size()));
+  wire::encode_notify_header(x->note_header.data(),
+                       wire::NotifyHeader{ep.token, x->sequence, x->slot, ep.lineage, ep.epoch, name});
   x->await_index = ep.awaiting.size();
   ep.awaiting.push_back(x->slot);
   lane.count(kNotesSent);
   const ucp_request_param_t param = am_param(&UcxLane::on_note_sent, x);
   const ucs_status_ptr_t sent =
-      ucp_am_send_nbx(ep.ep, kNotifyAmId, x->note_header.data(), x->note_header.size(),
+      ucp_am_send_nbx(ep.ep, wire::kNotifyAmId, x->note_header.data(), x->note_header.size(),
                       x->note.data(), x->note.size(), &param);
   if (UCS_PTR_IS_ERR(sent)) return lane.complete(x, UCS_PTR_STATUS(sent));
   if (UCS_PTR_IS_PTR(sent)) {
@@ -467,10 +467,10 @@ ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header
                                std::size_t /*length*/, const ucp_am_recv_param_t* param) {
   UcxLane& lane = received(arg, data, param);
   lane.count(kFencesReceived);
-  Fence fence;
+  wire::Fence fence;
   const ucp_ep_h from = reply_ep(param);
   const char* why = "the fence table is full";
-  if (from == nullptr || !decode_fence(bytes_of(header, header_length), &fence)) {
+  if (from == nullptr || !wire::decode_fence(bytes_of(header, header_length), &fence)) {
     why = "it is malformed";
   } else if (fence.token != lane.token_ || !lane.accepting_.load(std::memory_order_acquire)) {
     why = "it is not for this transport";
@@ -493,11 +493,11 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
                               std::size_t length, const ucp_am_recv_param_t* param) {
   UcxLane& lane = received(arg, data, param);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  NotifyHeader h;
+  wire::NotifyHeader h;
   const ucp_ep_h from = reply_ep(param);
   FenceTable::Entry* entry = nullptr;
   ucs_status_t status = UCS_OK;
-  if (from == nullptr || !decode_notify_header(bytes_of(header, header_length), &h) ||
+  if (from == nullptr || !wire::decode_notify_header(bytes_of(header, header_length), &h) ||
       lane.acks_in_flight_ >= kMaxAcks) {
     status = UCS_ERR_NO_RESOURCE;  // nothing to answer, or too many answers pending
   } else if (h.token != lane.token_ || !lane.accepting_.load(std::memory_order_acquire) ||
@@ -510,7 +510,7 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
   } else {
     const auto message = bytes_of(data, length);
     std::lock_guard lock(lane.mu_);
-    std::size_t& queued = lane.queued_[h.lineage];
+    std::size_t& queued = lane.queued_per_lineage_[h.lineage];
     if (queued >= kMaxQueuedNotificationsPerSender ||
         lane.notes_.size() >= kMaxQueuedNotifications) {
       status = UCS_ERR_NO_RESOURCE;  // the owner is not taking them
@@ -531,11 +531,11 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
       return UCS_OK;
     }
   }
-  lane.send_ack(from, entry, NotifyAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
+  lane.send_ack(from, entry, wire::NotifyAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
   return UCS_OK;
 }
 
-void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const NotifyAck& ack) {
+void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::NotifyAck& ack) {
   AckMsg* msg = nullptr;
   if (free_acks_.empty()) {
     msg = &acks_.emplace_back();
@@ -545,10 +545,10 @@ void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const NotifyAck& a
     free_acks_.pop_back();
   }
   msg->entry = entry;  // never forgotten while it has acks in flight
-  encode_ack(msg->bytes.data(), ack);
+  wire::encode_ack(msg->bytes.data(), ack);
   const ucp_request_param_t param = am_param(&UcxLane::on_ack_sent, msg);
   const ucs_status_ptr_t request =
-      ucp_am_send_nbx(to, kNotifyAckAmId, msg->bytes.data(), msg->bytes.size(), nullptr, 0, &param);
+      ucp_am_send_nbx(to, wire::kNotifyAckAmId, msg->bytes.data(), msg->bytes.size(), nullptr, 0, &param);
   if (!UCS_PTR_IS_PTR(request)) return free_acks_.push_back(msg);
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   ++acks_in_flight_;
@@ -571,9 +571,9 @@ void UcxLane::on_ack_sent(void* request, ucs_status_t /*status*/, void* arg) {
 ucs_status_t UcxLane::on_ack(void* arg, const void* header, std::size_t header_length, void* data,
                              std::size_t /*length*/, const ucp_am_recv_param_t* param) {
   UcxLane& lane = received(arg, data, param);
-  NotifyAck ack;
+  wire::NotifyAck ack;
   Xfer* x = nullptr;
-  if (decode_ack(bytes_of(header, header_length), &ack) && ack.slot < lane.slots_.size()) {
+  if (wire::decode_ack(bytes_of(header, header_length), &ack) && ack.slot < lane.slots_.size()) {
     x = lane.slots_[ack.slot];
   }
   // await_index first: only an awaiting transfer is the driver's to read.

@@ -36,7 +36,7 @@
 #include "engines/ucx/ucx_endpoint.h"
 #include "engines/ucx/ucx_fences.h"
 #include "wire/notify.h"
-#include "wire/ucx_blob.h"
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal::ucx {
 
@@ -57,12 +57,12 @@ class UcxLane final : public Lane {
 
   [[nodiscard]] const char* name() const noexcept override { return "ucx"; }
   // Our worker's address and the pool's packed rkey.
-  void publish(Blob& blob) const override;
+  void publish(wire::PeerBlob& blob) const override;
   // The peer runs the lane too, and both sides have an RDMA device, or the
   // tcp lane cannot serve it (ours does not run, or it has none): forcing
   // UCX's tcp transport stays possible for tests.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const Blob& blob) const override;
-  [[nodiscard]] Status connect(const Blob& blob, const RemoteRegion& remote,
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
+  [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
                                Connected* out) override;
   [[nodiscard]] Status disconnect(LanePeer* peer) override;
   [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
@@ -112,7 +112,7 @@ class UcxLane final : public Lane {
   struct AckMsg {
     UcxLane* lane = nullptr;
     FenceTable::Entry* entry = nullptr;  // its sender's, if fenced
-    std::array<std::uint8_t, kAckLen> bytes{};
+    std::array<std::uint8_t, wire::kAckLen> bytes{};
   };
 
   // Callers' side.
@@ -131,7 +131,7 @@ class UcxLane final : public Lane {
   void complete(Xfer* xfer, ucs_status_t status);
   void fail_awaiting(Endpoint& ep, ucs_status_t status);
   void end_close(Endpoint& ep);
-  void send_ack(ucp_ep_h to, FenceTable::Entry* entry, const NotifyAck& ack);
+  void send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::NotifyAck& ack);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void on_flush(void* request, ucs_status_t status, void* xfer);
   static void on_note_sent(void* request, ucs_status_t status, void* xfer);
@@ -160,7 +160,7 @@ class UcxLane final : public Lane {
   std::deque<Xfer> xfers_;
   std::vector<Xfer*> free_xfers_;
   std::deque<Notification> notes_;
-  std::unordered_map<std::uint64_t, std::size_t> queued_;  // per lineage
+  std::unordered_map<std::uint64_t, std::size_t> queued_per_lineage_;
 
   Lineages lineages_;  // our registrations of each target (engines/lineages.h)
   // Driver only: transfers by slot (for acks), the fences peers sent us, and

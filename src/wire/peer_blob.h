@@ -35,7 +35,7 @@
 
 #include "wire/bytes.h"
 
-namespace kvxfer::internal::ucx {
+namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kBlobMagic = 0x5558564b;  // "KVXU" as bytes
 inline constexpr std::uint16_t kBlobVersion = 4;
@@ -64,7 +64,7 @@ struct TcpAddress {
   friend bool operator==(const TcpAddress&, const TcpAddress&) = default;
 };
 
-struct Blob {
+struct PeerBlob {
   std::uint16_t flags = 0;
   std::uint64_t pidns_dev = 0;
   std::uint64_t pidns_ino = 0;
@@ -81,7 +81,7 @@ struct Blob {
   std::vector<TcpAddress> tcp_addresses;
 };
 
-inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
+inline std::vector<std::uint8_t> encode_blob(const PeerBlob& blob) {
   std::vector<std::uint8_t> out;
   out.reserve(96 + blob.worker_address.size() + blob.rkey.size() + 17 * blob.tcp_addresses.size());
   wire::ByteWriter w(out);
@@ -111,7 +111,7 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
 // first 4, more than kMaxTcpAddresses addresses, or addresses with port 0.
 // On success the spans in *out point into `bytes`; on failure *out is left
 // alone.
-[[nodiscard]] inline bool decode_blob(std::span<const std::uint8_t> bytes, Blob* out) {
+[[nodiscard]] inline bool decode_blob(std::span<const std::uint8_t> bytes, PeerBlob* out) {
   wire::ByteReader in(bytes);
   const auto magic = in.u32();
   const auto version = in.u16();
@@ -160,4 +160,4 @@ inline std::vector<std::uint8_t> encode_blob(const Blob& blob) {
   return true;
 }
 
-}  // namespace kvxfer::internal::ucx
+}  // namespace kvxfer::wire
