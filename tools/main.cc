@@ -63,9 +63,7 @@ int run_demo(const DemoArgs& a) {
   const TargetGeometry& g = target->open(a.block_len, a.pool_bytes, fingerprint);
 
   Pool pool(a.pool_bytes);
-  for (std::uint64_t i = 0; i < num_blocks; ++i) {
-    fill_block(pool.data() + i * a.block_len, a.block_len, seed, i);
-  }
+  fill_blocks(pool.data(), a.block_len, num_blocks, seed);
   Options options;
   options.config_fields = bench_config_fields(a.tls);
   options.engine_config = engine_config_for(a.tls);
