@@ -86,9 +86,7 @@ std::vector<std::string> bench_lanes(const BenchArgs& args) {
 }
 
 Options bench_transport_options(const BenchArgs& args, const std::string& lane) {
-  Options options;
-  options.config_fields = bench_config_fields(args.tls);
-  options.engine_config = engine_config_for(args.tls);
+  Options options = bench_options(args.tls);
   add_lane_config(options.engine_config, lane);
   for (const auto& [key, value] : args.engine) options.engine_config[key] = value;
   options.progress_thread = args.progress_thread;

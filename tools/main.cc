@@ -64,11 +64,8 @@ int run_demo(const DemoArgs& a) {
 
   Pool pool(a.pool_bytes);
   fill_blocks(pool.data(), a.block_len, num_blocks, seed);
-  Options options;
-  options.config_fields = bench_config_fields(a.tls);
-  options.engine_config = engine_config_for(a.tls);
   Transport transport(fmt::format("initiator-{}", ::getpid()),
-                      Region{pool.data(), num_blocks, a.block_len}, options);
+                      Region{pool.data(), num_blocks, a.block_len}, bench_options(a.tls));
   transport.add_remote_peer("target", g.metadata, g.base, g.num_blocks, g.block_len);
 
   std::mt19937_64 rng(seed);

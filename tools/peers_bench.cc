@@ -205,9 +205,7 @@ std::vector<Checkpoint> run_tcp(const PeersArgs& a, const std::vector<int>& poin
   if (!a.quiet) fmt::print(stderr, "\n");
   constexpr std::uint64_t kBlocks = 16;
   Pool local(kBlocks * a.block_len);
-  Options options;
-  options.config_fields = bench_config_fields(tls);
-  options.engine_config = engine_config_for(tls);
+  const Options options = bench_options(tls);
   std::vector<Checkpoint> out;
   {
     Transport initiator(fmt::format("peers-initiator-{}", ::getpid()),
