@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // `kvxfer bench`: the reference workloads (docs/workloads.md)
 // against a target process, beside the memcpy limit and ucx_perftest,
-// measured in one run.
+// measured in one run. bench.cc runs it: it checks the options, owns the
+// targets (one per lane) and the environment's KVXFER_LANES, and hands each
+// case to BenchInitiator (bench_initiator.h), the TCP baselines to
+// baselines.h and the finished report to report.h.
 #pragma once
 
 #include <cstdint>
@@ -75,8 +78,9 @@ struct BenchArgs {
   int iperf3_seconds = 3;
   // Before a target's first case, one untimed pass of the initiator's whole
   // pool into the target's: a plain TCP stream for --tls tcp, else
-  // process_vm_writev into a spawned target (Bench's warm_pools(): a first
-  // pass over pages never sent runs several times slower on some VMs).
+  // process_vm_writev into a spawned target (BenchInitiator::warm_pools():
+  // a first pass over pages never sent runs several times slower on some
+  // VMs).
   bool warm_pass = true;
   int perftest_timeout_s = 60;
   std::uint64_t verify_blocks = 4096;  // most blocks checked per case
@@ -145,7 +149,7 @@ struct CaseResult {
   // timed part (all its threads): the receiving side's cost of a write.
   std::optional<double> target_cpu_s_per_gb;
   // --pool shared, writes: GB/s of the untimed write of every block before
-  // the timed part (Bench's warm_mapping()); unset when none ran.
+  // the timed part (BenchInitiator::warm_mapping()); unset when none ran.
   std::optional<double> mapping_warm_gbps;
   double loadavg = 0;  // 1-minute load average when the case started
   std::string error;

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "kvxfer/transport.h"
 #include "kvxfer/ucx_tls.h"
 
 namespace kvxfer::tools {
@@ -74,6 +75,16 @@ inline std::map<std::string, std::string> bench_config_fields(const std::string&
           {"kvxfer.tool.protocol", kBenchProtocol},
           {"kvxfer.tool.pattern", kPatternName},
           {"kvxfer.tool.tls", ucx_tls_for(tls).empty() ? "default" : ucx_tls_for(tls)}};
+}
+
+// The Options of a bench or demo Transport for --tls `tls`: the config
+// fields above and engine_config_for(tls). Callers add their lane and their
+// users' engine_config.
+inline Options bench_options(const std::string& tls) {
+  Options options;
+  options.config_fields = bench_config_fields(tls);
+  options.engine_config = engine_config_for(tls);
+  return options;
 }
 
 }  // namespace kvxfer::tools

@@ -2,61 +2,25 @@
 // `kvxfer bench --targets N,..` (fan-out: one initiator writing round-robin
 // to N target processes, scoped polls) and `--initiators N,..` (incast: N
 // initiator processes writing disjoint ranges of one target), issue 11.
-// Every run is verified byte for byte on the targets. Built on the bench's
-// target processes (target_process.h); the initiators of an incast run are
-// this executable's hidden `initiator` subcommand.
+// Every run is verified byte for byte on the targets. fan.cc runs both
+// experiments and reports them, with fan-out's writer in this process;
+// incast.cc runs the incast writers, this executable's hidden `initiator`
+// subcommand; fan_writer.h is the writer both use. Built on the bench's
+// target processes (target_process.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
-#include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "bench.h"
+#include "fan_writer.h"
+#include "target_process.h"
 
 namespace kvxfer::tools {
-
-// Which blocks write w moves, for a writer that owns remote blocks
-// [first, first + count) of a target: the owned blocks, shuffled once, are
-// written `batch` at a time in order and over again; local blocks likewise
-// from a shuffled local pool. Writes w and w' touch the same remote blocks
-// only when w = w' mod (count / batch); transfers complete in any order, so
-// the writer posts w only once w - cycle() has ended, and then the last write
-// of every block is known.
-class Spread {
- public:
-  Spread(std::uint64_t first, std::uint64_t count, std::uint64_t local_blocks, std::uint64_t batch,
-         std::uint64_t seed);
-  [[nodiscard]] std::uint64_t batch() const { return batch_; }
-  // Writes that cycle through every owned block once.
-  [[nodiscard]] std::uint64_t cycle() const { return count_ / batch_; }
-  void write(std::uint64_t w, std::span<std::int64_t> local, std::span<std::int64_t> remote) const;
-  // (remote, local) of up to `max` owned blocks after `writes` writes, from
-  // the blocks' last writes.
-  [[nodiscard]] std::vector<std::pair<std::int64_t, std::int64_t>> landed(std::uint64_t writes,
-                                                                          std::uint64_t max) const;
-
- private:
-  std::uint64_t first_;
-  std::uint64_t count_;  // a multiple of batch_
-  std::uint64_t batch_;
-  std::vector<std::int64_t> remote_perm_;
-  std::vector<std::int64_t> local_perm_;
-};
-
-// What one writer's loop measured.
-struct DriveResult {
-  std::uint64_t bytes = 0;
-  std::uint64_t failed = 0;
-  std::int64_t start_ns = 0;  // CLOCK_MONOTONIC, comparable across processes
-  std::int64_t end_ns = 0;
-  Timing write_call;
-  Timing poll_call;
-  std::string error;
-  [[nodiscard]] double seconds() const { return static_cast<double>(end_ns - start_ns) / 1e9; }
-};
 
 struct FanRow {
   std::string experiment;  // "fan-out" | "incast"
@@ -79,7 +43,47 @@ struct FanRow {
   std::string raw_error;
 };
 
-// Runs the experiments args.targets / args.initiators ask for, prints the
+// Each target's region (and the initiators' pools) at most this: eight
+// targets of 1 GiB would be slow to touch and crowd a small machine.
+inline constexpr std::uint64_t kMaxFanRegion = 256ull << 20;
+// Blocks checked per target (fan-out) or per initiator (incast).
+inline constexpr std::uint64_t kVerifyBlocks = 512;
+
+// What every run of one `kvxfer bench --targets/--initiators` shares.
+struct FanParams {
+  std::string tls;
+  std::uint64_t block_len = 64 << 10;
+  std::uint64_t batch = 64;
+  int depth = 8;
+  std::uint64_t total = 0;
+  std::uint64_t region = kMaxFanRegion;
+  std::uint64_t seed = 1;
+  std::string fingerprint;
+  PollWait wait;
+  // What the initiators the bench spawns for incast run with: --engine,
+  // --num-threads and --no-progress-thread reach them as they reach a
+  // fan-out's initiator.
+  std::map<std::string, std::string> engine;
+  int num_threads = 4;
+  bool progress_thread = true;
+};
+
+// The row of one run of `experiment` with N = n: what `run` fills in, or the
+// error it threw. A ChannelError (a target lost) goes on up.
+FanRow fan_row(const char* experiment, int n, const std::function<void(FanRow&)>& run);
+
+// Counts one writer's checked blocks into `row`: true when all `checked` of
+// them hold their bytes, else false with `whose` named in the row's error
+// (when it has none yet).
+bool tally_verified(FanRow& row, const std::string& whose, std::size_t checked, std::uint64_t good,
+                    std::uint64_t bad);
+
+// The slowest of `each` over their mean (1.00: an even share).
+double share_of_slowest(const std::vector<double>& each);
+
+// incast.cc: one incast run, n initiator processes writing into `target`.
+FanRow run_incast(const FanParams& p, int n, TargetProcess& target);
+
 // table (and the JSON with --json). 0 when every run verified.
 int run_fan(const BenchArgs& args);
 

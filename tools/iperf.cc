@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "channel.h"
 #include "perftest.h"
+#include "spinner.h"
 #include "subprocess.h"
 
 namespace kvxfer::tools {
@@ -159,15 +159,8 @@ IperfResult run_iperf3_pairs(const IperfRequest& request, int pairs) {
 }
 
 IperfResult run_iperf3_beside_spinner(const IperfRequest& request) {
-  std::atomic<bool> stop{false};
-  std::thread spinner([&stop] {
-    while (!stop.load(std::memory_order_relaxed)) {
-    }
-  });
-  IperfResult result = run_iperf3(request);
-  stop.store(true);
-  spinner.join();
-  return result;
+  const Spinner spinner;
+  return run_iperf3(request);
 }
 
 }  // namespace kvxfer::tools

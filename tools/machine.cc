@@ -2,6 +2,7 @@
 #include "machine.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/utsname.h>
 #include <ucp/api/ucp.h>
@@ -120,6 +121,17 @@ double others_cores(const CpuSample& before, const CpuSample& after) {
   if (wall <= 0) return 0;
   const double others = (after.busy_s - before.busy_s) - (after.ours_s - before.ours_s);
   return std::max(0.0, others / wall);
+}
+
+double load_average() {
+  double one = 0;
+  std::ifstream("/proc/loadavg") >> one;
+  return one;
+}
+
+std::int64_t heap_in_use() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return static_cast<std::int64_t>(m.uordblks + m.hblkhd);
 }
 
 MachineInfo machine_info() {

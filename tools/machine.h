@@ -53,6 +53,12 @@ double process_cpu_s(pid_t pid);
 double threads_cpu_s(pid_t pid);
 // Cores' worth of CPU that other processes used between two samples.
 double others_cores(const CpuSample& before, const CpuSample& after);
+// The 1-minute load average, from /proc/loadavg.
+double load_average();
+// This process's malloc heap in use (glibc's mallinfo2). UCX's own mmap'd
+// pools are outside it: a figure from it is the C++ side's growth plus
+// whatever UCX takes from malloc.
+std::int64_t heap_in_use();
 
 // Time a running thread loses to its machine. A thread that does nothing
 // but read the clock sees a gap between two reads whenever something else

@@ -63,14 +63,9 @@ int run_demo(const DemoArgs& a) {
   const TargetGeometry& g = target->open(a.block_len, a.pool_bytes, fingerprint);
 
   Pool pool(a.pool_bytes);
-  for (std::uint64_t i = 0; i < num_blocks; ++i) {
-    fill_block(pool.data() + i * a.block_len, a.block_len, seed, i);
-  }
-  Options options;
-  options.config_fields = bench_config_fields(a.tls);
-  options.engine_config = engine_config_for(a.tls);
+  fill_blocks(pool.data(), a.block_len, num_blocks, seed);
   Transport transport(fmt::format("initiator-{}", ::getpid()),
-                      Region{pool.data(), num_blocks, a.block_len}, options);
+                      Region{pool.data(), num_blocks, a.block_len}, bench_options(a.tls));
   transport.add_remote_peer("target", g.metadata, g.base, g.num_blocks, g.block_len);
 
   std::mt19937_64 rng(seed);

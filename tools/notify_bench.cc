@@ -70,7 +70,7 @@ ModeResult run_mode(const BenchArgs& args, TargetProcess& target, Transport& tra
     const auto id = with_data ? transport.write_blocks(kPeer, std::span(&local, 1),
                                                        std::span(&remote, 1), message)
                               : transport.send_notification(kPeer, message);
-    call_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    call_us.push_back(micros(Clock::now() - t0));
     if (!id) {
       r.error = fmt::format("notification {} failed to post", i);
       break;

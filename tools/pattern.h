@@ -28,6 +28,13 @@ inline void fill_block(std::uint8_t* block, std::size_t block_len, std::uint64_t
   for (; off < block_len; ++off) block[off] = static_cast<std::uint8_t>(base >> (off % 8));
 }
 
+// Blocks [0, count) of a pool of `block_len`-byte blocks, each with its
+// pattern for `seed`.
+inline void fill_blocks(std::uint8_t* pool, std::size_t block_len, std::uint64_t count,
+                        std::uint64_t seed) {
+  for (std::uint64_t i = 0; i < count; ++i) fill_block(pool + i * block_len, block_len, seed, i);
+}
+
 inline bool block_matches(const std::uint8_t* block, std::size_t block_len, std::uint64_t seed,
                           std::uint64_t index) {
   const std::uint64_t base = mix64(seed ^ mix64(index));

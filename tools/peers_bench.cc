@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include "bench_config.h"
 #include "kvxfer/loopback.h"
 #include "kvxfer/transport.h"
+#include "machine.h"
 #include "pool.h"
 #include "target_process.h"
 
@@ -28,13 +28,6 @@ namespace kvxfer::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
-
-std::int64_t heap_in_use() {
-  const struct mallinfo2 m = ::mallinfo2();
-  return static_cast<std::int64_t>(m.uordblks + m.hblkhd);
-}
 
 std::int64_t rss_bytes() {
   std::ifstream statm("/proc/self/statm");
@@ -212,9 +205,7 @@ std::vector<Checkpoint> run_tcp(const PeersArgs& a, const std::vector<int>& poin
   if (!a.quiet) fmt::print(stderr, "\n");
   constexpr std::uint64_t kBlocks = 16;
   Pool local(kBlocks * a.block_len);
-  Options options;
-  options.config_fields = bench_config_fields(tls);
-  options.engine_config = engine_config_for(tls);
+  const Options options = bench_options(tls);
   std::vector<Checkpoint> out;
   {
     Transport initiator(fmt::format("peers-initiator-{}", ::getpid()),

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kvxfer/metrics.h"
 #include "kvxfer/transport.h"
 #include "machine.h"
 #include "pool.h"
@@ -51,6 +53,48 @@ json opt(const std::optional<T>& v) {
 }
 
 }  // namespace
+
+std::optional<double> ratio_of(const std::optional<double>& gbps,
+                               const std::optional<double>& baseline) {
+  if (!gbps || !baseline || *baseline <= 0) return std::nullopt;
+  return *gbps / *baseline;
+}
+
+std::optional<double> CaseResult::memcpy_ratio() const { return ratio_of(gbps, memcpy_gbps); }
+
+std::optional<double> CaseResult::memcpy_all_ratio() const {
+  return ratio_of(gbps, memcpy_all_gbps);
+}
+
+std::optional<double> CaseResult::perftest_ratio() const { return ratio_of(gbps, perftest.gbps); }
+
+std::optional<bool> BenchReport::raw_tcp_agrees() const {
+  if (!raw_tcp_gbps || !iperf3.gbps || *iperf3.gbps <= 0) return std::nullopt;
+  return std::abs(*raw_tcp_gbps - *iperf3.gbps) <= kRawTcpAgreement * *iperf3.gbps;
+}
+
+std::optional<double> BenchReport::vs_iperf3(const CaseResult& c) const {
+  return ratio_of(c.gbps, iperf3.gbps);
+}
+
+std::optional<double> BenchReport::tcp_vs_ucx(const CaseResult& c) const {
+  if (c.lane != "tcp" && c.lane != "ucx") return std::nullopt;
+  const auto find = [&](const char* lane) -> const CaseResult* {
+    for (const CaseResult& o : cases) {
+      if (o.lane == lane && o.spec.name == c.spec.name) return &o;
+    }
+    return nullptr;
+  };
+  const CaseResult* tcp = find("tcp");
+  const CaseResult* ucx = find("ucx");
+  if (tcp == nullptr || ucx == nullptr) return std::nullopt;
+  return ratio_of(tcp->gbps, ucx->gbps);
+}
+
+bool BenchReport::all_verified() const {
+  return !cases.empty() &&
+         std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) { return c.verified; });
+}
 
 void print_table(const BenchReport& report, std::FILE* out) {
   // The all-cores memcpy column is named for its thread count, so a reader
@@ -387,6 +431,13 @@ void write_json(const BenchReport& report, const std::string& path) {
   std::ofstream out(path);
   out << doc.dump(2) << '\n';
   if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+void write_metrics(const std::vector<Metrics>& metrics, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << prometheus_text(metrics);
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("cannot write the metrics to {}", path));
 }
 
 std::string write_plot(const BenchReport& report, const std::string& path) {

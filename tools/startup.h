@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // `kvxfer startup`: where the time of a Transport's construction goes
-// (issue 11, target 6). Times the UCX steps the engine makes, one by one,
-// on their own (config read, ucp_init, worker create, mem_map of the pool,
-// rkey pack, worker address), then whole Transports with and without the
-// progress thread and on the loopback engine, so what is left is ours.
+// (issue 11, target 6). Times whole Transports as the bench makes them
+// (--tls), with and without the progress thread, with the UCX lane forced on
+// and off (KVXFER_RMA), and on the loopback engine (the core alone); each row
+// names the lanes it built. Touches only the Transports it makes.
 #pragma once
 
 #include <cstdint>

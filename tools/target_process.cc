@@ -135,9 +135,7 @@ class TargetSession {
         pool_.reset();
         pool_ = std::make_unique<Pool>(region);
       }
-      Options options;
-      options.config_fields = bench_config_fields(config_.tls);
-      options.engine_config = engine_config_for(config_.tls);
+      Options options = bench_options(config_.tls);
       for (const auto& [key, value] : config_.engine) options.engine_config[key] = value;
       transport_ = std::make_unique<Transport>(
           fmt::format("bench-target-{}-{}", ::getpid(), ++opens_),

@@ -3,11 +3,17 @@
 // fixed-bucket histogram when there are too many to keep one by one.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace kvxfer::tools {
+
+// A call's duration in µs, the unit of every Timing.
+inline double micros(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
 
 struct Timing {
   std::uint64_t count = 0;
