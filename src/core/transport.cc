@@ -31,6 +31,8 @@ namespace kvxfer {
 namespace internal {
 namespace {
 
+constexpr std::chrono::milliseconds kCloseLogFlushTimeout{1000};
+
 // Every numeric option is checked here, before anything reads it: the policy
 // and the engines take them as given.
 Options checked(Options options) {
@@ -190,10 +192,15 @@ void TransportState::close() {
   while (engine_drivers_.load() != 0) std::this_thread::yield();
   mu_.assert_not_held("the engine's shutdown");
   engine_->shutdown();
-  MutexLock lock(mu_);
-  shutting_down_ = false;
-  closed_ = true;
-  log().info("kvxfer {}: closed", agent_name_);
+  {
+    MutexLock lock(mu_);
+    shutting_down_ = false;
+    closed_ = true;
+    log().info("kvxfer {}: closed", agent_name_);
+  }
+  // What the transport logged reaches a user's log sink before close()
+  // returns; a sink that stalls holds it up for a second at most.
+  static_cast<void>(flush_log(kCloseLogFlushTimeout));
 }
 
 HandleCounts TransportState::engine_live() const {
