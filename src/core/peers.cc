@@ -84,7 +84,6 @@ void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t
   std::string reason;
   mu_.assert_not_held("a peer's connect");
   const Status st = engine_->connect(reg.blob, reg.remote, &handle, &reason);
-  MutexLock lock(mu_);
   if (st != Status::kSuccess) {
     // The engine's reason, not only its status: the caller must learn what
     // to change without reading our log.
@@ -92,26 +91,32 @@ void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t
                                          agent_name_, peer_id, status_name(st),
                                          reason.empty() ? "the engine gave no reason" : reason));
   }
-  auto it = generations_.find(peer_id);
-  const bool fresh = !closing_ && it != generations_.end() && it->second == gen;
-  if (fresh) {
-    auto peer = std::make_unique<Peer>();
-    peer->id = peer_id;
-    peer->handle = handle;
-    peer->num_blocks = reg.remote.num_blocks;
-    peer->block_len = reg.remote.block_len;
-    peer->counters.peer_id = peer_id;
-    peer->counters.num_blocks = reg.remote.num_blocks;
-    peer->shared_id = std::make_shared<const std::string>(peer_id);
-    peer->lane = engine_->lane(handle);
-    peers_.emplace(peer_id, std::move(peer));
-    log().info("kvxfer {}: registered peer={} ({} blocks)", agent_name_, peer_id,
-               reg.remote.num_blocks);
-    return;
+  {
+    MutexLock lock(mu_);
+    auto it = generations_.find(peer_id);
+    const bool fresh = !closing_ && it != generations_.end() && it->second == gen;
+    if (fresh) {
+      auto peer = std::make_unique<Peer>();
+      peer->id = peer_id;
+      peer->handle = handle;
+      peer->num_blocks = reg.remote.num_blocks;
+      peer->block_len = reg.remote.block_len;
+      peer->counters.peer_id = peer_id;
+      peer->counters.num_blocks = reg.remote.num_blocks;
+      peer->shared_id = std::make_shared<const std::string>(peer_id);
+      peer->lane = engine_->lane(handle);
+      peers_.emplace(peer_id, std::move(peer));
+      log().info("kvxfer {}: registered peer={} ({} blocks)", agent_name_, peer_id,
+                 reg.remote.num_blocks);
+      return;
+    }
   }
-  // Nothing else ever saw these handles: release them here.
+  // Nothing else ever saw these handles: release them here, outside the
+  // lock, as remove_peer() does. The disconnect may wait (a peer that froze
+  // while we connected), and on the ucx lane without a progress thread it
+  // takes the UCX driver's turn itself, running UCX's callbacks.
   log().info("kvxfer {}: discarding superseded registration for peer={}", agent_name_, peer_id);
-  if (const Status d = engine_->disconnect(handle); d != Status::kSuccess) {
+  if (const Status d = disconnect_in_engine(handle); d != Status::kSuccess) {
     log().warn("kvxfer {}: releasing superseded registration for peer={} failed: {}", agent_name_,
                peer_id, status_name(d));
   }
