@@ -109,7 +109,7 @@ SAN_ENV = UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DKVXFER_BUILD_PYTHON=OFF -DKVXFER_BUILD_BENCH=OFF \
   -DKVXFER_BUILD_TOOLS=OFF -DKVXFER_BUILD_SOAK=OFF
 
-.PHONY: test-asan test-tsan fuzz
+.PHONY: test-asan test-tsan fuzz tsa
 test-asan: deps
 	cmake -S . -B build-asan $(SAN_FLAGS) -DKVXFER_BUILD_CORPUS_REPLAYS=OFF -DKVXFER_SANITIZE=address
 	cmake --build build-asan -j$(JOBS)
@@ -123,6 +123,19 @@ test-tsan: deps
 	$(SAN_ENV) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) -L 'unit|integration' \
 	  -LE 'slow|timing' --timeout 900
+
+# Clang's thread-safety analysis of the library (not the tests, tool or
+# module): the one-lock rule is written as annotations (GUARDED_BY, REQUIRES,
+# EXCLUDES; src/common/thread_annotations.h), and a broken one is an error
+# here; clang's other warnings stay warnings in this stage. Unoptimised and
+# without debug info: only the front end's verdict matters.
+TSA_BUILD ?= build-tsa
+tsa: deps
+	CC=clang CXX=clang++ cmake -S . -B $(TSA_BUILD) -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_CXX_FLAGS="-Wthread-safety -Werror=thread-safety" \
+	  -DKVXFER_WERROR=OFF -DKVXFER_BUILD_TESTS=OFF -DKVXFER_BUILD_TOOLS=OFF \
+	  -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_PYTHON=OFF
+	cmake --build $(TSA_BUILD) -j$(JOBS) --target kvxfer
 
 # libFuzzer targets (clang), each run for FUZZ_SECONDS on its seed corpus,
 # FUZZ_JOBS at a time (CI: 7 s each, two at a time; `make test` replays

@@ -5,6 +5,7 @@
 // critical, off), read when the library first logs.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string_view>
 
@@ -31,19 +32,27 @@ using LogSink = std::function<void(LogLevel level, std::string_view message)>;
 
 // Sends every record to `sink` instead of stderr; nullptr restores stderr.
 //
-// Threading: records come from any thread (a caller's, the registration
-// worker, an engine's progress or copier threads), and the sink may be called
-// from several threads at once: the logger takes no lock of its own around
-// the call, so a sink that needs one brings its own, and a sink that must
-// wait for something else (an interpreter lock, say) cannot deadlock against
-// the logger. A record may be emitted while a Transport holds its internal
-// lock, so a sink must not call into a Transport, and must not wait for
-// anything a thread calling into a Transport may hold while it waits: the
-// Python module releases the GIL around every such call for this reason.
+// Threading: the sink runs on one thread of the library's own (named
+// kvxfer-log), one record at a time, in the order the records were logged,
+// never on the thread that logged them. So it runs under none of the
+// library's locks: it may call into a Transport (stats(), poll(), ...) and
+// may wait for anything (an interpreter lock, say) without stalling or
+// deadlocking the thread that logged. Records wait in a bounded queue: a
+// sink that falls behind by thousands of records makes the library drop
+// records rather than wait, and then receives one warning that says how
+// many it lost. Records therefore reach the sink a little after the call
+// that logged them returns: flush_log() waits for them. Transport::close()
+// and the process's exit wait (about a second at most) for records already
+// logged.
 //
-// A record already on its way when set_log_sink returns may still reach the
-// previous sink, which stays alive (its std::function is not destroyed) until
-// that call returns.
+// A record reaches the sink that was set when it was logged, also when
+// set_log_sink has replaced that sink since; the sink (its std::function)
+// stays alive until its last record is in.
 void set_log_sink(LogSink sink);
+
+// Waits until every record logged before the call has reached its sink (or
+// was dropped and reported), for at most `timeout`. True when it has. From
+// the sink itself it does not wait: it returns whether the queue is empty.
+bool flush_log(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 }  // namespace kvxfer

@@ -13,9 +13,10 @@ kvxfer.Transport is the same with strict argument checks::
     tid = t.write_blocks("peer-1", np.array([0, 1], np.int64), np.array([5, 6], np.int64))
     result = t.poll("peer-1")          # PollResult(done=(tid,), failed=(), peer_fault=None)
 
-Log records go to logging.getLogger("kvxfer"). The library's level follows
-that logger's effective level when a Transport is made; after changing it
-later, call kvxfer.sync_log_level().
+Log records go to logging.getLogger("kvxfer"), handed over by the library's
+log thread a little after the call that logged them; kvxfer.flush_log() waits
+for them. The library's level follows that logger's effective level when a
+Transport is made; after changing it later, call kvxfer.sync_log_level().
 """
 
 from ._kvxfer import (
@@ -23,6 +24,7 @@ from ._kvxfer import (
     Status,
     SupersededError,
     __version__,
+    flush_log,
     shared_pool,
     sync_log_level,
 )
@@ -64,6 +66,7 @@ __all__ = [
     "Transport",
     "__version__",
     "config_fingerprint",
+    "flush_log",
     "info",
     "loopback",
     "shared_pool",

@@ -2,6 +2,7 @@
 #include "log_bridge.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string_view>
@@ -66,12 +67,9 @@ LogLevel library_level(int level) {
 
 // Hands each record to logging.getLogger("kvxfer").log(level, message).
 //
-// Records come from any thread: a caller's (the GIL is released around
-// every call that can log while holding the transport's lock), the
-// registration worker, an engine thread. The GIL serializes them, so the
-// sink has no lock of its own: a sink lock held while waiting for the GIL
-// would deadlock against a thread that holds the GIL and logs. The logger
-// holds none around the call either (kvxfer/log.h promises that).
+// Records come from the library's log thread alone (kvxfer/log.h), which
+// holds none of the library's locks while it waits for the GIL, so a caller
+// holding the GIL that logs (or calls into a transport) never waits for it.
 //
 // Once the interpreter starts finalizing, a thread that asks for the GIL is
 // stopped for good, even one holding a transport's lock. So the atexit hook
@@ -103,8 +101,10 @@ class PythonLoggingSink {
   // Called with the GIL held. Waits (GIL released) for records already on
   // their way into Python.
   void detach() {
-    attached_.store(false);
     py::gil_scoped_release nogil;
+    // What was logged before exit reaches logging while it still can.
+    static_cast<void>(flush_log(std::chrono::seconds(1)));
+    attached_.store(false);
     while (in_flight_.load() != 0) std::this_thread::yield();
   }
 

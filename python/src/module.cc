@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "arguments.h"
+#include "kvxfer/log.h"
 #include "kvxfer/loopback.h"
 #include "kvxfer/metrics.h"
 #include "kvxfer/shared_pool.h"
@@ -511,6 +512,18 @@ PYBIND11_MODULE(_kvxfer, m) {
   m.attr("_MAX_STALL_TIMEOUT_S") = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;
   m.def("sync_log_level", &sync_log_level,
         "Sets the library's log level from logging.getLogger('kvxfer').");
+  m.def(
+      "flush_log",
+      [](double timeout) {
+        // The log thread needs the GIL to hand records to logging.
+        py::gil_scoped_release nogil;
+        return kvxfer::flush_log(
+            std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000)));
+      },
+      py::arg("timeout") = 5.0,
+      "Waits (at most `timeout` seconds) until every record the library logged so far has "
+      "reached logging.getLogger('kvxfer'); True when it has. Records are handed to logging by "
+      "the library's log thread, a little after the call that logged them returns.");
 
   install_log_bridge();
 }

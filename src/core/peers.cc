@@ -64,7 +64,6 @@ TransportState::Registration TransportState::validate_peer(
 
 std::uint64_t TransportState::begin_registration(const std::string& peer_id,
                                                  PeerHandle* old_handle) {
-  // Caller holds mu_.
   const std::uint64_t gen = ++next_gen_;
   generations_[peer_id] = gen;
   // Re-adding takes the old registration out first: no stale endpoint is
@@ -83,8 +82,8 @@ void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t
                                        const Registration& reg) {
   PeerHandle handle = 0;
   std::string reason;
+  mu_.assert_not_held("a peer's connect");
   const Status st = engine_->connect(reg.blob, reg.remote, &handle, &reason);
-  std::unique_lock lock(mu_);
   if (st != Status::kSuccess) {
     // The engine's reason, not only its status: the caller must learn what
     // to change without reading our log.
@@ -92,26 +91,32 @@ void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t
                                          agent_name_, peer_id, status_name(st),
                                          reason.empty() ? "the engine gave no reason" : reason));
   }
-  auto it = generations_.find(peer_id);
-  const bool fresh = !closing_ && it != generations_.end() && it->second == gen;
-  if (fresh) {
-    auto peer = std::make_unique<Peer>();
-    peer->id = peer_id;
-    peer->handle = handle;
-    peer->num_blocks = reg.remote.num_blocks;
-    peer->block_len = reg.remote.block_len;
-    peer->counters.peer_id = peer_id;
-    peer->counters.num_blocks = reg.remote.num_blocks;
-    peer->shared_id = std::make_shared<const std::string>(peer_id);
-    peer->lane = engine_->lane(handle);
-    peers_.emplace(peer_id, std::move(peer));
-    log().info("kvxfer {}: registered peer={} ({} blocks)", agent_name_, peer_id,
-               reg.remote.num_blocks);
-    return;
+  {
+    MutexLock lock(mu_);
+    auto it = generations_.find(peer_id);
+    const bool fresh = !closing_ && it != generations_.end() && it->second == gen;
+    if (fresh) {
+      auto peer = std::make_unique<Peer>();
+      peer->id = peer_id;
+      peer->handle = handle;
+      peer->num_blocks = reg.remote.num_blocks;
+      peer->block_len = reg.remote.block_len;
+      peer->counters.peer_id = peer_id;
+      peer->counters.num_blocks = reg.remote.num_blocks;
+      peer->shared_id = std::make_shared<const std::string>(peer_id);
+      peer->lane = engine_->lane(handle);
+      peers_.emplace(peer_id, std::move(peer));
+      log().info("kvxfer {}: registered peer={} ({} blocks)", agent_name_, peer_id,
+                 reg.remote.num_blocks);
+      return;
+    }
   }
-  // Nothing else ever saw these handles: release them here.
+  // Nothing else ever saw these handles: release them here, outside the
+  // lock, as remove_peer() does. The disconnect may wait (a peer that froze
+  // while we connected), and on the ucx lane without a progress thread it
+  // takes the UCX driver's turn itself, running UCX's callbacks.
   log().info("kvxfer {}: discarding superseded registration for peer={}", agent_name_, peer_id);
-  if (const Status d = engine_->disconnect(handle); d != Status::kSuccess) {
+  if (const Status d = disconnect_in_engine(handle); d != Status::kSuccess) {
     log().warn("kvxfer {}: releasing superseded registration for peer={} failed: {}", agent_name_,
                peer_id, status_name(d));
   }
@@ -127,12 +132,12 @@ void TransportState::add_peer(const std::string& peer_id, std::span<const std::u
   std::uint64_t gen = 0;
   PeerHandle old_handle = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     throw_if_closing();
     gen = begin_registration(peer_id, &old_handle);
     ++active_connects_;
   }
-  const EngineCall call(*this, active_connects_);
+  const EngineCall call(*this, EngineCallKind::kConnect);
   if (old_handle != 0) disconnect_peer(old_handle, peer_id);
   build_and_publish(peer_id, gen, reg);
 }
@@ -149,7 +154,7 @@ std::future<void> TransportState::add_peer_async(const std::string& peer_id,
   PeerHandle old_handle = 0;
   bool taken = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     throw_if_closing();
     const std::uint64_t gen = begin_registration(peer_id, &old_handle);
     // The task owns the old registration's handle and disconnects it on the
@@ -172,7 +177,7 @@ std::future<void> TransportState::add_peer_async(const std::string& peer_id,
   }
   if (!taken) {
     if (old_handle != 0) {
-      const EngineCall call(*this, active_disconnects_);
+      const EngineCall call(*this, EngineCallKind::kDisconnect);
       disconnect_peer(old_handle, peer_id);
     }
     throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
@@ -183,7 +188,7 @@ std::future<void> TransportState::add_peer_async(const std::string& peer_id,
 void TransportState::remove_peer(const std::string& peer_id) {
   PeerHandle handle = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     throw_if_closing();
     // Invalidate any registration still being built so its worker releases
     // the handles instead of publishing them.
@@ -197,12 +202,12 @@ void TransportState::remove_peer(const std::string& peer_id) {
   }
   // The peer is out of every table: nothing else reaches its handle, and the
   // disconnect (which waits on a frozen or cut-off peer) holds up no one.
-  const EngineCall call(*this, active_disconnects_);
+  const EngineCall call(*this, EngineCallKind::kDisconnect);
   disconnect_peer(handle, peer_id);
 }
 
 std::vector<std::string> TransportState::peer_ids() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> ids;
   ids.reserve(peers_.size());
   for (const auto& [id, peer] : peers_) ids.push_back(id);
@@ -211,8 +216,8 @@ std::vector<std::string> TransportState::peer_ids() const {
 }
 
 PeerHandle TransportState::detach_peer(Peer& peer) {
-  // Caller holds mu_. Its transfers are drained: released, never reported
-  // (telemetry records them cancelled).
+  // Its transfers are drained: released, never reported (telemetry records
+  // them cancelled).
   Ticks now = 0;
   while (peer.head != nullptr) {
     record_finished(*peer.head, TransferResult::kCancelled, now);
@@ -222,12 +227,16 @@ PeerHandle TransportState::detach_peer(Peer& peer) {
 }
 
 void TransportState::disconnect_peer(PeerHandle handle, const std::string& peer_id) {
-  // Caller does not hold mu_.
-  if (const Status st = engine_->disconnect(handle); st != Status::kSuccess) {
+  if (const Status st = disconnect_in_engine(handle); st != Status::kSuccess) {
     log().warn("kvxfer {}: releasing handles of peer={} failed: {}", agent_name_, peer_id,
                status_name(st));
   }
   log().info("kvxfer {}: removed peer={}", agent_name_, peer_id);
+}
+
+Status TransportState::disconnect_in_engine(PeerHandle handle) {
+  mu_.assert_not_held("a peer's disconnect");
+  return engine_->disconnect(handle);
 }
 
 }  // namespace kvxfer::internal

@@ -9,7 +9,7 @@ RegistrationWorker::~RegistrationWorker() { stop(); }
 
 bool RegistrationWorker::submit(Task task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return false;
     queue_.push_back(std::move(task));
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
@@ -21,27 +21,27 @@ bool RegistrationWorker::submit(Task task) {
 void RegistrationWorker::stop() {
   std::deque<Task> abandoned;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     abandoned.swap(queue_);
   }
   for (auto& task : abandoned) task(false);
 }
 
 std::size_t RegistrationWorker::pending() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return queue_.size() + running_;
 }
 
 void RegistrationWorker::loop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) lock.wait(cv_);
     if (stopping_) return;
     Task task = std::move(queue_.front());
     queue_.pop_front();

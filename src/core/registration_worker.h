@@ -7,8 +7,10 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace kvxfer::internal {
 
@@ -26,22 +28,23 @@ class RegistrationWorker {
 
   // Returns false (and does not take the task) once stop() was called. The
   // thread starts with the first task.
-  bool submit(Task task);
+  bool submit(Task task) EXCLUDES(mu_);
 
   // Stops taking tasks, lets the running one finish, abandons the queued
   // ones, joins the thread. Idempotent.
-  void stop();
+  void stop() EXCLUDES(mu_);
 
-  [[nodiscard]] std::size_t pending() const;
+  [[nodiscard]] std::size_t pending() const EXCLUDES(mu_);
 
  private:
-  void loop();
+  void loop() EXCLUDES(mu_);
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;
-  std::size_t running_ = 0;
-  bool stopping_ = false;
+  std::deque<Task> queue_ GUARDED_BY(mu_);
+  std::size_t running_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  // Started by the first submit() (under mu_), joined by stop().
   std::thread thread_;
 };
 

@@ -129,7 +129,7 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
   }
   if (local.empty()) throw std::invalid_argument(fmt::format("{} needs at least one block", call));
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const CallTimer timer(op == Op::kWrite ? &write_blocks_duration_ : nullptr, started);
   // The caller's lists are read exactly once, here: another thread may be
   // changing them (a numpy array it writes to), and an index that changed
@@ -173,7 +173,7 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
 std::optional<TransferId> TransportState::send_notification(std::string_view peer_id,
                                                             std::span<const std::uint8_t> message,
                                                             Ticks started) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const std::span<const std::uint8_t> copy = copy_notification(message, /*required=*/true);
   throw_if_closing();
   Peer* peer = find_peer_for(peer_id, "send_notification");
@@ -184,7 +184,7 @@ std::optional<TransferId> TransportState::send_notification(std::string_view pee
 std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::get_notifications() {
   std::vector<Notification> taken;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     throw_if_closing();
     engine_->take_notifications(&taken);
   }
@@ -273,7 +273,7 @@ void TransportState::record_into_ring(const Inflight& e, TransferResult result, 
 }
 
 Telemetry TransportState::take_telemetry() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   throw_if_closing();
   return telemetry_ ? telemetry_->take() : Telemetry{};
 }
@@ -331,7 +331,7 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id, Ticks s
   // this call is all that drives the engine, and a target receives what
   // peers send only while its worker is progressed.
   drive_engine();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const CallTimer timer(&poll_duration_, started);
   throw_if_closing();
   Peer* scoped = nullptr;
@@ -379,7 +379,7 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id, Ticks s
 std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, CancelMode mode) {
   std::vector<TransferId> still;
   if (mode != CancelMode::kImmediate) drive_engine();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   throw_if_closing();
   if (mode == CancelMode::kImmediate) {
     // The engine keeps whatever a WRITE still in flight needs; forgetting it

@@ -31,6 +31,8 @@ namespace kvxfer {
 namespace internal {
 namespace {
 
+constexpr std::chrono::milliseconds kCloseLogFlushTimeout{1000};
+
 // Every numeric option is checked here, before anything reads it: the policy
 // and the engines take them as given.
 Options checked(Options options) {
@@ -113,7 +115,7 @@ TransportState::~TransportState() { close(); }
 
 std::vector<std::uint8_t> TransportState::metadata() const {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     throw_if_closing();
   }
   wire::AgentMetadata m;
@@ -130,7 +132,7 @@ std::vector<std::uint8_t> TransportState::metadata() const {
 }
 
 bool TransportState::record_post_failure(std::string_view peer_id, std::string_view cause) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   throw_if_closing();
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) return false;
@@ -146,7 +148,7 @@ bool TransportState::record_post_failure(std::string_view peer_id, std::string_v
 
 void TransportState::close() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (closing_) return;
     closing_ = true;
   }
@@ -154,10 +156,9 @@ void TransportState::close() {
   worker_.stop();
   std::vector<std::pair<PeerHandle, std::string>> peers;
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     // Connects and disconnects still running outside the lock finish first.
-    engine_calls_done_.wait(lock,
-                            [this] { return active_connects_ == 0 && active_disconnects_ == 0; });
+    while (active_connects_ != 0 || active_disconnects_ != 0) lock.wait(engine_calls_done_);
     for (auto& [id, e] : inflight_) {
       if (const Status st = engine_->release(e.handle); st != Status::kSuccess) {
         log().warn("kvxfer {}: releasing transfer_id={} failed: {}", agent_name_, id,
@@ -181,7 +182,7 @@ void TransportState::close() {
   // Nor does the shutdown, which may drain for seconds: nothing else calls
   // into the engine now (stats() and metrics() read what it held before).
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     shutdown_live_ = engine_->live();
     shutdown_counters_ = engine_->counters();
     shutting_down_ = true;
@@ -189,11 +190,17 @@ void TransportState::close() {
   // No poll drives the engine from here on (drive_engine()).
   engine_closing_.store(true);
   while (engine_drivers_.load() != 0) std::this_thread::yield();
+  mu_.assert_not_held("the engine's shutdown");
   engine_->shutdown();
-  std::lock_guard lock(mu_);
-  shutting_down_ = false;
-  closed_ = true;
-  log().info("kvxfer {}: closed", agent_name_);
+  {
+    MutexLock lock(mu_);
+    shutting_down_ = false;
+    closed_ = true;
+    log().info("kvxfer {}: closed", agent_name_);
+  }
+  // What the transport logged reaches a user's log sink before close()
+  // returns; a sink that stalls holds it up for a second at most.
+  static_cast<void>(flush_log(kCloseLogFlushTimeout));
 }
 
 HandleCounts TransportState::engine_live() const {
@@ -206,7 +213,7 @@ std::map<std::string, std::uint64_t> TransportState::engine_counters() const {
 
 Stats TransportState::stats() const {
   Stats s;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   s.live = engine_live();
   s.inflight = inflight_.size();
   s.registrations_pending = worker_.pending();
@@ -238,7 +245,7 @@ Metrics TransportState::metrics() const {
   for (std::size_t i = 0; i < kNumTransferOps; ++i) m.transfer_latency[i] = latency_[i].snapshot();
   m.write_blocks_duration = write_blocks_duration_.snapshot();
   m.poll_duration = poll_duration_.snapshot();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   m.ops = ops_;
   m.post_failures = post_failures_;
   m.posts_refused = posts_refused_;

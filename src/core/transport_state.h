@@ -12,7 +12,6 @@
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -23,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "core/index_set.h"
 #include "core/peer_policy.h"
 #include "core/registration_worker.h"
@@ -96,12 +97,13 @@ class TransportState {
 
   // peers.cc
   void add_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
-                std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len);
+                std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len)
+      EXCLUDES(mu_);
   std::future<void> add_peer_async(const std::string& peer_id,
                                    std::span<const std::uint8_t> metadata, std::uintptr_t base_addr,
-                                   std::uint64_t num_blocks, std::uint64_t block_len);
-  void remove_peer(const std::string& peer_id);
-  std::vector<std::string> peer_ids() const;
+                                   std::uint64_t num_blocks, std::uint64_t block_len) EXCLUDES(mu_);
+  void remove_peer(const std::string& peer_id) EXCLUDES(mu_);
+  std::vector<std::string> peer_ids() const EXCLUDES(mu_);
 
   // transfers.cc (transfer is instantiated there for int64 and int32 indices)
   // `started`: when the public call began if it is sampled (sample_start),
@@ -110,19 +112,21 @@ class TransportState {
   template <typename Int>
   std::optional<TransferId> transfer(Op op, std::string_view peer_id, std::span<const Int> local,
                                      std::span<const Int> remote,
-                                     std::span<const std::uint8_t> notify, Ticks started);
+                                     std::span<const std::uint8_t> notify, Ticks started)
+      EXCLUDES(mu_);
   std::optional<TransferId> send_notification(std::string_view peer_id,
-                                              std::span<const std::uint8_t> message, Ticks started);
-  std::map<std::string, std::vector<std::vector<std::uint8_t>>> get_notifications();
-  PollResult poll(std::optional<std::string_view> peer_id, Ticks started);
-  std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode);
+                                              std::span<const std::uint8_t> message, Ticks started)
+      EXCLUDES(mu_);
+  std::map<std::string, std::vector<std::vector<std::uint8_t>>> get_notifications() EXCLUDES(mu_);
+  PollResult poll(std::optional<std::string_view> peer_id, Ticks started) EXCLUDES(mu_);
+  std::vector<TransferId> cancel(std::span<const TransferId> ids, CancelMode mode) EXCLUDES(mu_);
 
   // transport.cc
-  bool record_post_failure(std::string_view peer_id, std::string_view cause);
-  void close();
-  Stats stats() const;
-  Metrics metrics() const;
-  Telemetry take_telemetry();
+  bool record_post_failure(std::string_view peer_id, std::string_view cause) EXCLUDES(mu_);
+  void close() EXCLUDES(mu_);
+  Stats stats() const EXCLUDES(mu_);
+  Metrics metrics() const EXCLUDES(mu_);
+  Telemetry take_telemetry() EXCLUDES(mu_);
 
   // The start of a public call on the hot path's clock if it is one of the
   // latency_sample_every calls sampled, else 0. Outside the lock: `calls`
@@ -140,7 +144,7 @@ class TransportState {
   std::atomic<std::uint32_t> write_calls_{0};
   std::atomic<std::uint32_t> poll_calls_{0};
   std::atomic<std::uint32_t> other_calls_{0};  // read_blocks, send_notification
-  std::vector<std::uint8_t> metadata() const;
+  std::vector<std::uint8_t> metadata() const EXCLUDES(mu_);
 
   const std::string agent_name_;
   const Region region_;
@@ -150,12 +154,12 @@ class TransportState {
   const std::uint32_t sample_every_;
   std::unique_ptr<Engine> engine_;
 
-  bool closing() const {
-    std::lock_guard lock(mu_);
+  bool closing() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return closing_;
   }
-  bool closed() const {
-    std::lock_guard lock(mu_);
+  bool closed() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return closed_;
   }
 
@@ -171,130 +175,143 @@ class TransportState {
   // Claims the next generation for peer_id and takes out what it had (its
   // transfers released, its handle returned for disconnect_peer(), 0 if
   // none). Caller holds mu_.
-  std::uint64_t begin_registration(const std::string& peer_id, PeerHandle* old_handle);
+  std::uint64_t begin_registration(const std::string& peer_id, PeerHandle* old_handle)
+      REQUIRES(mu_);
   // Connects outside the lock and publishes unless superseded. Throws
   // SupersededError when superseded, std::runtime_error when unreachable.
-  void build_and_publish(const std::string& peer_id, std::uint64_t gen, const Registration& reg);
+  void build_and_publish(const std::string& peer_id, std::uint64_t gen, const Registration& reg)
+      EXCLUDES(mu_);
 
   // Counts a connect or disconnect that runs outside mu_ (the caller
-  // incremented `counter` under mu_) until it ends, so close() can wait for it.
+  // incremented its counter under mu_) until it ends, so close() can wait for it.
+  enum class EngineCallKind { kConnect, kDisconnect };
   class EngineCall {
    public:
-    EngineCall(TransportState& state, int& counter) : state_(state), counter_(counter) {}
+    EngineCall(TransportState& state, EngineCallKind kind) : state_(state), kind_(kind) {}
     ~EngineCall() {
-      std::lock_guard lock(state_.mu_);
-      if (--counter_ == 0) state_.engine_calls_done_.notify_all();
+      MutexLock lock(state_.mu_);
+      int& counter =
+          kind_ == EngineCallKind::kConnect ? state_.active_connects_ : state_.active_disconnects_;
+      if (--counter == 0) state_.engine_calls_done_.notify_all();
     }
     EngineCall(const EngineCall&) = delete;
     EngineCall& operator=(const EngineCall&) = delete;
 
    private:
     TransportState& state_;
-    int& counter_;
+    const EngineCallKind kind_;
   };
 
-  void throw_if_closing() const {
+  void throw_if_closing() const REQUIRES(mu_) {
     if (closing_) throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
   }
   // Releases every transfer of a peer already out of peers_ and returns its
   // engine handle. Caller holds mu_.
-  PeerHandle detach_peer(Peer& peer);
+  PeerHandle detach_peer(Peer& peer) REQUIRES(mu_);
   // The engine's disconnect, which may wait (a frozen or cut-off peer):
   // called without mu_, so other peers' writes and polls go on meanwhile.
-  void disconnect_peer(PeerHandle handle, const std::string& peer_id);
-  void link(Peer* peer, Inflight* e);
-  void unlink(Inflight* e);
-  void release(Inflight* e);
+  void disconnect_peer(PeerHandle handle, const std::string& peer_id) EXCLUDES(mu_);
+  // Every engine disconnect goes through here: checked to run without mu_
+  // (by the analysis, and at run time for paths it cannot follow).
+  Status disconnect_in_engine(PeerHandle handle) EXCLUDES(mu_);
+  void link(Peer* peer, Inflight* e) REQUIRES(mu_);
+  void unlink(Inflight* e) REQUIRES(mu_);
+  void release(Inflight* e) REQUIRES(mu_);
   // Tries again every handle in unreleased_; returns how many are left.
-  std::size_t retry_unreleased();
+  std::size_t retry_unreleased() REQUIRES(mu_);
   // `timed_now`: when the poll began if it is timed, else 0 until a sampled
   // transfer's completion needs it (then read once).
   void poll_peer(Peer* peer, PollResult& out, std::chrono::steady_clock::time_point now,
-                 Ticks& timed_now);
+                 Ticks& timed_now) REQUIRES(mu_);
 
   // A transfer poll() reports: counted for its peer, the transport and, when
   // done, the latency histogram of its op. Caller holds mu_.
-  void count_finished(Inflight& e, bool done, Ticks& timed_now);
+  void count_finished(Inflight& e, bool done, Ticks& timed_now) REQUIRES(mu_);
   // Leaves a telemetry record of a finished transfer when telemetry is on
   // (`now` read once if still 0). Caller holds mu_.
-  void record_finished(const Inflight& e, TransferResult result, Ticks& now) {
+  void record_finished(const Inflight& e, TransferResult result, Ticks& now) REQUIRES(mu_) {
     if (telemetry_) record_into_ring(e, result, now);
   }
-  void record_into_ring(const Inflight& e, TransferResult result, Ticks& now);
+  void record_into_ring(const Inflight& e, TransferResult result, Ticks& now) REQUIRES(mu_);
 
   // Posts the runs (consecutive on both sides) of `blocks` checked pairs,
-  // or a notification alone (no runs). Caller holds mu_.
+  // or a notification alone (no runs).
   std::optional<TransferId> post(Op op, Peer* peer, std::span<const BlockRun> runs,
                                  std::uint64_t blocks, std::span<const std::uint8_t> notify,
-                                 Ticks started);
+                                 Ticks started) REQUIRES(mu_);
   // Copies a caller's notification into scratch_notify_ and checks the copy
   // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
   std::span<const std::uint8_t> copy_notification(std::span<const std::uint8_t> message,
-                                                  bool required);
+                                                  bool required) REQUIRES(mu_);
   // The peer by id, or nullptr after logging `call` to an unknown peer.
-  Peer* find_peer_for(std::string_view peer_id, const char* call);
+  Peer* find_peer_for(std::string_view peer_id, const char* call) REQUIRES(mu_);
   // The warning for a call naming no registered peer; lists the known ones.
-  void warn_unknown_peer(std::string_view peer_id, const char* call);
+  void warn_unknown_peer(std::string_view peer_id, const char* call) REQUIRES(mu_);
 
-  // What the policy decided, counted over every registration (guarded by mu_).
-  PolicyTally tally_;
+  // What the policy decided, counted over every registration.
+  PolicyTally tally_ GUARDED_BY(mu_);
   // Strikes, faults and the stall rule: every judgement of a peer goes here.
   const PeerPolicy policy_;
 
   // Lets the engine make progress outside mu_, so that nothing the engine
   // runs then (the UCX lane's callbacks) runs under the transport's lock.
   // close() waits for these calls to end before it shuts the engine down.
-  void drive_engine();
+  void drive_engine() EXCLUDES(mu_);
   std::atomic<int> engine_drivers_{0};
   std::atomic<bool> engine_closing_{false};
 
-  mutable std::mutex mu_;
+  // The one lock of the transport's state. A Peer or an Inflight is
+  // reached only through peers_ or inflight_, so its fields are guarded
+  // too, though the analysis cannot name mu_ from their structs.
+  mutable Mutex mu_;
   // Signalled when the last connect or disconnect running outside mu_ is
   // done: close() waits for them before it shuts the engine down.
   std::condition_variable engine_calls_done_;
-  bool closing_ = false;
-  bool closed_ = false;
+  bool closing_ GUARDED_BY(mu_) = false;
+  bool closed_ GUARDED_BY(mu_) = false;
   // While close() runs the engine's shutdown (outside mu_: it may drain for
   // seconds), stats() and metrics() report the engine's handles and
   // counters as they were when it began, and never call into the engine.
-  bool shutting_down_ = false;
-  HandleCounts shutdown_live_;
-  std::map<std::string, std::uint64_t> shutdown_counters_;
-  HandleCounts engine_live() const;
-  std::map<std::string, std::uint64_t> engine_counters() const;
-  int active_connects_ = 0;
-  int active_disconnects_ = 0;
-  TransferId next_id_ = 1;
-  std::uint64_t next_gen_ = 0;
-  std::unordered_map<std::string, std::uint64_t, StringHash, std::equal_to<>> generations_;
-  std::unordered_map<std::string, std::unique_ptr<Peer>, StringHash, std::equal_to<>> peers_;
-  std::unordered_map<TransferId, Inflight> inflight_;
+  bool shutting_down_ GUARDED_BY(mu_) = false;
+  HandleCounts shutdown_live_ GUARDED_BY(mu_);
+  std::map<std::string, std::uint64_t> shutdown_counters_ GUARDED_BY(mu_);
+  HandleCounts engine_live() const REQUIRES(mu_);
+  std::map<std::string, std::uint64_t> engine_counters() const REQUIRES(mu_);
+  int active_connects_ GUARDED_BY(mu_) = 0;
+  int active_disconnects_ GUARDED_BY(mu_) = 0;
+  TransferId next_id_ GUARDED_BY(mu_) = 1;
+  std::uint64_t next_gen_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<std::string, std::uint64_t, StringHash, std::equal_to<>> generations_
+      GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::unique_ptr<Peer>, StringHash, std::equal_to<>> peers_
+      GUARDED_BY(mu_);
+  std::unordered_map<TransferId, Inflight> inflight_ GUARDED_BY(mu_);
   // Metrics over the transport's life, removed peers' included.
-  std::array<OpCounters, kNumTransferOps> ops_{};
-  std::uint64_t post_failures_ = 0;
-  std::uint64_t posts_refused_ = 0;
+  std::array<OpCounters, kNumTransferOps> ops_ GUARDED_BY(mu_){};
+  std::uint64_t post_failures_ GUARDED_BY(mu_) = 0;
+  std::uint64_t posts_refused_ GUARDED_BY(mu_) = 0;
   // Post to done, by op, and the durations of whole write_blocks and poll
   // calls (from the facade's entry to the end of the locked part): updated
   // under mu_, read without it.
   std::array<AtomicHistogram, kNumTransferOps> latency_;
   AtomicHistogram write_blocks_duration_;
   AtomicHistogram poll_duration_;
-  // Null unless Options::telemetry.
-  std::unique_ptr<TelemetryRing> telemetry_;
+  // Null unless Options::telemetry; set once, at construction.
+  std::unique_ptr<TelemetryRing> telemetry_ PT_GUARDED_BY(mu_);
   // Transfer handles whose release failed: forgotten by the table but still
   // live in the engine, so retried at close() (and counted until then).
-  std::vector<XferHandle> unreleased_;
+  std::vector<XferHandle> unreleased_ GUARDED_BY(mu_);
   // Reused across calls so the hot path allocates nothing per block.
   // transfer() copies the caller's index lists here once and then reads only
   // these; they stay under mu_ until the engine's post has returned.
-  std::vector<std::int64_t> scratch_local_;
-  std::vector<std::int64_t> scratch_remote_;
-  std::vector<BlockRun> scratch_runs_;
-  std::vector<std::uint8_t> scratch_notify_;
-  IndexSet scratch_seen_;
+  std::vector<std::int64_t> scratch_local_ GUARDED_BY(mu_);
+  std::vector<std::int64_t> scratch_remote_ GUARDED_BY(mu_);
+  std::vector<BlockRun> scratch_runs_ GUARDED_BY(mu_);
+  std::vector<std::uint8_t> scratch_notify_ GUARDED_BY(mu_);
+  IndexSet scratch_seen_ GUARDED_BY(mu_);
   // Failed transfers of a poll: peer, state, the engine's detail (or nullptr).
-  std::vector<std::tuple<Peer*, Status, const char*>> scratch_failures_;
-  std::vector<Inflight*> scratch_finished_;
+  std::vector<std::tuple<Peer*, Status, const char*>> scratch_failures_ GUARDED_BY(mu_);
+  std::vector<Inflight*> scratch_finished_ GUARDED_BY(mu_);
   RegistrationWorker worker_;
 };
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The core under failures, across processes over TCP: a target without a
-// progress thread still receives while its owner polls, and removing a
-// frozen peer holds up no write or poll to a healthy one.
+// progress thread still receives while its owner polls, removing a frozen
+// peer holds up no write or poll to a healthy one, and neither does a
+// registration superseded while it connects.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -9,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,6 +22,7 @@
 
 #include "it_lanes.h"
 #include "it_support.h"
+#include "kvxfer/log.h"
 #include "kvxfer/transport.h"
 
 namespace kvxfer::it {
@@ -45,8 +49,8 @@ TargetOptions tcp_target(std::string name, std::string lane = "tcp") {
 // A UCX transport over TCP whose pool holds the pattern of generation kGen.
 class TcpInitiator {
  public:
-  explicit TcpInitiator(const std::string& lane = "tcp")
-      : pool_(kNumBlocks, kBlockLen), transport_(make(pool_, lane)) {}
+  explicit TcpInitiator(const std::string& lane = "tcp", bool progress_thread = true)
+      : pool_(kNumBlocks, kBlockLen), transport_(make(pool_, lane, progress_thread)) {}
 
   Transport& transport() { return transport_; }
 
@@ -79,10 +83,11 @@ class TcpInitiator {
   }
 
  private:
-  static Transport make(MappedPool& pool, const std::string& lane) {
+  static Transport make(MappedPool& pool, const std::string& lane, bool progress_thread) {
     pool.fill_generation(kGen);
     Options options;
     options.backends = {"UCX"};
+    options.progress_thread = progress_thread;
     options.engine_config = with_tls({}, lane);
     return Transport("initiator", Region{pool.base(), pool.num_blocks(), pool.block_len()},
                      options);
@@ -213,6 +218,105 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(param_info.param) == SIGSTOP ? "Frozen" : "Dead") + "_" +
              std::get<1>(param_info.param);
     });
+
+// Collects the library's error records while it lives.
+class ErrorRecords {
+ public:
+  ErrorRecords() {
+    set_log_sink([this](LogLevel level, std::string_view message) {
+      if (level < LogLevel::kError) return;
+      std::lock_guard lock(mu_);
+      errors_.emplace_back(message);
+    });
+  }
+  ~ErrorRecords() {
+    static_cast<void>(flush_log());
+    set_log_sink(nullptr);
+  }
+  ErrorRecords(const ErrorRecords&) = delete;
+  ErrorRecords& operator=(const ErrorRecords&) = delete;
+
+  std::vector<std::string> all() {
+    static_cast<void>(flush_log());
+    std::lock_guard lock(mu_);
+    return errors_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> errors_;
+};
+
+// A registration removed while it connects is released by the registration
+// worker, outside the transport's lock, as a removal is. Without a progress
+// thread the ucx lane's disconnect takes the UCX driver's turn itself: under
+// the lock, UCX's callbacks would run under it (the core's check of that
+// rule logs an error, and aborts in a build with assertions), and a thread
+// polling meanwhile would wait for the whole close (up to 10 s on a peer
+// that does not answer).
+TEST(CoreFailuresTest, SupersededUcxRegistrationWithoutProgressThreadHoldsUpNoPoll) {
+  TargetProcess healthy(tcp_target("healthy", "ucx"));
+  TargetProcess late(tcp_target("late", "ucx"));
+  ErrorRecords errors;
+  TcpInitiator a("ucx", /*progress_thread=*/false);
+  a.add("healthy", healthy);
+
+  // This thread drives the initiator's UCX worker: its polls are all that
+  // moves it between the registrations' own turns.
+  std::atomic<bool> stop{false};
+  StreamRecord record;
+  std::thread poller([&] {
+    std::int64_t block = 0;
+    while (!stop.load()) {
+      const std::vector<std::int64_t> idx{block};
+      block = (block + 1) % static_cast<std::int64_t>(kNumBlocks);
+      auto started = Clock::now();
+      const auto id = a.write("healthy", idx, idx);
+      const auto write_took = Clock::now() - started;
+      started = Clock::now();
+      const PollResult r = a.transport().poll("healthy");
+      const auto poll_took = Clock::now() - started;
+      record.worst = std::max({record.worst, write_took, poll_took});
+      ++record.calls;
+      if (!id) record.write_refused = true;
+      record.done += r.done.size();
+      std::this_thread::sleep_for(100us);
+    }
+  });
+
+  int superseded = 0;
+  int published = 0;
+  for (int round = 0; round < 10; ++round) {
+    std::future<void> registering = a.transport().add_remote_peer_async(
+        "late", late.metadata(), late.base_addr(), late.num_blocks(), late.block_len());
+    a.transport().remove_remote_peer("late");
+    ASSERT_EQ(registering.wait_for(20s), std::future_status::ready) << "round " << round;
+    try {
+      registering.get();
+      ++published;  // connected before the removal, which then removed it
+    } catch (const SupersededError&) {
+      ++superseded;
+    }
+  }
+  std::this_thread::sleep_for(100ms);  // calls that queued behind the last one
+  stop = true;
+  poller.join();
+
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  std::cout << "  " << superseded << " of 10 registrations superseded; worst write_blocks/poll "
+            << "to the healthy peer meanwhile " << ms(record.worst) << " ms over " << record.calls
+            << " call pairs" << std::endl;
+  EXPECT_GT(superseded, 0) << published << " registrations connected before their removal";
+  EXPECT_EQ(errors.all(), std::vector<std::string>{});
+  EXPECT_FALSE(record.write_refused);
+  EXPECT_GT(record.done, 0u);
+  // The same guard as RemovalTest's, for a loaded 2-core box.
+  EXPECT_LT(ms(record.worst), 100.0);
+  EXPECT_EQ(a.transport().peers(), std::vector<std::string>{"healthy"});
+  EXPECT_EQ(a.transport().stats().live.peers, 1u);
+}
 
 }  // namespace
 }  // namespace kvxfer::it

@@ -59,6 +59,20 @@ def pair(make_agent):
     return a, b
 
 
+class _Flushed:
+    """caplog, whose records are read once the library's log thread has handed
+    over everything logged so far (records reach logging a little after the
+    call that logged them)."""
+
+    def __init__(self, caplog):
+        self._caplog = caplog
+
+    def __getattr__(self, name):
+        if name in ("records", "text", "record_tuples", "messages"):
+            assert kvxfer.flush_log()
+        return getattr(self._caplog, name)
+
+
 @pytest.fixture
 def kvxfer_log(caplog):
     """kvxfer_log(level): capture logger "kvxfer" records at `level`."""
@@ -66,7 +80,7 @@ def kvxfer_log(caplog):
     def at(level: int):
         caplog.set_level(level, logger="kvxfer")
         kvxfer.sync_log_level()
-        return caplog
+        return _Flushed(caplog)
 
     yield at
     logging.getLogger("kvxfer").setLevel(logging.NOTSET)

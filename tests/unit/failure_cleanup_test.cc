@@ -203,6 +203,35 @@ TEST_F(FailureCleanupTest, ReRegistrationWaitingOnTheOldTeardownHoldsUpNoOtherPe
   EXPECT_TRUE(landed(b, 1, 1));
 }
 
+TEST_F(FailureCleanupTest, SupersededRegistrationWaitingInTheEngineHoldsUpNoOtherPeer) {
+  // "d" is removed while its registration connects: the registration worker
+  // then releases what it connected, and that disconnect waits in the
+  // engine (a peer that froze meanwhile).
+  Agent d("agent-d");
+  plan().set_connect_delay_ms(100);
+  DisconnectGate gate(plan());
+  std::future<void> registering = add_peer_async(a.transport, "d", d.transport);
+  a.transport.remove_remote_peer("d");
+
+  // Connected ("b", "c" and the superseded "d"), then found superseded.
+  while (live().peers < 3 && !gate.forced_open()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(50ms);
+  const auto id = write("c", {0}, {0});
+  const PollResult result = poll("c");
+  const bool served_while_paused =
+      !gate.forced_open() && registering.wait_for(0s) == std::future_status::timeout;
+
+  gate.open();
+  EXPECT_THROW(registering.get(), SupersededError);
+  EXPECT_TRUE(served_while_paused)
+      << "the superseded registration held the transport until its disconnect ended";
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(result.done, ids({*id}));
+  EXPECT_TRUE(landed(c, 0, 0));
+  EXPECT_FALSE(has_peer(a.transport, "d"));
+  EXPECT_EQ(live().peers, 2u);
+}
+
 TEST_F(FailureCleanupTest, CloseWaitsForARemovalStillDisconnecting) {
   DisconnectGate gate(plan());
   std::thread remover([&] { a.transport.remove_remote_peer("b"); });

@@ -1,25 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
 // kvxfer/log.h: the level users set is the level the library logs at; a sink
-// set with set_log_sink receives every record at or above it, nullptr sends
-// records back to stderr; an unrecognised KVXFER_LOG_LEVEL is named in a
-// warning and leaves the default level.
+// set with set_log_sink receives every record at or above it, in order, on
+// the library's log thread (so under none of its locks: a sink may call into
+// a Transport, and a sink that stalls stalls no caller: records are dropped
+// and counted instead); nullptr sends records back to stderr; an
+// unrecognised KVXFER_LOG_LEVEL is named in a warning and leaves the default
+// level.
 #include "kvxfer/log.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "agents.h"
 #include "common/log.h"
 
 namespace kvxfer::unit {
 namespace {
+
+using namespace std::chrono_literals;
 
 struct Record {
   LogLevel level;
@@ -39,11 +48,15 @@ class LogTest : public ::testing::Test {
     });
   }
   void TearDown() override {
+    // Records still queued for this fixture's sink reach it first.
+    EXPECT_TRUE(flush_log());
     set_log_sink(nullptr);
     set_log_level(saved_level_);
   }
 
+  // What the sink received of every record logged so far.
   std::vector<Record> records() {
+    EXPECT_TRUE(flush_log());
     std::lock_guard lock(mu_);
     return records_;
   }
@@ -102,24 +115,151 @@ TEST_F(LogTest, ANewSinkReplacesThePreviousOne) {
   EXPECT_EQ(second, std::vector<std::string>{"only to the second"});
 }
 
-TEST_F(LogTest, TheLoggerHoldsNoLockWhileTheSinkRuns) {
-  // Two threads are inside the sink at once: a sink that waits (for the GIL,
-  // say) cannot block another thread's record behind a logger lock.
-  std::mutex mu;
-  std::condition_variable cv;
-  int inside = 0;
-  int met = 0;  // calls that saw the other one inside too
-  set_log_sink([&](LogLevel, std::string_view) {
-    std::unique_lock lock(mu);
-    ++inside;
-    cv.notify_all();
-    if (cv.wait_for(lock, std::chrono::seconds(10), [&] { return inside == 2; })) ++met;
+TEST_F(LogTest, ARecordReachesTheSinkSetWhenItWasLogged) {
+  set_log_level(LogLevel::kWarn);
+  internal::log().warn("to the first");
+  std::vector<std::string> second;
+  set_log_sink([&second](LogLevel, std::string_view message) { second.emplace_back(message); });
+  internal::log().warn("to the second");
+  EXPECT_TRUE(flush_log());
+  EXPECT_EQ(records(), (std::vector<Record>{{LogLevel::kWarn, "to the first"}}));
+  EXPECT_EQ(second, std::vector<std::string>{"to the second"});
+}
+
+TEST_F(LogTest, TheSinkRunsOnTheLogThreadInTheOrderRecordsWereLogged) {
+  std::vector<std::string> got;
+  std::thread::id sink_thread;
+  set_log_sink([&](LogLevel, std::string_view message) {
+    sink_thread = std::this_thread::get_id();
+    got.emplace_back(message);
   });
   set_log_level(LogLevel::kWarn);
-  std::thread other([] { internal::log().warn("from another thread"); });
-  internal::log().warn("from this thread");
-  other.join();
-  EXPECT_EQ(met, 2);
+  std::vector<std::string> logged;
+  for (int i = 0; i < 1000; ++i) {
+    logged.push_back("record " + std::to_string(i));
+    internal::log().warn("{}", logged.back());
+  }
+  ASSERT_TRUE(flush_log());
+  EXPECT_EQ(got, logged);
+  EXPECT_NE(sink_thread, std::this_thread::get_id());
+}
+
+TEST_F(LogTest, FlushFromTheSinkDoesNotWaitForItself) {
+  std::promise<std::chrono::steady_clock::duration> took;
+  set_log_sink([&took](LogLevel, std::string_view) {
+    const auto start = std::chrono::steady_clock::now();
+    static_cast<void>(flush_log(10s));
+    took.set_value(std::chrono::steady_clock::now() - start);
+  });
+  set_log_level(LogLevel::kWarn);
+  internal::log().warn("flushes from inside");
+  auto future = took.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
+  EXPECT_LT(future.get(), 1s);
+}
+
+// A sink that stands still until open() (or 10 s, so that a test that
+// waits for a call it holds up fails rather than hangs). What it received
+// lives as long as the sink does.
+class StalledSink {
+ public:
+  ~StalledSink() { open(); }
+  void open() {
+    std::lock_guard lock(state_->mu);
+    if (!state_->opened) {
+      state_->opened = true;
+      state_->opening.set_value();
+    }
+  }
+  [[nodiscard]] LogSink sink() const {
+    return [state = state_, gate = state_->gate](LogLevel, std::string_view message) {
+      static_cast<void>(gate.wait_for(10s));
+      std::lock_guard lock(state->mu);
+      state->messages.emplace_back(message);
+    };
+  }
+  [[nodiscard]] std::vector<std::string> messages() const {
+    std::lock_guard lock(state_->mu);
+    return state_->messages;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::promise<void> opening;
+    std::shared_future<void> gate = opening.get_future().share();
+    bool opened = false;
+    std::vector<std::string> messages;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+// How many records a sink was told it lost ("kvxfer: N log record(s)
+// dropped ...", each such note counted), and how many others it received.
+std::pair<std::size_t, std::size_t> dropped_and_received(const std::vector<std::string>& messages) {
+  std::size_t dropped = 0;
+  std::size_t received = 0;
+  for (const std::string& m : messages) {
+    if (m.find("log record(s) dropped") != std::string::npos) {
+      dropped += std::stoul(m.substr(m.find(' ') + 1));
+    } else {
+      ++received;
+    }
+  }
+  return {dropped, received};
+}
+
+TEST_F(LogTest, ASinkThatStallsDoesNotStallWriteBlocksAndIsToldWhatItLost) {
+  set_log_level(LogLevel::kWarn);
+  Agent a("agent-a");
+  StalledSink stalled;
+  set_log_sink(stalled.sink());
+  // Each write to a peer nobody registered is refused with a warning, logged
+  // under the transport's lock; far more warnings than the queue holds.
+  constexpr int kWrites = 10000;
+  auto writing = std::async(std::launch::async, [&a] {
+    int refused = 0;
+    for (int i = 0; i < kWrites; ++i) refused += write(a.transport, "nobody", {0}, {0}) ? 0 : 1;
+    return refused;
+  });
+  const bool wrote_while_stalled = writing.wait_for(5s) == std::future_status::ready;
+  stalled.open();
+  EXPECT_EQ(writing.get(), kWrites);
+  EXPECT_TRUE(wrote_while_stalled) << "write_blocks waited for the log sink";
+
+  ASSERT_TRUE(flush_log());
+  const std::vector<std::string> messages = stalled.messages();
+  const auto [dropped, received] = dropped_and_received(messages);
+  EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(dropped + received, static_cast<std::size_t>(kWrites));
+  ASSERT_FALSE(messages.empty());
+  EXPECT_NE(messages.back().find("log record(s) dropped"), std::string::npos) << messages.back();
+}
+
+TEST_F(LogTest, ASinkThatCallsIntoTheTransportDoesNotDeadlock) {
+  // The sink calls into the transport whose call logged the record, as a
+  // sink that reports the transport's state along with a warning would. A
+  // sink run on the logging thread, under the transport's lock, deadlocks:
+  // the child process is then ended by its alarm.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ::alarm(20);
+        Agent a("agent-a");
+        Agent b("agent-b");
+        add_peer(a.transport, "b", b.transport);
+        std::atomic<int> calls{0};
+        set_log_sink([&](LogLevel, std::string_view) {
+          (void)a.transport.stats();
+          (void)a.transport.poll("b");
+          ++calls;
+        });
+        set_log_level(LogLevel::kWarn);
+        for (int i = 0; i < 10; ++i) (void)write(a.transport, "nobody", {0}, {0});
+        const bool flushed = flush_log(10s);
+        std::_Exit(flushed && calls.load() == 10 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(LogLevelNameTest, KnowsTheNamesSpdlogAccepted) {
