@@ -31,11 +31,13 @@ class PollResult(NamedTuple):
     """Transfer ids a poll() found done or failed, and the polled peer's fault.
 
     ``peer_fault`` is set on a scoped poll once that peer is faulted; the
-    first cause sticks until the peer is removed.
+    first cause sticks until the peer is removed. kvxfer.Transport returns
+    ``done`` and ``failed`` as tuples; the drop-in kvxfer.NixlTransport, like
+    the reference, as lists (the same class either way).
     """
 
-    done: tuple[int, ...]
-    failed: tuple[int, ...]
+    done: Sequence[int]
+    failed: Sequence[int]
     peer_fault: Optional[str] = None
 
 
@@ -361,17 +363,9 @@ def _could_be_an_id(value: Any) -> bool:
     )
 
 
-class _ReferencePollResult(NamedTuple):
-    """PollResult as the reference returns it: done and failed are lists."""
-
-    done: list[int]
-    failed: list[int]
-    peer_fault: Optional[str] = None
-
-
-# Like the reference, every empty poll returns this one value: do not change
-# its lists.
-_EMPTY_REFERENCE_POLL_RESULT = _ReferencePollResult(done=[], failed=[])
+# Like the reference, every empty poll of the drop-in returns this one value:
+# do not change its lists.
+_EMPTY_REFERENCE_POLL_RESULT = PollResult(done=[], failed=[])
 
 
 class NixlTransport(Transport):
@@ -438,7 +432,7 @@ class NixlTransport(Transport):
         )
         return None
 
-    def poll(self, peer_id: Optional[str] = None) -> _ReferencePollResult:
+    def poll(self, peer_id: Optional[str] = None) -> PollResult:
         try:
             result = _native_poll(self, peer_id)
         except RuntimeError:
@@ -447,7 +441,7 @@ class NixlTransport(Transport):
             return _EMPTY_REFERENCE_POLL_RESULT
         if result is _EMPTY_POLL_RESULT:
             return _EMPTY_REFERENCE_POLL_RESULT
-        return _ReferencePollResult(list(result.done), list(result.failed), result.peer_fault)
+        return PollResult(list(result.done), list(result.failed), result.peer_fault)
 
     def cancel(self, transfer_ids: Iterable[int], mode: str = "immediate") -> list[int]:
         # The reference tests for "immediate" and takes anything else as "wait".

@@ -113,6 +113,20 @@ def test_poll_returns_lists_like_the_reference(dropin):
     assert a.poll("b") is empty  # like the reference, one shared empty result
 
 
+def test_poll_results_are_kvxfer_poll_results(dropin):
+    a, _ = dropin
+    tid = a.write_blocks("b", [0], [1])
+    done = a.poll("b")
+    empty = a.poll("b")
+    a.fault_plan.fail_next_posts(kvxfer.Status.REMOTE_DISCONNECT)  # faults the peer
+    assert a.write_blocks("b", [0], [1]) is None
+    faulted = a.poll("b")
+    assert done.done == [tid] and empty.done == [] and faulted.peer_fault is not None
+    for result in (done, empty, faulted):
+        assert isinstance(result, kvxfer.PollResult)
+        assert isinstance(result.done, list) and isinstance(result.failed, list)
+
+
 def test_native_poll_returns_tuples(pair):
     a, _ = pair
     tid = a.write_blocks("b", [0], [1])
