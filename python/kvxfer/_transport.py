@@ -355,6 +355,18 @@ _native_cancel = _kvxfer.Transport.cancel
 _native_remove_remote_peer = _kvxfer.Transport.remove_remote_peer
 
 
+def _notify_fits(notify: Any) -> bool:
+    """Whether write_blocks' notify is None or 1..4096 bytes (a value of the
+    wrong type raised TypeError before any ValueError could)."""
+    if notify is None:
+        return True
+    try:
+        size = memoryview(notify).nbytes
+    except TypeError:
+        return True
+    return 1 <= size <= _kvxfer._MAX_NOTIFICATION_BYTES
+
+
 def _could_be_an_id(value: Any) -> bool:
     return (
         isinstance(value, numbers.Integral)
@@ -378,9 +390,13 @@ class NixlTransport(Transport):
       lengths, an empty write, an index outside either pool or a remote block
       named twice make the post fail, which is logged, counted against the
       peer as a failed post (one strike), and answered with None. An unknown
-      peer is None without a strike. (Entries that are not integers still
-      raise TypeError, as the reference's numpy conversion does.)
-    - poll returns done/failed as lists; after close() it is empty.
+      peer is None without a strike. What the reference's numpy conversion
+      refuses before its post still raises: entries that are not integers
+      (TypeError), an index beyond 64 bits (OverflowError), an index list
+      that is not a sequence (a dict, a set: TypeError). So does a bad
+      notify (kvxfer's own argument: ValueError, no strike).
+    - poll returns kvxfer.PollResult with done/failed as lists; after
+      close() it is empty.
     - write_blocks after close() returns None, cancel returns [],
       remove_remote_peer does nothing.
     - cancel treats any mode other than "immediate" as "wait", and skips ids
@@ -411,7 +427,13 @@ class NixlTransport(Transport):
         try:
             return _native_write_blocks(self, peer_id, local_idxs, remote_idxs, notify)
         except ValueError as exc:
+            if not _notify_fits(notify):
+                # notify is kvxfer's own argument (the reference has none):
+                # a bad one is the caller's mistake, not the peer's.
+                raise
             # The reference hands any indices to NIXL, whose post then fails.
+            # (An index beyond 64 bits raises OverflowError, as the
+            # reference's numpy conversion does, before any post.)
             cause = f"invalid indices: {exc}"
         except RuntimeError:
             if self.available:
@@ -451,7 +473,7 @@ class NixlTransport(Transport):
         try:
             try:
                 return _native_cancel(self, transfer_ids, native_mode)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 # The reference looks each id up and skips what it never
                 # issued: anything but an int64 it could have issued.
                 ids = [t for t in transfer_ids if _could_be_an_id(t)]

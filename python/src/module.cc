@@ -57,6 +57,24 @@ class PendingRegistration {
   std::future<void> future_;
 };
 
+// add_remote_peer's arguments, converted (each error names its argument)
+// before the GIL is released.
+struct PeerArgs {
+  PeerArgs(py::handle peer_id, py::handle agent_metadata, py::handle base, py::handle blocks,
+           py::handle len)
+      : id(text_arg(peer_id, "peer_id")),
+        metadata(agent_metadata, "agent_metadata"),
+        base_addr(uint_arg(base, "base_addr")),
+        num_blocks(uint_arg(blocks, "num_blocks")),
+        block_len(uint_arg(len, "block_len")) {}
+
+  std::string id;
+  ByteArg metadata;
+  std::uintptr_t base_addr;
+  std::uint64_t num_blocks;
+  std::uint64_t block_len;
+};
+
 py::list cancel(PyTransport& self, py::handle transfer_ids, py::handle mode) {
   CancelMode cancel_mode = CancelMode::kImmediate;
   if (PyUnicode_Check(mode.ptr()) && PyUnicode_CompareWithASCIIString(mode.ptr(), "wait") == 0) {
@@ -305,7 +323,7 @@ PYBIND11_MODULE(_kvxfer, m) {
 
   py::class_<PyTransport> transport(m, "Transport");
   transport
-      .def(py::init([](std::string agent_name, py::handle view, std::string config_json,
+      .def(py::init([](py::handle agent_name, py::handle view, std::string config_json,
                        std::vector<std::string> backends, int num_threads, bool progress_thread,
                        int strike_limit, double stall_timeout,
                        std::map<std::string, std::string> engine_config, int latency_sample_every,
@@ -322,7 +340,8 @@ PYBIND11_MODULE(_kvxfer, m) {
              options.latency_sample_every = latency_sample_every;
              options.telemetry = telemetry;
              options.telemetry_capacity = telemetry_capacity;
-             return std::make_unique<PyTransport>(std::move(agent_name), view, std::move(options));
+             return std::make_unique<PyTransport>(std::string(text_arg(agent_name, "agent_name")),
+                                                  view, std::move(options));
            }),
            py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_json"),
            py::arg("backends"), py::arg("num_threads"), py::arg("progress_thread"),
@@ -369,49 +388,55 @@ PYBIND11_MODULE(_kvxfer, m) {
            })
       .def(
           "add_remote_peer",
-          [](PyTransport& self, const std::string& peer_id, py::handle agent_metadata,
-             std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len) {
-            ByteArg metadata(agent_metadata, "agent_metadata");
+          [](PyTransport& self, py::handle peer_id, py::handle agent_metadata, py::handle base_addr,
+             py::handle num_blocks, py::handle block_len) {
+            const PeerArgs peer(peer_id, agent_metadata, base_addr, num_blocks, block_len);
             py::gil_scoped_release nogil;
-            self.get().add_remote_peer(peer_id, metadata.span(), base_addr, num_blocks, block_len);
+            self.get().add_remote_peer(peer.id, peer.metadata.span(), peer.base_addr,
+                                       peer.num_blocks, peer.block_len);
           },
           py::arg("peer_id"), py::arg("agent_metadata"), py::arg("base_addr"),
           py::arg("num_blocks"), py::arg("block_len"))
       .def(
           "_add_remote_peer_async",
-          [](PyTransport& self, const std::string& peer_id, py::handle agent_metadata,
-             std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len) {
-            ByteArg metadata(agent_metadata, "agent_metadata");
+          [](PyTransport& self, py::handle peer_id, py::handle agent_metadata, py::handle base_addr,
+             py::handle num_blocks, py::handle block_len) {
+            const PeerArgs peer(peer_id, agent_metadata, base_addr, num_blocks, block_len);
             py::gil_scoped_release nogil;
             return std::make_unique<PendingRegistration>(self.get().add_remote_peer_async(
-                peer_id, metadata.span(), base_addr, num_blocks, block_len));
+                peer.id, peer.metadata.span(), peer.base_addr, peer.num_blocks, peer.block_len));
           },
           py::arg("peer_id"), py::arg("agent_metadata"), py::arg("base_addr"),
           py::arg("num_blocks"), py::arg("block_len"))
       .def(
           "remove_remote_peer",
-          [](PyTransport& self, const std::string& peer_id) {
-            self.get().remove_remote_peer(peer_id);
+          [](PyTransport& self, py::handle peer_id) {
+            const std::string id(text_arg(peer_id, "peer_id"));
+            py::gil_scoped_release nogil;
+            self.get().remove_remote_peer(id);
           },
-          py::arg("peer_id"), release_gil())
+          py::arg("peer_id"))
       .def(
           "peers", [](PyTransport& self) { return self.get().peers(); }, release_gil())
       .def(
           "_record_post_failure",
-          [](PyTransport& self, const std::string& peer_id, const std::string& cause) {
-            return self.get().record_post_failure(peer_id, cause);
+          [](PyTransport& self, py::handle peer_id, const std::string& cause) {
+            const std::string id(text_arg(peer_id, "peer_id"));
+            py::gil_scoped_release nogil;
+            return self.get().record_post_failure(id, cause);
           },
-          py::arg("peer_id"), py::arg("cause"), release_gil(),
+          py::arg("peer_id"), py::arg("cause"),
           "Counts a post the caller could not make against the peer, as a failed post.")
       .def("cancel", &cancel, py::arg("transfer_ids"), py::arg("mode") = "immediate")
       .def(
           "send_notification",
-          [](PyTransport& self, const std::string& peer_id, py::handle message) {
+          [](PyTransport& self, py::handle peer_id, py::handle message) {
+            const std::string_view peer = text_arg(peer_id, "peer_id");
             ByteArg bytes(message, "message");
             std::optional<TransferId> id;
             {
               py::gil_scoped_release nogil;
-              id = self.get().send_notification(peer_id, bytes.span());
+              id = self.get().send_notification(peer, bytes.span());
             }
             return id ? py::object(py::int_(*id)) : py::object(py::none());
           },
@@ -509,6 +534,7 @@ PYBIND11_MODULE(_kvxfer, m) {
   m.def("_config_fingerprint_json", &config_fingerprint_json, py::arg("canonical_json"),
         "First 16 hex chars of sha256 of canonical JSON text (kvxfer.config_fingerprint).");
   m.attr("_MAX_STALL_TIMEOUT_S") = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;
+  m.attr("_MAX_NOTIFICATION_BYTES") = kMaxNotificationBytes;
   m.def("sync_log_level", &sync_log_level,
         "Sets the library's log level from logging.getLogger('kvxfer').");
 
