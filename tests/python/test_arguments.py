@@ -207,6 +207,14 @@ def test_agent_name_of_the_wrong_type_is_named(cls):
         cls(b"x", np.zeros((1, 8), np.uint8), backends=["LOOPBACK"])
 
 
+def test_garbage_metadata_is_reported_before_the_geometry(pair):
+    a, b = pair
+    with pytest.raises(ValueError, match="not kvxfer metadata"):
+        a.add_remote_peer("c", b"garbage", b.base_addr, b.num_blocks, 1)
+    with pytest.raises(ValueError, match="not kvxfer metadata"):
+        a.add_remote_peer("c", b"garbage", b.base_addr, 0, b.block_len)
+
+
 def test_bad_peer_geometry_raises_value_error(pair):
     a, b = pair
     with pytest.raises(ValueError, match="block_len"):
