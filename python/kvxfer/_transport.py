@@ -93,6 +93,23 @@ def _seconds_option(name: str, value: Any, maximum: float) -> float:
     return seconds
 
 
+def _telemetry_capacity(telemetry: bool, value: Any) -> int:
+    """telemetry_capacity: an int, and (as in C++, only when telemetry is on:
+    off, no ring is made and the value is not used) 1 to
+    kMaxTelemetryCapacity records."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"telemetry_capacity must be an int; got {value!r} ({type(value).__name__})"
+        )
+    if not telemetry:
+        return _OPTION_DEFAULTS["telemetry_capacity"]
+    capacity = operator.index(value)
+    maximum = _kvxfer._MAX_TELEMETRY_CAPACITY
+    if not 1 <= capacity <= maximum:
+        raise ValueError(f"telemetry_capacity must be from 1 to {maximum}; got {capacity}")
+    return capacity
+
+
 def _bool_option(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
@@ -251,6 +268,7 @@ class Transport(_kvxfer.Transport):
                 f"{', '.join(unknown)} (options: {', '.join(_OPTION_DEFAULTS)})"
             )
         opts = {**_OPTION_DEFAULTS, **options}
+        telemetry = _bool_option("telemetry", opts["telemetry"])
         if isinstance(backends, str):
             raise TypeError(f"backends must be a list of names; got {backends!r}")
         super().__init__(
@@ -268,10 +286,8 @@ class Transport(_kvxfer.Transport):
             latency_sample_every=_int_option(
                 "latency_sample_every", opts["latency_sample_every"], 1
             ),
-            telemetry=_bool_option("telemetry", opts["telemetry"]),
-            telemetry_capacity=_int_option(
-                "telemetry_capacity", opts["telemetry_capacity"], 1
-            ),
+            telemetry=telemetry,
+            telemetry_capacity=_telemetry_capacity(telemetry, opts["telemetry_capacity"]),
         )
         self._waiter: Optional[_RegistrationWaiter] = None
         self._waiter_lock = threading.Lock()

@@ -534,6 +534,7 @@ PYBIND11_MODULE(_kvxfer, m) {
   m.def("_config_fingerprint_json", &config_fingerprint_json, py::arg("canonical_json"),
         "First 16 hex chars of sha256 of canonical JSON text (kvxfer.config_fingerprint).");
   m.attr("_MAX_STALL_TIMEOUT_S") = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;
+  m.attr("_MAX_TELEMETRY_CAPACITY") = kMaxTelemetryCapacity;
   m.attr("_MAX_NOTIFICATION_BYTES") = kMaxNotificationBytes;
   m.def("sync_log_level", &sync_log_level,
         "Sets the library's log level from logging.getLogger('kvxfer').");
