@@ -75,6 +75,28 @@ struct PeerArgs {
   std::uint64_t block_len;
 };
 
+using Notifications = std::map<std::string, std::vector<std::vector<std::uint8_t>>>;
+
+// get_notifications() hands out what the core already took off its queues,
+// so nothing here may fail on a peer's bytes: a sender name that is not
+// UTF-8 (the tcp lane's hello carries any bytes) is decoded with
+// surrogateescape, which cannot fail and maps distinct names to distinct
+// keys, so no sender's messages can land under another's name.
+py::dict notifications_to_python(const Notifications& notes) {
+  py::dict out;
+  for (const auto& [agent, messages] : notes) {
+    py::list list(messages.size());
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      list[i] = py::bytes(reinterpret_cast<const char*>(messages[i].data()), messages[i].size());
+    }
+    const auto name = py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+        agent.data(), static_cast<Py_ssize_t>(agent.size()), "surrogateescape"));
+    if (!name) throw py::error_already_set();
+    out[name] = list;
+  }
+  return out;
+}
+
 py::list cancel(PyTransport& self, py::handle transfer_ids, py::handle mode) {
   CancelMode cancel_mode = CancelMode::kImmediate;
   if (PyUnicode_Check(mode.ptr()) && PyUnicode_CompareWithASCIIString(mode.ptr(), "wait") == 0) {
@@ -446,24 +468,17 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(
           "get_notifications",
           [](PyTransport& self) {
-            std::map<std::string, std::vector<std::vector<std::uint8_t>>> notes;
+            Notifications notes;
             {
               py::gil_scoped_release nogil;
               notes = self.get().get_notifications();
             }
-            py::dict out;
-            for (const auto& [agent, messages] : notes) {
-              py::list list;
-              for (const auto& message : messages) {
-                list.append(
-                    py::bytes(reinterpret_cast<const char*>(message.data()), message.size()));
-              }
-              out[py::str(agent)] = list;
-            }
-            return out;
+            return notifications_to_python(notes);
           },
           "The notifications peers delivered since the last call: {agent_name: [bytes, ...]},\n"
-          "each list in its sender's order; each message is returned once.")
+          "each list in its sender's order; each message is returned once. A name that is\n"
+          "not UTF-8 is decoded with errors=\"surrogateescape\" (name.encode(\"utf-8\",\n"
+          "\"surrogateescape\") gives its bytes back).")
       .def(
           "close", [](PyTransport& self) { self.get().close(); }, release_gil())
       .def("stats",
@@ -536,6 +551,22 @@ PYBIND11_MODULE(_kvxfer, m) {
   m.attr("_MAX_STALL_TIMEOUT_S") = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;
   m.attr("_MAX_TELEMETRY_CAPACITY") = kMaxTelemetryCapacity;
   m.attr("_MAX_NOTIFICATION_BYTES") = kMaxNotificationBytes;
+  m.def(
+      "_notifications_to_python",
+      [](const std::vector<std::pair<py::bytes, std::vector<py::bytes>>>& taken) {
+        Notifications notes;
+        for (const auto& [name, messages] : taken) {
+          auto& list = notes[std::string(name)];
+          for (const auto& message : messages) {
+            const std::string bytes(message);
+            list.emplace_back(bytes.begin(), bytes.end());
+          }
+        }
+        return notifications_to_python(notes);
+      },
+      py::arg("taken"),
+      "What get_notifications() makes of the notifications the core took, given as\n"
+      "[(sender name bytes, [message bytes, ...]), ...] (for tests).");
   m.def("sync_log_level", &sync_log_level,
         "Sets the library's log level from logging.getLogger('kvxfer').");
 
