@@ -13,9 +13,10 @@ kvxfer.Transport is the same with strict argument checks::
     tid = t.write_blocks("peer-1", np.array([0, 1], np.int64), np.array([5, 6], np.int64))
     result = t.poll("peer-1")          # PollResult(done=(tid,), failed=(), peer_fault=None)
 
-Log records go to logging.getLogger("kvxfer"). The library's level follows
-that logger's effective level when a Transport is made; after changing it
-later, call kvxfer.sync_log_level().
+Log records go to logging.getLogger("kvxfer"). The library drops, before
+formatting them, the records that logger would not pass on, and follows a
+change of its level (setLevel on it or a parent, logging.disable) at the next
+call into kvxfer or the next record, with no call of kvxfer.sync_log_level().
 """
 
 from ._kvxfer import (

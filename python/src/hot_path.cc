@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "arguments.h"
+#include "log_bridge.h"
 #include "py_transport.h"
 
 namespace kvxfer::python {
@@ -126,6 +127,7 @@ template <bool kRead>
 PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                           PyObject* kwnames) {
   try {
+    follow_log_level();
     PyTransport& transport = unwrap(self);
     static constexpr std::array<const char*, 4> kNames{"peer_id", "local_idxs", "remote_idxs",
                                                        "notify"};
@@ -177,6 +179,7 @@ PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t narg
 
 PyObject* poll(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   try {
+    follow_log_level();
     PyTransport& transport = unwrap(self);
     static constexpr std::array<const char*, 1> kNames{"peer_id"};
     const auto a = bind_args("poll", kNames, 0, args, nargs, kwnames);

@@ -98,6 +98,7 @@ py::dict notifications_to_python(const Notifications& notes) {
 }
 
 py::list cancel(PyTransport& self, py::handle transfer_ids, py::handle mode) {
+  follow_log_level();
   CancelMode cancel_mode = CancelMode::kImmediate;
   if (PyUnicode_Check(mode.ptr()) && PyUnicode_CompareWithASCIIString(mode.ptr(), "wait") == 0) {
     cancel_mode = CancelMode::kWait;
@@ -412,6 +413,7 @@ PYBIND11_MODULE(_kvxfer, m) {
           "add_remote_peer",
           [](PyTransport& self, py::handle peer_id, py::handle agent_metadata, py::handle base_addr,
              py::handle num_blocks, py::handle block_len) {
+            follow_log_level();
             const PeerArgs peer(peer_id, agent_metadata, base_addr, num_blocks, block_len);
             py::gil_scoped_release nogil;
             self.get().add_remote_peer(peer.id, peer.metadata.span(), peer.base_addr,
@@ -423,6 +425,7 @@ PYBIND11_MODULE(_kvxfer, m) {
           "_add_remote_peer_async",
           [](PyTransport& self, py::handle peer_id, py::handle agent_metadata, py::handle base_addr,
              py::handle num_blocks, py::handle block_len) {
+            follow_log_level();
             const PeerArgs peer(peer_id, agent_metadata, base_addr, num_blocks, block_len);
             py::gil_scoped_release nogil;
             return std::make_unique<PendingRegistration>(self.get().add_remote_peer_async(
@@ -433,6 +436,7 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(
           "remove_remote_peer",
           [](PyTransport& self, py::handle peer_id) {
+            follow_log_level();
             const std::string id(text_arg(peer_id, "peer_id"));
             py::gil_scoped_release nogil;
             self.get().remove_remote_peer(id);
@@ -443,6 +447,7 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(
           "_record_post_failure",
           [](PyTransport& self, py::handle peer_id, const std::string& cause) {
+            follow_log_level();
             const std::string id(text_arg(peer_id, "peer_id"));
             py::gil_scoped_release nogil;
             return self.get().record_post_failure(id, cause);
@@ -453,6 +458,7 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(
           "send_notification",
           [](PyTransport& self, py::handle peer_id, py::handle message) {
+            follow_log_level();
             const std::string_view peer = text_arg(peer_id, "peer_id");
             ByteArg bytes(message, "message");
             std::optional<TransferId> id;
@@ -468,6 +474,7 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(
           "get_notifications",
           [](PyTransport& self) {
+            follow_log_level();
             Notifications notes;
             {
               py::gil_scoped_release nogil;
@@ -479,8 +486,12 @@ PYBIND11_MODULE(_kvxfer, m) {
           "each list in its sender's order; each message is returned once. A name that is\n"
           "not UTF-8 is decoded with errors=\"surrogateescape\" (name.encode(\"utf-8\",\n"
           "\"surrogateescape\") gives its bytes back).")
-      .def(
-          "close", [](PyTransport& self) { self.get().close(); }, release_gil())
+      .def("close",
+           [](PyTransport& self) {
+             follow_log_level();
+             py::gil_scoped_release nogil;
+             self.get().close();
+           })
       .def("stats",
            [](PyTransport& self) {
              Stats s;
@@ -568,7 +579,8 @@ PYBIND11_MODULE(_kvxfer, m) {
       "What get_notifications() makes of the notifications the core took, given as\n"
       "[(sender name bytes, [message bytes, ...]), ...] (for tests).");
   m.def("sync_log_level", &sync_log_level,
-        "Sets the library's log level from logging.getLogger('kvxfer').");
+        "Sets the library's log level from logging.getLogger('kvxfer') now. Not needed:\n"
+        "every call into kvxfer, and every record, notices a level change first.");
 
   install_log_bridge();
 }
