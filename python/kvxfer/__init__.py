@@ -17,6 +17,9 @@ Log records go to logging.getLogger("kvxfer"). The library drops, before
 formatting them, the records that logger would not pass on, and follows a
 change of its level (setLevel on it or a parent, logging.disable) at the next
 call into kvxfer or the next record, with no call of kvxfer.sync_log_level().
+
+`kvxfer ARGS` (the console script) and `python3 -m kvxfer ARGS` run the C++
+kvxfer tool shipped in the package (kvxfer/__main__.py).
 """
 
 from ._kvxfer import (
