@@ -10,6 +10,10 @@ finds it through its RPATH $ORIGIN: no system libkvxfer is needed, and the
 one in the wheel is used even when another is installed. The kvxfer tool
 goes in as kvxfer/bin/kvxfer (RPATH $ORIGIN/..), run by the `kvxfer` console
 script and `python3 -m kvxfer`. See pyproject.toml for how to run it.
+
+Building takes minutes and pip shows nothing meanwhile unless asked
+(`pip install -v`); `make wheel` builds a wheel once for venvs without a
+compiler.
 """
 
 import os
