@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo bench microbench test test-slow test-all test-unit test-integration test-python install package clean
+.PHONY: all deps configure build demo bench microbench test test-slow test-all test-unit test-integration test-python install package wheel clean
 
 all: build
 
@@ -90,6 +90,18 @@ package: deps
 	  -DKVXFER_BUILD_TESTS=OFF -DKVXFER_BUILD_BENCH=OFF -DKVXFER_BUILD_TOOLS=ON -DKVXFER_BUILD_PYTHON=ON
 	cmake --build $(PKG_BUILD) -j$(JOBS)
 	cd $(PKG_BUILD) && cpack -G DEB
+
+# A wheel of the Python package (the extension, libkvxfer and the kvxfer
+# tool), built once (minutes; pip -v shows CMake's progress) by Debian's
+# python3 with its pip, setuptools and wheel, offline, into $(WHEEL_DIR).
+# `venv/bin/pip install --no-index $(WHEEL_DIR)/kvxfer-*.whl` then installs it
+# in seconds, without a compiler, into any venv of that python3 on the same
+# OS (Debian 12 with the runtime libraries: libucx0, libssl3, libspdlog,
+# libfmt; python3-numpy). setup.py's CMake tree (build/pip) is kept, so
+# the next `make wheel` rebuilds only what changed.
+WHEEL_DIR ?= $(BUILD)/wheel
+wheel: deps
+	/usr/bin/python3 -m pip wheel -v --no-build-isolation --no-index --no-deps -w $(WHEEL_DIR) .
 
 clean:
 	rm -rf $(BUILD) $(PKG_BUILD)

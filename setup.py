@@ -1,13 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Builds the kvxfer wheel: CMake makes the _kvxfer extension and libkvxfer.
+"""Builds the kvxfer wheel: CMake makes the _kvxfer extension, libkvxfer and
+the kvxfer command.
 
 The version is project(kvxfer VERSION ...) in CMakeLists.txt, the one source
 of truth. The extension is configured for the interpreter running this build
 (sys.executable, e.g. a venv's python), so it matches the environment pip
 installs into. The wheel holds libkvxfer.so.N beside the extension, which
 finds it through its RPATH $ORIGIN: no system libkvxfer is needed, and the
-one in the wheel is used even when another is installed. See pyproject.toml
-for how to run it.
+one in the wheel is used even when another is installed. The kvxfer tool
+goes in as kvxfer/bin/kvxfer (RPATH $ORIGIN/..), run by the `kvxfer` console
+script and `python3 -m kvxfer`. See pyproject.toml for how to run it.
+
+Building takes minutes and pip shows nothing meanwhile unless asked
+(`pip install -v`); `make wheel` builds a wheel once for venvs without a
+compiler.
 """
 
 import os
@@ -44,6 +50,9 @@ class CMakeBuild(build_ext):
         cmake_dir = pathlib.Path(os.environ.get("KVXFER_CMAKE_BUILD_DIR") or temp / "cmake")
         stage = temp / "stage"
         shutil.rmtree(stage, ignore_errors=True)
+        # KVXFER_WHEEL: python/CMakeLists.txt adds the tool's install into
+        # the package (component wheel_tool) for this configure only.
+        env = {**os.environ, "KVXFER_WHEEL": "1"}
         subprocess.run(
             [
                 "cmake", "-S", str(ROOT), "-B", str(cmake_dir),
@@ -51,7 +60,7 @@ class CMakeBuild(build_ext):
                 f"-DPython_EXECUTABLE={sys.executable}",
                 "-DKVXFER_BUILD_PYTHON=ON",
                 "-DKVXFER_BUILD_TESTS=OFF",
-                "-DKVXFER_BUILD_TOOLS=OFF",
+                "-DKVXFER_BUILD_TOOLS=ON",
                 "-DKVXFER_BUILD_BENCH=OFF",
                 # The library and the package land in one directory, so the
                 # extension's install RPATH (python/CMakeLists.txt) is $ORIGIN.
@@ -60,12 +69,15 @@ class CMakeBuild(build_ext):
                 f"-DKVXFER_PYTHON_INSTALL_DIR={stage}",
             ],
             check=True,
+            env=env,
         )
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
         subprocess.run(
-            ["cmake", "--build", str(cmake_dir), "--target", "_kvxfer", "-j", jobs], check=True
+            ["cmake", "--build", str(cmake_dir), "--target", "_kvxfer", "kvxfer_cli", "-j", jobs],
+            check=True,
+            env=env,
         )
-        for component in ("runtime", "python"):
+        for component in ("runtime", "python", "wheel_tool"):
             subprocess.run(
                 ["cmake", "--install", str(cmake_dir), "--component", component, "--strip"],
                 check=True,
@@ -84,6 +96,11 @@ class CMakeBuild(build_ext):
         if len(sonames) != 1:
             raise RuntimeError(f"expected one libkvxfer.so.N in {package}, found {sonames}")
         shutil.copyfile(sonames[0], extension.parent / sonames[0].name)
+        tool = package / "bin" / "kvxfer"
+        if not tool.is_file():
+            raise RuntimeError(f"expected the kvxfer tool at {tool}")
+        (extension.parent / "bin").mkdir(exist_ok=True)
+        shutil.copy2(tool, extension.parent / "bin" / "kvxfer")  # keeps it executable
 
 
 # Everything setuptools writes goes under build/pip (ignored by git), away

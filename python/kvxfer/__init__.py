@@ -15,8 +15,13 @@ kvxfer.Transport is the same with strict argument checks::
 
 Log records go to logging.getLogger("kvxfer"), handed over by the library's
 log thread a little after the call that logged them; kvxfer.flush_log() waits
-for them. The library's level follows that logger's effective level when a
-Transport is made; after changing it later, call kvxfer.sync_log_level().
+for them. The library drops, before formatting them, the records that logger
+would not pass on, and follows a change of its level (setLevel on it or a
+parent, logging.disable) at the next call into kvxfer or the next record,
+with no call of kvxfer.sync_log_level().
+
+`kvxfer ARGS` (the console script) and `python3 -m kvxfer ARGS` run the C++
+kvxfer tool shipped in the package (kvxfer/__main__.py).
 """
 
 from ._kvxfer import (

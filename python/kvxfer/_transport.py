@@ -31,11 +31,13 @@ class PollResult(NamedTuple):
     """Transfer ids a poll() found done or failed, and the polled peer's fault.
 
     ``peer_fault`` is set on a scoped poll once that peer is faulted; the
-    first cause sticks until the peer is removed.
+    first cause sticks until the peer is removed. kvxfer.Transport returns
+    ``done`` and ``failed`` as tuples; the drop-in kvxfer.NixlTransport, like
+    the reference, as lists (the same class either way).
     """
 
-    done: tuple[int, ...]
-    failed: tuple[int, ...]
+    done: Sequence[int]
+    failed: Sequence[int]
     peer_fault: Optional[str] = None
 
 
@@ -89,6 +91,23 @@ def _seconds_option(name: str, value: Any, maximum: float) -> float:
             f"(a year); got {value!r}"
         )
     return seconds
+
+
+def _telemetry_capacity(telemetry: bool, value: Any) -> int:
+    """telemetry_capacity: an int, and (as in C++, only when telemetry is on:
+    off, no ring is made and the value is not used) 1 to
+    kMaxTelemetryCapacity records."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"telemetry_capacity must be an int; got {value!r} ({type(value).__name__})"
+        )
+    if not telemetry:
+        return _OPTION_DEFAULTS["telemetry_capacity"]
+    capacity = operator.index(value)
+    maximum = _kvxfer._MAX_TELEMETRY_CAPACITY
+    if not 1 <= capacity <= maximum:
+        raise ValueError(f"telemetry_capacity must be from 1 to {maximum}; got {capacity}")
+    return capacity
 
 
 def _bool_option(name: str, value: Any) -> bool:
@@ -249,6 +268,7 @@ class Transport(_kvxfer.Transport):
                 f"{', '.join(unknown)} (options: {', '.join(_OPTION_DEFAULTS)})"
             )
         opts = {**_OPTION_DEFAULTS, **options}
+        telemetry = _bool_option("telemetry", opts["telemetry"])
         if isinstance(backends, str):
             raise TypeError(f"backends must be a list of names; got {backends!r}")
         super().__init__(
@@ -266,10 +286,8 @@ class Transport(_kvxfer.Transport):
             latency_sample_every=_int_option(
                 "latency_sample_every", opts["latency_sample_every"], 1
             ),
-            telemetry=_bool_option("telemetry", opts["telemetry"]),
-            telemetry_capacity=_int_option(
-                "telemetry_capacity", opts["telemetry_capacity"], 1
-            ),
+            telemetry=telemetry,
+            telemetry_capacity=_telemetry_capacity(telemetry, opts["telemetry_capacity"]),
         )
         self._waiter: Optional[_RegistrationWaiter] = None
         self._waiter_lock = threading.Lock()
@@ -353,6 +371,18 @@ _native_cancel = _kvxfer.Transport.cancel
 _native_remove_remote_peer = _kvxfer.Transport.remove_remote_peer
 
 
+def _notify_fits(notify: Any) -> bool:
+    """Whether write_blocks' notify is None or 1..4096 bytes (a value of the
+    wrong type raised TypeError before any ValueError could)."""
+    if notify is None:
+        return True
+    try:
+        size = memoryview(notify).nbytes
+    except TypeError:
+        return True
+    return 1 <= size <= _kvxfer._MAX_NOTIFICATION_BYTES
+
+
 def _could_be_an_id(value: Any) -> bool:
     return (
         isinstance(value, numbers.Integral)
@@ -361,17 +391,9 @@ def _could_be_an_id(value: Any) -> bool:
     )
 
 
-class _ReferencePollResult(NamedTuple):
-    """PollResult as the reference returns it: done and failed are lists."""
-
-    done: list[int]
-    failed: list[int]
-    peer_fault: Optional[str] = None
-
-
-# Like the reference, every empty poll returns this one value: do not change
-# its lists.
-_EMPTY_REFERENCE_POLL_RESULT = _ReferencePollResult(done=[], failed=[])
+# Like the reference, every empty poll of the drop-in returns this one value:
+# do not change its lists.
+_EMPTY_REFERENCE_POLL_RESULT = PollResult(done=[], failed=[])
 
 
 class NixlTransport(Transport):
@@ -384,9 +406,13 @@ class NixlTransport(Transport):
       lengths, an empty write, an index outside either pool or a remote block
       named twice make the post fail, which is logged, counted against the
       peer as a failed post (one strike), and answered with None. An unknown
-      peer is None without a strike. (Entries that are not integers still
-      raise TypeError, as the reference's numpy conversion does.)
-    - poll returns done/failed as lists; after close() it is empty.
+      peer is None without a strike. What the reference's numpy conversion
+      refuses before its post still raises: entries that are not integers
+      (TypeError), an index beyond 64 bits (OverflowError), an index list
+      that is not a sequence (a dict, a set: TypeError). So does a bad
+      notify (kvxfer's own argument: ValueError, no strike).
+    - poll returns kvxfer.PollResult with done/failed as lists; after
+      close() it is empty.
     - write_blocks after close() returns None, cancel returns [],
       remove_remote_peer does nothing.
     - cancel treats any mode other than "immediate" as "wait", and skips ids
@@ -417,7 +443,13 @@ class NixlTransport(Transport):
         try:
             return _native_write_blocks(self, peer_id, local_idxs, remote_idxs, notify)
         except ValueError as exc:
+            if not _notify_fits(notify):
+                # notify is kvxfer's own argument (the reference has none):
+                # a bad one is the caller's mistake, not the peer's.
+                raise
             # The reference hands any indices to NIXL, whose post then fails.
+            # (An index beyond 64 bits raises OverflowError, as the
+            # reference's numpy conversion does, before any post.)
             cause = f"invalid indices: {exc}"
         except RuntimeError:
             if self.available:
@@ -438,7 +470,7 @@ class NixlTransport(Transport):
         )
         return None
 
-    def poll(self, peer_id: Optional[str] = None) -> _ReferencePollResult:
+    def poll(self, peer_id: Optional[str] = None) -> PollResult:
         try:
             result = _native_poll(self, peer_id)
         except RuntimeError:
@@ -447,7 +479,7 @@ class NixlTransport(Transport):
             return _EMPTY_REFERENCE_POLL_RESULT
         if result is _EMPTY_POLL_RESULT:
             return _EMPTY_REFERENCE_POLL_RESULT
-        return _ReferencePollResult(list(result.done), list(result.failed), result.peer_fault)
+        return PollResult(list(result.done), list(result.failed), result.peer_fault)
 
     def cancel(self, transfer_ids: Iterable[int], mode: str = "immediate") -> list[int]:
         # The reference tests for "immediate" and takes anything else as "wait".
@@ -457,7 +489,7 @@ class NixlTransport(Transport):
         try:
             try:
                 return _native_cancel(self, transfer_ids, native_mode)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 # The reference looks each id up and skips what it never
                 # issued: anything but an int64 it could have issued.
                 ids = [t for t in transfer_ids if _could_be_an_id(t)]

@@ -33,7 +33,80 @@ int signed_int_width(const Py_buffer& b) {
   return b.itemsize == 4 || b.itemsize == 8 ? static_cast<int>(b.itemsize) : 0;
 }
 
+// Raises OverflowError (pybind11 has no exception type for it).
+[[noreturn]] void throw_overflow(const std::string& message) {
+  PyErr_SetString(PyExc_OverflowError, message.c_str());
+  throw py::error_already_set();
+}
+
 }  // namespace
+
+std::string given(py::handle obj) {
+  constexpr std::size_t kMaxRepr = 40;
+  std::string text;
+  PyObject* repr = PyObject_Repr(obj.ptr());
+  Py_ssize_t size = 0;
+  const char* utf8 = repr != nullptr ? PyUnicode_AsUTF8AndSize(repr, &size) : nullptr;
+  if (utf8 != nullptr) {
+    text.assign(utf8, static_cast<std::size_t>(size));
+  } else {
+    PyErr_Clear();
+    text = "<no repr>";
+  }
+  Py_XDECREF(repr);
+  if (text.size() > kMaxRepr) {
+    // Cut on a character boundary, not inside a UTF-8 sequence.
+    std::size_t cut = kMaxRepr;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text.resize(cut);
+    text += "...";
+  }
+  const Py_ssize_t length =
+      PyObject_CheckBuffer(obj.ptr()) || PySequence_Check(obj.ptr()) || PyMapping_Check(obj.ptr())
+          ? PyObject_Length(obj.ptr())
+          : -1;
+  if (length < 0) {
+    PyErr_Clear();
+    return fmt::format("{} ({})", text, type_name(obj.ptr()));
+  }
+  return fmt::format("{} ({} of length {})", text, type_name(obj.ptr()), length);
+}
+
+std::string_view text_arg(py::handle obj, const char* name) {
+  if (!PyUnicode_Check(obj.ptr())) {
+    throw py::type_error(fmt::format("{} must be a str; got {}", name, given(obj)));
+  }
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(obj.ptr(), &size);
+  if (data == nullptr) {
+    PyErr_Clear();
+    throw py::value_error(
+        fmt::format("{} must be a str that UTF-8 can encode; got {}", name, given(obj)));
+  }
+  return {data, static_cast<std::size_t>(size)};
+}
+
+std::uint64_t uint_arg(py::handle obj, const char* name) {
+  PyObject* o = obj.ptr();
+  if (PyBool_Check(o) || !PyIndex_Check(o)) {
+    throw py::type_error(fmt::format("{} must be an int; got {}", name, given(obj)));
+  }
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(o));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow == 0 && value == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  if (overflow < 0 || (overflow == 0 && value < 0)) {
+    throw py::value_error(fmt::format("{} must be >= 0; got {}", name, given(index)));
+  }
+  if (overflow == 0) return static_cast<std::uint64_t>(value);
+  const unsigned long long big = PyLong_AsUnsignedLongLong(index.ptr());
+  if (big == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    throw_overflow(fmt::format("{} = {} does not fit in 64 bits", name, given(index)));
+  }
+  return big;
+}
 
 PoolView::PoolView(py::handle view) {
   PyObject* obj = view.ptr();
@@ -82,7 +155,7 @@ ByteArg::ByteArg(py::handle obj, const char* name) {
       PyObject_GetBuffer(obj.ptr(), &buffer_, PyBUF_SIMPLE) != 0) {
     PyErr_Clear();
     throw py::type_error(fmt::format("{} must be bytes (or a contiguous bytes-like object); got {}",
-                                     name, type_name(obj.ptr())));
+                                     name, given(obj)));
   }
 }
 
@@ -111,6 +184,14 @@ IndexArg::IndexArg(py::handle obj, const char* name, std::vector<std::int64_t>& 
     } else {
       PyErr_Clear();
     }
+  }
+  // A dict, set or generator would be iterated (a dict's keys taken as
+  // indices): an index list is a sequence or an array, nothing else.
+  if (!PyList_CheckExact(o) && !PyTuple_CheckExact(o) &&
+      (!PySequence_Check(o) || PyDict_Check(o))) {
+    throw py::type_error(
+        fmt::format("{} must be a sequence of ints (list, tuple or 1-D integer array); got {}",
+                    name, given(obj)));
   }
   copy_ints(obj, name, scratch_);
   kind_ = Kind::kInt64;
@@ -150,7 +231,7 @@ void copy_ints(py::handle obj, const char* name, std::vector<std::int64_t>& out)
     PyErr_Clear();
     throw py::type_error(
         fmt::format("{} must be a sequence of ints (list, tuple or 1-D integer array); got {}",
-                    name, type_name(o)));
+                    name, given(obj)));
   }
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
@@ -164,15 +245,16 @@ void copy_ints(py::handle obj, const char* name, std::vector<std::int64_t>& out)
       if (!index) {
         PyErr_Clear();
         throw py::type_error(
-            fmt::format("{}[{}] must be an int; got {}", name, i, type_name(item)));
+            fmt::format("{}[{}] must be an int; got {}", name, i, given(py::handle(item))));
       }
       item = index.ptr();
     }
     int overflow = 0;
     const long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
     if (overflow != 0) {
-      throw py::value_error(
-          fmt::format("{}[{}] is out of range (does not fit in 64 bits)", name, i));
+      // As numpy's conversion of the reference's lists answers it.
+      throw_overflow(fmt::format("{}[{}] = {} does not fit in 64 bits", name, i,
+                                 py::str(py::handle(item)).cast<std::string>()));
     }
     out[static_cast<std::size_t>(i)] = value;
   }

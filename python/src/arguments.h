@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvxfer/transport.h"
@@ -76,8 +78,24 @@ class IndexArg {
   std::vector<std::int64_t>& scratch_;
 };
 
-// Copies any iterable of Python ints into `out` (TypeError/ValueError naming
-// `name` and the position of a bad element).
+// Copies any iterable of Python ints into `out` (TypeError naming `name` and
+// the position of an element that is not an int, OverflowError for one that
+// does not fit in 64 bits).
 void copy_ints(py::handle obj, const char* name, std::vector<std::int64_t>& out);
+
+// What a caller passed, for an error message: its repr, shortened (metadata
+// can be kilobytes), its type and, when it has one, its length.
+[[nodiscard]] std::string given(py::handle obj);
+
+// A str argument as UTF-8, valid while `obj` lives. TypeError naming `name`
+// for anything else, ValueError for a str that is not valid UTF-8 (lone
+// surrogates).
+[[nodiscard]] std::string_view text_arg(py::handle obj, const char* name);
+
+// A non-negative integer argument that fits in 64 bits (an int or anything
+// with __index__, e.g. a numpy integer; not a bool). TypeError naming `name`
+// for another type, ValueError for a negative value, OverflowError for one
+// of 2**64 or more.
+[[nodiscard]] std::uint64_t uint_arg(py::handle obj, const char* name);
 
 }  // namespace kvxfer::python

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "arguments.h"
+#include "log_bridge.h"
 #include "py_transport.h"
 
 namespace kvxfer::python {
@@ -82,16 +83,6 @@ std::array<PyObject*, N> bind_args(const char* function, const std::array<const 
   return out;
 }
 
-std::string_view text_arg(PyObject* obj, const char* name) {
-  Py_ssize_t size = 0;
-  const char* data = PyUnicode_Check(obj) ? PyUnicode_AsUTF8AndSize(obj, &size) : nullptr;
-  if (data == nullptr) {
-    PyErr_Clear();
-    throw py::type_error(fmt::format("{} must be a str; got {}", name, Py_TYPE(obj)->tp_name));
-  }
-  return {data, static_cast<std::size_t>(size)};
-}
-
 PyObject* id_tuple(const std::vector<TransferId>& ids) {
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(ids.size()));
   if (tuple == nullptr) throw py::error_already_set();
@@ -136,6 +127,7 @@ template <bool kRead>
 PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                           PyObject* kwnames) {
   try {
+    follow_log_level();
     PyTransport& transport = unwrap(self);
     static constexpr std::array<const char*, 4> kNames{"peer_id", "local_idxs", "remote_idxs",
                                                        "notify"};
@@ -150,8 +142,13 @@ PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t narg
     std::optional<ByteArg> notify;
     if (a[3] != nullptr && a[3] != Py_None) {
       notify.emplace(a[3], "notify");
+      // The core's checks name no argument (and take no bytes as none).
       if (notify->span().empty()) {
         throw py::value_error("notify must hold at least one byte (None: no notification)");
+      }
+      if (notify->span().size() > kMaxNotificationBytes) {
+        throw py::value_error(fmt::format("notify must hold at most {} bytes; got {}",
+                                          kMaxNotificationBytes, notify->span().size()));
       }
     }
     const std::span<const std::uint8_t> message =
@@ -182,6 +179,7 @@ PyObject* transfer_blocks(PyObject* self, PyObject* const* args, Py_ssize_t narg
 
 PyObject* poll(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   try {
+    follow_log_level();
     PyTransport& transport = unwrap(self);
     static constexpr std::array<const char*, 1> kNames{"peer_id"};
     const auto a = bind_args("poll", kNames, 0, args, nargs, kwnames);

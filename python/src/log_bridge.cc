@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "log_bridge.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -118,6 +120,12 @@ class PythonLoggingSink {
     PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
     PyErr_Fetch(&type, &value, &traceback);
 #endif
+    // A thread that only logs (an engine's) follows a level change too.
+    try {
+      follow_log_level();
+    } catch (const py::error_already_set&) {
+      PyErr_Clear();
+    }
     PyObject* text =
         PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "replace");
     PyObject* result = nullptr;
@@ -144,11 +152,87 @@ std::shared_ptr<PythonLoggingSink>& bridge() {
   return sink;
 }
 
+// How follow_log_level() tells that the logger's level may have changed.
+// logging caches isEnabledFor()'s answers in each logger's `_cache` dict and
+// empties every logger's cache (in place, under the GIL) whenever a level
+// changes: Logger.setLevel on any logger, logging.disable, dictConfig. A
+// key of ours in that dict is gone once such a change happened, so its
+// presence is checked, one lookup, and put back when the level is read
+// again. Only our key counts: logging refills the dict with its own keys
+// whenever any record is logged. Without a `_cache` dict (another Python),
+// the level is read again at most every kFallbackPeriod.
+struct LevelWatch {
+  PyObject* cache = nullptr;     // the kvxfer logger's _cache; never released
+  PyObject* sentinel = nullptr;  // an object() nobody else has
+  std::chrono::steady_clock::time_point next_read{};
+};
+LevelWatch g_watch;  // read and written with the GIL held
+constexpr std::chrono::milliseconds kFallbackPeriod{100};
+
+// An int attribute of `obj`, or nullopt (error cleared) when it has none.
+std::optional<long> int_attr(PyObject* obj, const char* name) {
+  PyObject* value = PyObject_GetAttrString(obj, name);
+  std::optional<long> out;
+  if (value != nullptr && PyLong_Check(value)) {
+    const long v = PyLong_AsLong(value);
+    if (v != -1 || PyErr_Occurred() == nullptr) out = v;
+  }
+  Py_XDECREF(value);
+  PyErr_Clear();
+  return out;
+}
+
+// The lowest level the logger passes on: what isEnabledFor() computes
+// (logger.getEffectiveLevel(), and logging.disable()'s manager.disable),
+// read from the attributes alone, so that no Python code runs and no other
+// thread can change the level while it is read (see follow_log_level()).
+// nullopt when the logger does not have those attributes.
+std::optional<long> threshold(PyObject* logger) {
+  long level = 0;
+  PyObject* at = logger;
+  Py_INCREF(at);
+  for (int depth = 0; at != Py_None && depth < 64; ++depth) {
+    const std::optional<long> own = int_attr(at, "level");
+    if (!own) {
+      Py_DECREF(at);
+      return std::nullopt;
+    }
+    if (*own != 0) {
+      level = *own;
+      break;
+    }
+    PyObject* parent = PyObject_GetAttrString(at, "parent");
+    Py_DECREF(at);
+    if (parent == nullptr) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    at = parent;
+  }
+  Py_DECREF(at);
+  PyObject* manager = PyObject_GetAttrString(logger, "manager");
+  if (manager == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  const std::optional<long> disable = int_attr(manager, "disable");
+  Py_DECREF(manager);
+  if (!disable) return std::nullopt;
+  return std::max(level, *disable + 1);
+}
+
 }  // namespace
 
 void install_log_bridge() {
   if (bridge()) return;
   py::object logger = py::module_::import("logging").attr("getLogger")("kvxfer");
+  if (py::hasattr(logger, "_cache")) {
+    py::object cache = logger.attr("_cache");
+    if (PyDict_CheckExact(cache.ptr())) {
+      g_watch.cache = cache.release().ptr();
+      g_watch.sentinel = py::module_::import("builtins").attr("object")().release().ptr();
+    }
+  }
   bridge() = std::make_shared<PythonLoggingSink>(logger.release().ptr());
   // The library keeps this std::function, and so the sink, past the
   // interpreter's end; records then go to stderr (see detach()).
@@ -160,8 +244,26 @@ void install_log_bridge() {
 
 void sync_log_level() {
   if (!bridge()) return;
-  const int level = py::handle(bridge()->logger()).attr("getEffectiveLevel")().cast<int>();
-  set_log_level(library_level(level));
+  PyObject* logger = bridge()->logger();
+  // Marked first, read second: a change after the mark removes it again,
+  // and the next call reads once more.
+  if (g_watch.cache != nullptr && PyDict_SetItem(g_watch.cache, g_watch.sentinel, Py_True) != 0) {
+    throw py::error_already_set();
+  }
+  g_watch.next_read = std::chrono::steady_clock::now() + kFallbackPeriod;
+  const std::optional<long> level = threshold(logger);
+  set_log_level(library_level(level ? static_cast<int>(std::min(*level, 1000L))
+                                    : py::handle(logger).attr("getEffectiveLevel")().cast<int>()));
+}
+
+void follow_log_level() {
+  if (g_watch.cache != nullptr) {
+    if (PyDict_GetItemWithError(g_watch.cache, g_watch.sentinel) != nullptr) return;
+    if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+  } else if (!bridge() || std::chrono::steady_clock::now() < g_watch.next_read) {
+    return;
+  }
+  sync_log_level();
 }
 
 }  // namespace kvxfer::python

@@ -16,4 +16,10 @@ void install_log_bridge();
 // records Python would drop are never formatted. Call with the GIL held.
 void sync_log_level();
 
+// sync_log_level() when the logger's level may have changed since the last
+// sync, else nothing (one dict lookup): called with the GIL held on entry to
+// the module's calls and before each record goes to Python, so the library
+// follows the logger with nobody calling sync_log_level().
+void follow_log_level();
+
 }  // namespace kvxfer::python

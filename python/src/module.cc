@@ -58,7 +58,48 @@ class PendingRegistration {
   std::future<void> future_;
 };
 
+// add_remote_peer's arguments, converted (each error names its argument)
+// before the GIL is released.
+struct PeerArgs {
+  PeerArgs(py::handle peer_id, py::handle agent_metadata, py::handle base, py::handle blocks,
+           py::handle len)
+      : id(text_arg(peer_id, "peer_id")),
+        metadata(agent_metadata, "agent_metadata"),
+        base_addr(uint_arg(base, "base_addr")),
+        num_blocks(uint_arg(blocks, "num_blocks")),
+        block_len(uint_arg(len, "block_len")) {}
+
+  std::string id;
+  ByteArg metadata;
+  std::uintptr_t base_addr;
+  std::uint64_t num_blocks;
+  std::uint64_t block_len;
+};
+
+using Notifications = std::map<std::string, std::vector<std::vector<std::uint8_t>>>;
+
+// get_notifications() hands out what the core already took off its queues,
+// so nothing here may fail on a peer's bytes: a sender name that is not
+// UTF-8 (the tcp lane's hello carries any bytes) is decoded with
+// surrogateescape, which cannot fail and maps distinct names to distinct
+// keys, so no sender's messages can land under another's name.
+py::dict notifications_to_python(const Notifications& notes) {
+  py::dict out;
+  for (const auto& [agent, messages] : notes) {
+    py::list list(messages.size());
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      list[i] = py::bytes(reinterpret_cast<const char*>(messages[i].data()), messages[i].size());
+    }
+    const auto name = py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+        agent.data(), static_cast<Py_ssize_t>(agent.size()), "surrogateescape"));
+    if (!name) throw py::error_already_set();
+    out[name] = list;
+  }
+  return out;
+}
+
 py::list cancel(PyTransport& self, py::handle transfer_ids, py::handle mode) {
+  follow_log_level();
   CancelMode cancel_mode = CancelMode::kImmediate;
   if (PyUnicode_Check(mode.ptr()) && PyUnicode_CompareWithASCIIString(mode.ptr(), "wait") == 0) {
     cancel_mode = CancelMode::kWait;
@@ -306,7 +347,7 @@ PYBIND11_MODULE(_kvxfer, m) {
 
   py::class_<PyTransport> transport(m, "Transport");
   transport
-      .def(py::init([](std::string agent_name, py::handle view, std::string config_json,
+      .def(py::init([](py::handle agent_name, py::handle view, std::string config_json,
                        std::vector<std::string> backends, int num_threads, bool progress_thread,
                        int strike_limit, double stall_timeout,
                        std::map<std::string, std::string> engine_config, int latency_sample_every,
@@ -323,7 +364,8 @@ PYBIND11_MODULE(_kvxfer, m) {
              options.latency_sample_every = latency_sample_every;
              options.telemetry = telemetry;
              options.telemetry_capacity = telemetry_capacity;
-             return std::make_unique<PyTransport>(std::move(agent_name), view, std::move(options));
+             return std::make_unique<PyTransport>(std::string(text_arg(agent_name, "agent_name")),
+                                                  view, std::move(options));
            }),
            py::arg("agent_name"), py::arg("view"), py::kw_only(), py::arg("config_json"),
            py::arg("backends"), py::arg("num_threads"), py::arg("progress_thread"),
@@ -370,49 +412,60 @@ PYBIND11_MODULE(_kvxfer, m) {
            })
       .def(
           "add_remote_peer",
-          [](PyTransport& self, const std::string& peer_id, py::handle agent_metadata,
-             std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len) {
-            ByteArg metadata(agent_metadata, "agent_metadata");
+          [](PyTransport& self, py::handle peer_id, py::handle agent_metadata, py::handle base_addr,
+             py::handle num_blocks, py::handle block_len) {
+            follow_log_level();
+            const PeerArgs peer(peer_id, agent_metadata, base_addr, num_blocks, block_len);
             py::gil_scoped_release nogil;
-            self.get().add_remote_peer(peer_id, metadata.span(), base_addr, num_blocks, block_len);
+            self.get().add_remote_peer(peer.id, peer.metadata.span(), peer.base_addr,
+                                       peer.num_blocks, peer.block_len);
           },
           py::arg("peer_id"), py::arg("agent_metadata"), py::arg("base_addr"),
           py::arg("num_blocks"), py::arg("block_len"))
       .def(
           "_add_remote_peer_async",
-          [](PyTransport& self, const std::string& peer_id, py::handle agent_metadata,
-             std::uintptr_t base_addr, std::uint64_t num_blocks, std::uint64_t block_len) {
-            ByteArg metadata(agent_metadata, "agent_metadata");
+          [](PyTransport& self, py::handle peer_id, py::handle agent_metadata, py::handle base_addr,
+             py::handle num_blocks, py::handle block_len) {
+            follow_log_level();
+            const PeerArgs peer(peer_id, agent_metadata, base_addr, num_blocks, block_len);
             py::gil_scoped_release nogil;
             return std::make_unique<PendingRegistration>(self.get().add_remote_peer_async(
-                peer_id, metadata.span(), base_addr, num_blocks, block_len));
+                peer.id, peer.metadata.span(), peer.base_addr, peer.num_blocks, peer.block_len));
           },
           py::arg("peer_id"), py::arg("agent_metadata"), py::arg("base_addr"),
           py::arg("num_blocks"), py::arg("block_len"))
       .def(
           "remove_remote_peer",
-          [](PyTransport& self, const std::string& peer_id) {
-            self.get().remove_remote_peer(peer_id);
+          [](PyTransport& self, py::handle peer_id) {
+            follow_log_level();
+            const std::string id(text_arg(peer_id, "peer_id"));
+            py::gil_scoped_release nogil;
+            self.get().remove_remote_peer(id);
           },
-          py::arg("peer_id"), release_gil())
+          py::arg("peer_id"))
       .def(
           "peers", [](PyTransport& self) { return self.get().peers(); }, release_gil())
       .def(
           "_record_post_failure",
-          [](PyTransport& self, const std::string& peer_id, const std::string& cause) {
-            return self.get().record_post_failure(peer_id, cause);
+          [](PyTransport& self, py::handle peer_id, const std::string& cause) {
+            follow_log_level();
+            const std::string id(text_arg(peer_id, "peer_id"));
+            py::gil_scoped_release nogil;
+            return self.get().record_post_failure(id, cause);
           },
-          py::arg("peer_id"), py::arg("cause"), release_gil(),
+          py::arg("peer_id"), py::arg("cause"),
           "Counts a post the caller could not make against the peer, as a failed post.")
       .def("cancel", &cancel, py::arg("transfer_ids"), py::arg("mode") = "immediate")
       .def(
           "send_notification",
-          [](PyTransport& self, const std::string& peer_id, py::handle message) {
+          [](PyTransport& self, py::handle peer_id, py::handle message) {
+            follow_log_level();
+            const std::string_view peer = text_arg(peer_id, "peer_id");
             ByteArg bytes(message, "message");
             std::optional<TransferId> id;
             {
               py::gil_scoped_release nogil;
-              id = self.get().send_notification(peer_id, bytes.span());
+              id = self.get().send_notification(peer, bytes.span());
             }
             return id ? py::object(py::int_(*id)) : py::object(py::none());
           },
@@ -422,26 +475,24 @@ PYBIND11_MODULE(_kvxfer, m) {
       .def(
           "get_notifications",
           [](PyTransport& self) {
-            std::map<std::string, std::vector<std::vector<std::uint8_t>>> notes;
+            follow_log_level();
+            Notifications notes;
             {
               py::gil_scoped_release nogil;
               notes = self.get().get_notifications();
             }
-            py::dict out;
-            for (const auto& [agent, messages] : notes) {
-              py::list list;
-              for (const auto& message : messages) {
-                list.append(
-                    py::bytes(reinterpret_cast<const char*>(message.data()), message.size()));
-              }
-              out[py::str(agent)] = list;
-            }
-            return out;
+            return notifications_to_python(notes);
           },
           "The notifications peers delivered since the last call: {agent_name: [bytes, ...]},\n"
-          "each list in its sender's order; each message is returned once.")
-      .def(
-          "close", [](PyTransport& self) { self.get().close(); }, release_gil())
+          "each list in its sender's order; each message is returned once. A name that is\n"
+          "not UTF-8 is decoded with errors=\"surrogateescape\" (name.encode(\"utf-8\",\n"
+          "\"surrogateescape\") gives its bytes back).")
+      .def("close",
+           [](PyTransport& self) {
+             follow_log_level();
+             py::gil_scoped_release nogil;
+             self.get().close();
+           })
       .def("stats",
            [](PyTransport& self) {
              Stats s;
@@ -510,8 +561,27 @@ PYBIND11_MODULE(_kvxfer, m) {
   m.def("_config_fingerprint_json", &config_fingerprint_json, py::arg("canonical_json"),
         "First 16 hex chars of sha256 of canonical JSON text (kvxfer.config_fingerprint).");
   m.attr("_MAX_STALL_TIMEOUT_S") = static_cast<double>(kMaxStallTimeout.count()) / 1000.0;
+  m.attr("_MAX_TELEMETRY_CAPACITY") = kMaxTelemetryCapacity;
+  m.attr("_MAX_NOTIFICATION_BYTES") = kMaxNotificationBytes;
+  m.def(
+      "_notifications_to_python",
+      [](const std::vector<std::pair<py::bytes, std::vector<py::bytes>>>& taken) {
+        Notifications notes;
+        for (const auto& [name, messages] : taken) {
+          auto& list = notes[std::string(name)];
+          for (const auto& message : messages) {
+            const std::string bytes(message);
+            list.emplace_back(bytes.begin(), bytes.end());
+          }
+        }
+        return notifications_to_python(notes);
+      },
+      py::arg("taken"),
+      "What get_notifications() makes of the notifications the core took, given as\n"
+      "[(sender name bytes, [message bytes, ...]), ...] (for tests).");
   m.def("sync_log_level", &sync_log_level,
-        "Sets the library's log level from logging.getLogger('kvxfer').");
+        "Sets the library's log level from logging.getLogger('kvxfer') now. Not needed:\n"
+        "every call into kvxfer, and every record, notices a level change first.");
   m.def(
       "flush_log",
       [](double timeout) {

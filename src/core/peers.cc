@@ -24,6 +24,9 @@ TransportState::Registration TransportState::validate_peer(
     const std::string& peer_id, std::span<const std::uint8_t> metadata, std::uintptr_t base_addr,
     std::uint64_t num_blocks, std::uint64_t block_len) const {
   if (peer_id.empty()) throw std::invalid_argument("peer_id must not be empty");
+  // The metadata first: bytes that are not metadata at all must be reported
+  // as such, not as the geometry they happen to disagree with.
+  wire::AgentMetadata m = wire::decode(metadata);
   if (num_blocks == 0) throw std::invalid_argument("peer num_blocks must be > 0");
   if (block_len == 0) throw std::invalid_argument("peer block_len must be > 0");
   if (block_len != region_.block_len) {
@@ -36,7 +39,6 @@ TransportState::Registration TransportState::validate_peer(
   if (!region_is_valid(0, num_blocks, block_len)) {
     throw std::invalid_argument("peer num_blocks * block_len overflows");
   }
-  wire::AgentMetadata m = wire::decode(metadata);
   if (m.engine != engine_->name()) {
     throw std::invalid_argument(fmt::format("peer {} metadata is for backend {}, this transport uses {}",
                                             peer_id, m.engine, engine_->name()));

@@ -2,6 +2,8 @@
 """Index lists, modes and options: what write_blocks and cancel accept, and the
 errors that name the argument at fault."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -58,7 +60,12 @@ def test_keyword_arguments(pair):
         ("01", [0, 1], TypeError, "local_idxs must be a sequence of ints"),
         (3, [0], TypeError, "local_idxs must be a sequence of ints"),
         (np.zeros((1, 1), np.int64), [0], ValueError, "local_idxs must be 1-D"),
-        ([2**70], [0], ValueError, r"local_idxs\[0\] is out of range"),
+        ([2**70], [0], OverflowError, r"local_idxs\[0\] = 1180591620717411303424 does not fit"),
+        ([0], [2**63], OverflowError, r"remote_idxs\[0\] = 9223372036854775808 does not fit"),
+        ({0: 1}, [0], TypeError, r"local_idxs must be a sequence of ints .*\{0: 1\} \(dict"),
+        ([0], {1}, TypeError, r"remote_idxs must be a sequence of ints .*\(set"),
+        ((i for i in [0]), [0], TypeError, "local_idxs must be a sequence of ints"),
+        (iter([0]), [0], TypeError, "local_idxs must be a sequence of ints"),
     ],
 )
 def test_bad_indices_raise_naming_the_argument(pair, local, remote, error, message):
@@ -110,6 +117,102 @@ def test_agent_metadata_must_be_bytes(pair):
     a, b = pair
     with pytest.raises(TypeError, match="agent_metadata must be bytes"):
         a.add_remote_peer("c", "text", b.base_addr, b.num_blocks, b.block_len)
+
+
+def test_a_notify_over_4096_bytes_raises_naming_notify(pair):
+    a, _ = pair
+    with pytest.raises(ValueError, match="notify must hold at most 4096 bytes; got 4097"):
+        a.write_blocks("b", [0], [0], notify=b"x" * 4097)
+    assert a.stats()["peers"]["b"]["strikes"] == 0
+
+
+def add_peer_args(b, **changes):
+    args = dict(
+        peer_id="c",
+        agent_metadata=b.get_agent_metadata(),
+        base_addr=b.base_addr,
+        num_blocks=b.num_blocks,
+        block_len=b.block_len,
+    )
+    args.update(changes)
+    return args
+
+
+@pytest.mark.parametrize(
+    "name, value, error, message",
+    [
+        ("peer_id", 7, TypeError, r"peer_id must be a str; got 7 \(int\)"),
+        ("peer_id", b"c", TypeError, r"peer_id must be a str; got b'c' \(bytes of length 1\)"),
+        ("peer_id", "\udcff", ValueError, "peer_id must be a str that UTF-8 can encode"),
+        ("base_addr", "0x1000", TypeError, r"base_addr must be an int; got '0x1000' \(str"),
+        ("base_addr", -1, ValueError, "base_addr must be >= 0; got -1"),
+        ("base_addr", 2**64, OverflowError, "base_addr = 18446744073709551616 .*does not fit"),
+        ("num_blocks", 16.0, TypeError, r"num_blocks must be an int; got 16.0 \(float\)"),
+        ("num_blocks", True, TypeError, "num_blocks must be an int; got True"),
+        ("block_len", None, TypeError, r"block_len must be an int; got None \(NoneType\)"),
+        ("agent_metadata", "text", TypeError, "agent_metadata must be bytes"),
+    ],
+)
+def test_add_remote_peer_names_the_argument_of_the_wrong_type(pair, name, value, error, message):
+    a, b = pair
+    for call in (a.add_remote_peer, a._add_remote_peer_async):
+        with pytest.raises(error, match=message):
+            call(**add_peer_args(b, **{name: value}))
+    assert a.peers() == ["b"]
+
+
+def test_a_wrong_type_error_shortens_what_was_given(pair):
+    # The metadata passed as the wrong argument: named, not pasted whole.
+    a, b = pair
+    metadata = b.get_agent_metadata()
+    with pytest.raises(TypeError) as raised:
+        a.add_remote_peer(metadata, metadata, b.base_addr, b.num_blocks, b.block_len)
+    text = str(raised.value)
+    # repr() quotes bytes holding a ' with "
+    assert re.match(r"peer_id must be a str; got b['\"]KVXFMETA", text), text
+    assert f"(bytes of length {len(metadata)})" in text and len(text) < 120
+
+
+def test_numpy_integers_are_ints_for_add_remote_peer(pair):
+    a, b = pair
+    a.add_remote_peer(
+        "c",
+        b.get_agent_metadata(),
+        np.uint64(b.base_addr),
+        np.int64(b.num_blocks),
+        np.int32(b.block_len),
+    )
+    assert a.peers() == ["b", "c"]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.remove_remote_peer(7),
+        lambda t: t.send_notification(7, b"x"),
+        lambda t: t.write_blocks(7, [0], [0]),
+        lambda t: t.poll(7),
+    ],
+    ids=["remove_remote_peer", "send_notification", "write_blocks", "poll"],
+)
+def test_peer_id_of_the_wrong_type_is_named(pair, call):
+    a, _ = pair
+    with pytest.raises(TypeError, match=r"peer_id must be a str; got 7 \(int\)"):
+        call(a)
+
+
+@pytest.mark.parametrize("cls", [kvxfer.Transport, kvxfer.NixlTransport])
+def test_agent_name_of_the_wrong_type_is_named(cls):
+    with pytest.raises(TypeError, match=r"agent_name must be a str; got b'x' \(bytes"):
+        cls(b"x", np.zeros((1, 8), np.uint8), backends=["LOOPBACK"])
+
+
+def test_garbage_metadata_is_reported_before_the_geometry(pair):
+    a, b = pair
+    with pytest.raises(ValueError, match="not kvxfer metadata"):
+        a.add_remote_peer("c", b"garbage", b.base_addr, b.num_blocks, 1)
+    with pytest.raises(ValueError, match="not kvxfer metadata"):
+        a.add_remote_peer("c", b"garbage", b.base_addr, 0, b.block_len)
 
 
 def test_bad_peer_geometry_raises_value_error(pair):

@@ -95,11 +95,66 @@ def test_bad_indices_to_an_unknown_peer_are_none_without_a_strike(dropin, kvxfer
     assert any("unknown peer=nobody" in r.getMessage() for r in log.records)
 
 
-def test_entries_that_are_not_integers_still_raise(dropin):
-    # The reference's np.asarray(..., dtype=np.int32) raises before the post.
+# What the reference's np.asarray(..., dtype=np.int32) refuses before its post
+# raises in the drop-in too, and counts against nobody.
+REFUSED_BEFORE_THE_POST = [
+    ([None], [0], TypeError, r"local_idxs\[0\] must be an int"),
+    ([0], [2**63], OverflowError, r"remote_idxs\[0\] = 9223372036854775808 does not fit"),
+    ([-(2**63) - 1], [0], OverflowError, r"local_idxs\[0\]"),
+    ({0: 1}, [0], TypeError, "local_idxs must be a sequence of ints"),
+    ([0], {3}, TypeError, "remote_idxs must be a sequence of ints"),
+    ((i for i in [0]), [0], TypeError, "local_idxs must be a sequence of ints"),
+]
+
+
+@pytest.mark.parametrize(
+    "local, remote, error, message",
+    REFUSED_BEFORE_THE_POST,
+    ids=["None", "2**63", "-2**63-1", "dict", "set", "generator"],
+)
+def test_indices_numpy_refuses_raise_without_a_strike(dropin, local, remote, error, message):
     a, _ = dropin
-    with pytest.raises(TypeError):
-        a.write_blocks("b", [None], [0])
+    with pytest.raises(error, match=message):
+        a.write_blocks("b", local, remote)
+    stats = a.stats()["peers"]["b"]
+    assert stats["post_failures"] == 0 and stats["strikes"] == 0
+
+
+@pytest.mark.parametrize(
+    "notify, message",
+    [(b"", "at least one byte"), (b"x" * 4097, "at most 4096 bytes")],
+    ids=["empty", "4097 bytes"],
+)
+def test_a_bad_notify_raises_without_a_strike(dropin, notify, message):
+    # notify is kvxfer's own argument, which the reference does not have.
+    a, _ = dropin
+    with pytest.raises(ValueError, match=f"notify must hold {message}"):
+        a.write_blocks("b", [0], [1], notify=notify)
+    stats = a.stats()["peers"]["b"]
+    assert stats["post_failures"] == 0 and stats["strikes"] == 0
+
+
+def test_bad_indices_with_a_good_notify_are_still_a_failed_post(dropin):
+    a, _ = dropin
+    assert a.write_blocks("b", [99], [1], notify=b"x") is None
+    assert a.stats()["peers"]["b"]["strikes"] == 1
+
+
+def test_writes_to_a_faulted_peer_are_none_without_a_strike(dropin):
+    # The reference would post them; kvxfer refuses until the peer is removed.
+    a, _ = dropin
+    a.fault_plan.fail_next_posts(kvxfer.Status.REMOTE_DISCONNECT)
+    assert a.write_blocks("b", [0], [1]) is None
+    assert a.poll("b").peer_fault is not None
+    assert a.write_blocks("b", [0], [1]) is None
+    stats = a.stats()["peers"]["b"]
+    assert stats["posts_refused"] == 1 and stats["post_failures"] == 1
+
+
+def test_transfer_ids_start_at_1(dropin):
+    # The reference's ids start at 0; kvxfer's at 1, so `if tid:` is safe.
+    a, _ = dropin
+    assert a.write_blocks("b", [0], [1]) == 1
 
 
 def test_poll_returns_lists_like_the_reference(dropin):
@@ -111,6 +166,20 @@ def test_poll_returns_lists_like_the_reference(dropin):
     empty = a.poll("b")
     assert empty.done == [] and empty.failed == [] and empty.peer_fault is None
     assert a.poll("b") is empty  # like the reference, one shared empty result
+
+
+def test_poll_results_are_kvxfer_poll_results(dropin):
+    a, _ = dropin
+    tid = a.write_blocks("b", [0], [1])
+    done = a.poll("b")
+    empty = a.poll("b")
+    a.fault_plan.fail_next_posts(kvxfer.Status.REMOTE_DISCONNECT)  # faults the peer
+    assert a.write_blocks("b", [0], [1]) is None
+    faulted = a.poll("b")
+    assert done.done == [tid] and empty.done == [] and faulted.peer_fault is not None
+    for result in (done, empty, faulted):
+        assert isinstance(result, kvxfer.PollResult)
+        assert isinstance(result.done, list) and isinstance(result.failed, list)
 
 
 def test_native_poll_returns_tuples(pair):

@@ -3,8 +3,6 @@
 
 import gc
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -190,18 +188,6 @@ def test_info_names_the_files_this_process_loaded():
     library = os.path.realpath(info["library"])
     assert os.path.basename(library).startswith("libkvxfer.so.")
     assert library in _mapped_files()
-
-
-def test_python_m_kvxfer_info_prints_the_same_lines():
-    out = subprocess.run(
-        [sys.executable, "-m", "kvxfer", "info"], check=True, capture_output=True, text=True
-    ).stdout
-    assert out == "".join(f"{key}: {value}\n" for key, value in kvxfer.info().items())
-
-
-def test_python_m_kvxfer_without_info_is_a_usage_error():
-    done = subprocess.run([sys.executable, "-m", "kvxfer"], capture_output=True, text=True)
-    assert done.returncode == 2 and "usage" in done.stderr
 
 
 def test_shared_pool_is_a_zeroed_writable_uint8_array_of_the_asked_shape():

@@ -84,3 +84,16 @@ def test_nixl_transport_passes_notify_through(make_agent):
         tid = a.write_blocks("b", [0], [1], notify=b"done")
         wait_done(a, "b", tid)
         assert b.get_notifications() == {"nixl-notifier": [b"done"]}
+
+
+def test_a_sender_name_that_is_not_utf8_loses_no_notification():
+    # get_notifications() turns what the core took (its queues already
+    # emptied) into the dict through this function; a tcp peer's hello may
+    # carry any bytes as its name. Nothing of it may be lost, no sender's
+    # messages may land under another's name.
+    from kvxfer import _kvxfer
+
+    taken = [(b"\xff", [b"one", b"two"]), (b"peer-b", [b"three"]), (b"\\xff", [b"four"])]
+    notes = _kvxfer._notifications_to_python(taken)
+    assert notes == {"\udcff": [b"one", b"two"], "peer-b": [b"three"], "\\xff": [b"four"]}
+    assert "\udcff".encode("utf-8", "surrogateescape") == b"\xff"

@@ -82,6 +82,20 @@ def test_off_by_default_means_empty(pair):
     assert a.telemetry() == kvxfer.Telemetry([], 0)
 
 
-def test_bad_capacity_raises(make_agent):
-    with pytest.raises(ValueError, match="telemetry_capacity"):
-        make_agent(telemetry=True, telemetry_capacity=0)
+@pytest.mark.parametrize("capacity", [0, -1, 2**24 + 1, 2**64])
+def test_bad_capacity_raises(make_agent, capacity):
+    with pytest.raises(ValueError, match="telemetry_capacity must be from 1 to 16777216"):
+        make_agent(telemetry=True, telemetry_capacity=capacity)
+
+
+@pytest.mark.parametrize("capacity", [0, -1, 2**64])
+def test_capacity_is_not_checked_with_telemetry_off(make_agent, capacity):
+    # As in C++ (docs/configuration.md): off, no ring is made.
+    a = make_agent(telemetry_capacity=capacity)
+    assert a.available and a.telemetry() == kvxfer.Telemetry([], 0)
+
+
+@pytest.mark.parametrize("telemetry", [True, False])
+def test_capacity_of_the_wrong_type_raises_either_way(make_agent, telemetry):
+    with pytest.raises(TypeError, match="telemetry_capacity must be an int"):
+        make_agent(telemetry=telemetry, telemetry_capacity="16")

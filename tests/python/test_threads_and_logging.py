@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 
+import pytest
+
 import kvxfer
 from conftest import connect
 
@@ -94,6 +96,58 @@ def test_info_records_follow_the_logger_level(make_agent, kvxfer_log):
     connect(a, b, "loud")
     infos = [r for r in log.records if "registered peer=loud" in r.getMessage()]
     assert [r.levelno for r in infos] == [logging.INFO]
+
+
+def registered(caplog, peer: str) -> list:
+    return [r for r in caplog.records if f"registered peer={peer}" in r.getMessage()]
+
+
+@pytest.fixture
+def levels():
+    """Sets loggers' levels as an application would (setLevel, nothing else:
+    no kvxfer.sync_log_level()), restoring them at teardown. caplog's own
+    handler is left at NOTSET, so it holds whatever the loggers pass on."""
+    saved = {}
+
+    def set_level(name: str, level: int) -> None:
+        logger = logging.getLogger(name)
+        saved.setdefault(name, logger.level)
+        logger.setLevel(level)
+
+    yield set_level
+    for name, level in saved.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_a_level_change_is_followed_without_sync_log_level(make_agent, caplog, levels):
+    levels("kvxfer", logging.WARNING)
+    a, b = make_agent(), make_agent()
+    connect(a, b, "quiet")
+    levels("kvxfer", logging.INFO)
+    connect(a, b, "loud")
+    assert not registered(caplog, "quiet")
+    assert [r.levelno for r in registered(caplog, "loud")] == [logging.INFO]
+
+
+def test_a_parent_loggers_level_is_followed(make_agent, caplog, levels):
+    # kvxfer's own level unset: the root logger's decides.
+    levels("kvxfer", logging.NOTSET)
+    levels("", logging.WARNING)
+    a, b = make_agent(), make_agent()
+    levels("", logging.DEBUG)
+    connect(a, b, "loud")
+    assert len(registered(caplog, "loud")) == 1
+
+
+def test_logging_disable_is_followed(make_agent, caplog, levels):
+    levels("kvxfer", logging.INFO)
+    logging.disable(logging.INFO)
+    try:
+        a, b = make_agent(), make_agent()
+    finally:
+        logging.disable(logging.NOTSET)
+    connect(a, b, "loud")
+    assert len(registered(caplog, "loud")) == 1
 
 
 def test_records_from_the_registration_worker_thread(make_agent, kvxfer_log):
