@@ -75,7 +75,7 @@ std::uint64_t TransportState::begin_registration(const std::string& peer_id,
   if (auto it = peers_.find(peer_id); it != peers_.end()) {
     const std::unique_ptr<Peer> old = std::move(it->second);
     peers_.erase(it);
-    *old_handle = detach_peer(*old);
+    *old_handle = detach_peer(*old, "re-registered");
   }
   return gen;
 }
@@ -199,7 +199,7 @@ void TransportState::remove_peer(const std::string& peer_id) {
     if (it == peers_.end()) return;
     const std::unique_ptr<Peer> peer = std::move(it->second);
     peers_.erase(it);
-    handle = detach_peer(*peer);
+    handle = detach_peer(*peer, "removed");
     ++active_disconnects_;
   }
   // The peer is out of every table: nothing else reaches its handle, and the
@@ -217,15 +217,60 @@ std::vector<std::string> TransportState::peer_ids() const {
   return ids;
 }
 
-PeerHandle TransportState::detach_peer(Peer& peer) {
-  // Its transfers are drained: released, never reported (telemetry records
-  // them cancelled).
+PeerHandle TransportState::detach_peer(Peer& peer, const char* why) {
+  // Its transfers are settled now, as a poll would see them, and reported
+  // by the next poll of this peer id (or of every peer). One still in
+  // flight fails: the peer's disconnect ends it, and nothing of this
+  // registration lands after that (fencing, docs/reliability.md).
+  if (peer.head == nullptr) return peer.handle;
+  Orphans& orphans = orphans_[peer.id];
+  std::size_t failed = 0;
   Ticks now = 0;
   while (peer.head != nullptr) {
-    record_finished(*peer.head, TransferResult::kCancelled, now);
-    release(peer.head);
+    Inflight& e = *peer.head;
+    Status state = Status::kInProgress;
+    const bool landed =
+        engine_->check(e.handle, &state) == Status::kSuccess && state == Status::kSuccess;
+    (landed ? orphans.done : orphans.failed).push_back(e.id);
+    failed += landed ? 0 : 1;
+    count_finished(e, landed, now);
+    release(&e);
+  }
+  if (failed > 0) {
+    log().info("kvxfer {}: {} transfer(s) to peer={} fail: the peer was {} (reported by its next "
+               "poll)",
+               agent_name_, failed, peer.id, why);
   }
   return peer.handle;
+}
+
+void TransportState::take_orphans(std::optional<std::string_view> peer_id, PollResult& out) {
+  const auto move = [&out](Orphans& o) {
+    out.done.insert(out.done.end(), o.done.begin(), o.done.end());
+    out.failed.insert(out.failed.end(), o.failed.begin(), o.failed.end());
+  };
+  if (!peer_id) {
+    for (auto& [id, o] : orphans_) move(o);
+    orphans_.clear();
+    return;
+  }
+  if (auto it = orphans_.find(*peer_id); it != orphans_.end()) {
+    move(it->second);
+    orphans_.erase(it);
+  }
+}
+
+bool TransportState::forget_orphan(TransferId id) {
+  for (auto it = orphans_.begin(); it != orphans_.end(); ++it) {
+    for (auto* list : {&it->second.done, &it->second.failed}) {
+      if (auto at = std::find(list->begin(), list->end(), id); at != list->end()) {
+        list->erase(at);
+        if (it->second.done.empty() && it->second.failed.empty()) orphans_.erase(it);
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 void TransportState::disconnect_peer(PeerHandle handle, const std::string& peer_id) {

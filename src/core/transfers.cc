@@ -334,6 +334,9 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id, Ticks s
   MutexLock lock(mu_);
   const CallTimer timer(&poll_duration_, started);
   throw_if_closing();
+  // First what registrations removed or replaced under this id left
+  // settled (a scoped poll reports them even with no peer of that id now).
+  if (!orphans_.empty()) take_orphans(peer_id, out);
   Peer* scoped = nullptr;
   if (peer_id) {
     auto it = peers_.find(*peer_id);
@@ -367,10 +370,10 @@ PollResult TransportState::poll(std::optional<std::string_view> peer_id, Ticks s
                                  : fmt::format("state {}", status_name(status)));
     }
     for (Inflight* e : scratch_finished_) release(e);
-    if (scoped == nullptr) {
-      std::sort(out.done.begin(), out.done.end());
-      std::sort(out.failed.begin(), out.failed.end());
-    }
+  }
+  if (scoped == nullptr) {
+    std::sort(out.done.begin(), out.done.end());
+    std::sort(out.failed.begin(), out.failed.end());
   }
   if (scoped != nullptr) out.peer_fault = scoped->standing.fault;
   return out;
@@ -390,6 +393,8 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
       if (auto it = inflight_.find(id); it != inflight_.end()) {
         record_finished(it->second, TransferResult::kCancelled, now);
         release(&it->second);
+      } else if (!orphans_.empty()) {
+        forget_orphan(id);  // settled with its removed peer: not reported now
       }
     }
     return still;
@@ -397,7 +402,11 @@ std::vector<TransferId> TransportState::cancel(std::span<const TransferId> ids, 
   Ticks now = 0;
   for (const TransferId id : ids) {
     auto it = inflight_.find(id);
-    if (it == inflight_.end()) continue;
+    if (it == inflight_.end()) {
+      // Settled with its removed peer: it can no longer land.
+      if (!orphans_.empty()) forget_orphan(id);
+      continue;
+    }
     Inflight* e = &it->second;
     Status state = Status::kInProgress;
     const Status check = engine_->check(e->handle, &state);

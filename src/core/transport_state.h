@@ -205,9 +205,17 @@ class TransportState {
   void throw_if_closing() const REQUIRES(mu_) {
     if (closing_) throw std::logic_error("kvxfer: transport " + agent_name_ + " is closed");
   }
-  // Releases every transfer of a peer already out of peers_ and returns its
-  // engine handle. Caller holds mu_.
-  PeerHandle detach_peer(Peer& peer) REQUIRES(mu_);
+  // Settles every transfer of a peer already out of peers_ (done if its
+  // bytes had landed, failed otherwise: `why` it is dropped, "removed" or
+  // "re-registered"), keeps their ids for the next poll that covers the
+  // peer id (orphans_), releases them and returns the peer's engine handle.
+  PeerHandle detach_peer(Peer& peer, const char* why) REQUIRES(mu_);
+  // Moves the settled transfers of registrations removed or replaced under
+  // `peer_id` (all of them without one) into `out`.
+  void take_orphans(std::optional<std::string_view> peer_id, PollResult& out) REQUIRES(mu_);
+  // Forgets a settled transfer of a removed registration; false if `id` is
+  // none.
+  bool forget_orphan(TransferId id) REQUIRES(mu_);
   // The engine's disconnect, which may wait (a frozen or cut-off peer):
   // called without mu_, so other peers' writes and polls go on meanwhile.
   void disconnect_peer(PeerHandle handle, const std::string& peer_id) EXCLUDES(mu_);
@@ -298,6 +306,16 @@ class TransportState {
   AtomicHistogram poll_duration_;
   // Null unless Options::telemetry; set once, at construction.
   std::unique_ptr<TelemetryRing> telemetry_ PT_GUARDED_BY(mu_);
+  // Transfers of registrations that were removed or replaced, settled then
+  // (done: their bytes had landed; failed: they had not, and fencing keeps
+  // them from landing later), by peer id, until a poll that covers that id
+  // reports them (the reference reports every id it issued). Ids ascend in
+  // each list.
+  struct Orphans {
+    std::vector<TransferId> done;
+    std::vector<TransferId> failed;
+  };
+  std::map<std::string, Orphans, std::less<>> orphans_ GUARDED_BY(mu_);
   // Transfer handles whose release failed: forgotten by the table but still
   // live in the engine, so retried at close() (and counted until then).
   std::vector<XferHandle> unreleased_ GUARDED_BY(mu_);

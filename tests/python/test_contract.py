@@ -173,7 +173,7 @@ def test_remove_drains_only_that_peers_transfers(make_agent):
     connect(a, b, "b")
     connect(a, c, "c")
     a.fault_plan.hold_next(2)
-    a.write_blocks("b", [0], [0])
+    to_b = a.write_blocks("b", [0], [0])
     to_c = a.write_blocks("c", [1], [1])
 
     a.remove_remote_peer("b")
@@ -182,7 +182,22 @@ def test_remove_drains_only_that_peers_transfers(make_agent):
     assert stats["inflight"] == 1 and list(stats["peers"]) == ["c"]
     assert a.write_blocks("b", [0], [0]) is None
     a.fault_plan.land(to_c)
-    assert a.poll() == PollResult(done=(to_c,), failed=())  # b's transfer is never reported
+    # b's transfer had not landed when b went: reported failed, once.
+    assert a.poll() == PollResult(done=(to_c,), failed=(to_b,))
+    assert a.poll() == EMPTY
+
+
+def test_a_removed_peers_ids_are_reported_by_its_next_scoped_poll(pair):
+    a, b = pair
+    landed_id = a.write_blocks("b", [1], [1])  # the loopback lands it in the post
+    a.fault_plan.hold_next()
+    held = a.write_blocks("b", [2], [2])
+
+    a.remove_remote_peer("b")
+
+    assert a.poll("b") == PollResult(done=(landed_id,), failed=(held,))
+    assert a.poll("b") == EMPTY
+    assert landed(a, b, 1, 1) and not landed(a, b, 2, 2)
 
 
 def test_re_adding_a_peer_tears_the_old_registration_down_first(pair):
@@ -201,7 +216,9 @@ def test_re_adding_a_peer_tears_the_old_registration_down_first(pair):
     assert stats["peers"]["b"]["fault"] is None and stats["peers"]["b"]["strikes"] == 0
     new = a.write_blocks("b", [2], [2])
     assert new != old
-    assert a.poll("b") == PollResult(done=(new,), failed=())  # the old transfer is gone
+    # The old registration's transfer had not landed: failed, reported once.
+    assert a.poll("b") == PollResult(done=(new,), failed=(old,))
+    assert a.poll("b") == EMPTY
 
 
 def test_a_check_reporting_remote_disconnect_fails_and_drains_the_transfer(pair):

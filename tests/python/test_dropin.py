@@ -301,3 +301,18 @@ def test_good_writes_work_as_in_the_native_transport(dropin):
     assert a.poll("b").done == [tid]
     assert np.array_equal(b.pool[[7, 8]], a.pool[[3, 4]])
     assert a.write_blocks("nobody", [0], [0]) is None
+
+
+def test_a_removed_peers_transfer_is_reported_by_the_next_poll(dropin):
+    # The reference keeps in-flight transfers across remove_remote_peer and
+    # reports each id when a later poll sees it end.
+    a, b = dropin
+    a.fault_plan.hold_next()
+    held = a.write_blocks("b", [0], [0])
+    done = a.write_blocks("b", [1], [1])
+    a.remove_remote_peer("b")
+    result = a.poll("b")
+    assert isinstance(result, kvxfer.PollResult)
+    assert (result.done, result.failed, result.peer_fault) == ([done], [held], None)
+    assert a.cancel([held, done], "wait") == []
+    assert a.poll() == kvxfer.PollResult([], [], None)

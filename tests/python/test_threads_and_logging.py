@@ -99,6 +99,7 @@ def test_info_records_follow_the_logger_level(make_agent, kvxfer_log):
 
 
 def registered(caplog, peer: str) -> list:
+    assert kvxfer.flush_log()  # records reach logging from the library's log thread
     return [r for r in caplog.records if f"registered peer={peer}" in r.getMessage()]
 
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Behaviour 3: re-adding a peer tears the old registration down first;
-// removing one releases its handles, clears its strikes and fault, and drains
-// only its in-flight transfers.
+// removing one releases its handles, clears its strikes and fault, and
+// settles only its in-flight transfers, whose ids the next poll of that peer
+// id (or of every peer) reports: done if their bytes had landed, failed
+// otherwise. Nothing of the old registration lands after that.
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
@@ -29,15 +31,22 @@ TEST_F(PeerLifecycleTest, ReAddingAPeerSendsItsWritesToTheNewRegistration) {
   EXPECT_TRUE(untouched(b));
 }
 
-TEST_F(PeerLifecycleTest, ReAddingAPeerDrainsTheOldRegistrationsTransfers) {
+TEST_F(PeerLifecycleTest, ReAddingAPeerSettlesTheOldRegistrationsTransfersForItsNextPoll) {
   plan().hold_next();
   const TransferId old_id = posted("b", {0}, {0});
   add_peer(a.transport, "b", b.transport);
   EXPECT_EQ(peer("b").inflight, 0u);
   EXPECT_EQ(live().transfers, 0u);
-  plan().land(old_id);
+  plan().land(old_id);  // too late: its handle is gone with the registration
+  // Its bytes had not landed when the registration went: failed, reported
+  // once, by the new registration's poll.
+  const TransferId new_id = posted("b", {1}, {1});
+  const PollResult first = poll("b");
+  EXPECT_EQ(first.failed, ids({old_id}));
+  EXPECT_EQ(first.done, ids({new_id}));
   EXPECT_TRUE(poll("b").empty());
   EXPECT_TRUE(poll().empty());
+  EXPECT_FALSE(landed(b, 0, 0));
 }
 
 TEST_F(PeerLifecycleTest, RemovingAPeerReleasesItsEndpointAndRemoteKey) {
@@ -66,6 +75,51 @@ TEST_F(PeerLifecycleTest, RemovingAPeerDrainsItsInflightTransfers) {
   EXPECT_EQ(live().transfers, 0u);
   plan().land(first);
   plan().land(second);
+  // Reported once, failed: their bytes had not landed at the removal.
+  const PollResult reported = poll();
+  EXPECT_EQ(reported.failed, ids({first, second}));
+  EXPECT_TRUE(reported.done.empty());
+  EXPECT_TRUE(poll().empty());
+  EXPECT_TRUE(poll("b").empty());
+}
+
+TEST_F(PeerLifecycleTest, ATransferThatLandedBeforeTheRemovalIsReportedDone) {
+  plan().hold_next();
+  const TransferId held = posted("b", {0}, {0});
+  const TransferId landed_id = posted("b", {1}, {1});  // lands in the post
+  a.transport.remove_remote_peer("b");
+  // The removed peer's id still covers them.
+  const PollResult reported = poll("b");
+  EXPECT_EQ(reported.done, ids({landed_id}));
+  EXPECT_EQ(reported.failed, ids({held}));
+  EXPECT_FALSE(reported.peer_fault.has_value());
+  EXPECT_TRUE(poll("b").empty());
+  EXPECT_TRUE(landed(b, 1, 1));
+  const PeerStats* none = nullptr;
+  for (const PeerStats& p : a.transport.stats().peers) {
+    if (p.peer_id == "b") none = &p;
+  }
+  EXPECT_EQ(none, nullptr);
+}
+
+TEST_F(PeerLifecycleTest, ARemovedPeersTransfersAreNotAnotherPeersToReport) {
+  plan().hold_next();
+  const TransferId to_b = posted("b", {0}, {0});
+  a.transport.remove_remote_peer("b");
+  EXPECT_TRUE(poll("c").empty());
+  EXPECT_EQ(poll("b").failed, ids({to_b}));
+}
+
+TEST_F(PeerLifecycleTest, CancellingARemovedPeersTransferForgetsIt) {
+  plan().hold_next(2);
+  const TransferId waited = posted("b", {0}, {0});
+  const TransferId immediate = posted("b", {1}, {1});
+  a.transport.remove_remote_peer("b");
+  // Settled: neither can land any more, so neither is still in flight.
+  const TransferId one[] = {waited};
+  EXPECT_TRUE(a.transport.cancel(one, CancelMode::kWait).empty());
+  const TransferId other[] = {immediate};
+  EXPECT_TRUE(a.transport.cancel(other, CancelMode::kImmediate).empty());
   EXPECT_TRUE(poll().empty());
 }
 

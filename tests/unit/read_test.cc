@@ -190,6 +190,10 @@ TEST_F(ReadTest, RemovingThePeerEndsItsReadsAndNothingLandsLater) {
   a.transport.remove_remote_peer("b");
   plan().land(id);
   EXPECT_TRUE(a.pool.all(0));
+  // Reported once, failed: nothing of it reached our pool.
+  const PollResult reported = a.transport.poll();
+  EXPECT_EQ(reported.failed, std::vector<TransferId>{id});
+  EXPECT_TRUE(reported.done.empty());
   EXPECT_TRUE(a.transport.poll().empty());
   EXPECT_EQ(a.transport.stats().live, HandleCounts{.memory_registrations = 1});
 }

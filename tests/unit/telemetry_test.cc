@@ -107,7 +107,8 @@ TEST_F(TelemetryTest, FailedAndCancelledTransfersAreRecordedAsSuch) {
   EXPECT_EQ(ids_of(t), ids({*failed, *cancelled, *dropped_with_peer}));
   EXPECT_EQ(t.records[0].result, TransferResult::kFailed);
   EXPECT_EQ(t.records[1].result, TransferResult::kCancelled);
-  EXPECT_EQ(t.records[2].result, TransferResult::kCancelled);
+  // Settled with its peer: it had not landed, so it failed.
+  EXPECT_EQ(t.records[2].result, TransferResult::kFailed);
   EXPECT_EQ(t.records[2].peer, "b");  // the peer is gone; its id stays
 }
 
