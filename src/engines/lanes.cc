@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/random.h"
 #include "common/region.h"
 #include "engine.h"
@@ -172,7 +172,7 @@ class Lanes final : public Engine {
       if (st == Status::kSuccess) {
         const PeerHandle handle = handle_of(connected.peer);
         {
-          std::lock_guard lock(connected_mu_);
+          MutexLock lock(connected_mu_);
           connected_.insert(handle);
         }
         // Whatever lane it writes through, a registered peer is known to
@@ -204,7 +204,7 @@ class Lanes final : public Engine {
       // A handle is used once more here, never after: one that is not
       // connected (never was, or already disconnected) is refused before it
       // is followed.
-      std::lock_guard lock(connected_mu_);
+      MutexLock lock(connected_mu_);
       if (connected_.erase(peer) == 0) return Status::kNotFound;
     }
     for (const auto& lane : lanes_) lane->unvouch(peer);
@@ -276,8 +276,8 @@ class Lanes final : public Engine {
   std::vector<std::uint8_t> blob_;
   // The handles connect() handed out and disconnect() has not taken back
   // (connect and disconnect only: a post follows its handle, no lookup).
-  std::mutex connected_mu_;
-  std::unordered_set<PeerHandle> connected_;
+  Mutex connected_mu_;
+  std::unordered_set<PeerHandle> connected_ GUARDED_BY(connected_mu_);
   bool shut_down_ = false;
 };
 

@@ -7,10 +7,10 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "common/mutex.h"
 #include "common/random.h"
 
 namespace kvxfer::internal {
@@ -25,16 +25,16 @@ class Lineages {
 
   // The next registration of target (`name`, `token`).
   Registration next(const std::string& name, std::uint64_t token) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto& [lineage, gens] = lineages_[{name, token}];
     if (lineage == 0) lineage = fresh_random();
     return {lineage, ++gens, fresh_random()};
   }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::pair<std::string, std::uint64_t>, std::pair<std::uint64_t, std::uint64_t>>
-      lineages_;
+      lineages_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvxfer::internal
