@@ -176,27 +176,44 @@ void peer_op_family(Writer& w, std::span<const Metrics> ts, std::string_view nam
   }
 }
 
-}  // namespace
+// One family of one sample per transport.
+template <typename Value>
+void agent_family(Writer& w, std::span<const Metrics> ts, std::string_view name,
+                  std::string_view type, std::string_view help, Value value) {
+  w.family(name, type, help);
+  for (const Metrics& m : ts) w.sample(name, {{"agent", m.agent}}, value(m));
+}
 
-std::string prometheus_text(std::span<const Metrics> ts) {
-  Writer w;
+// One family of one sample per peer of every transport.
+template <typename Value>
+void peer_family(Writer& w, std::span<const Metrics> ts, std::string_view name,
+                 std::string_view type, std::string_view help, Value value) {
+  w.family(name, type, help);
+  for (const Metrics& m : ts) {
+    for (const PeerMetrics& p : m.peers) {
+      w.sample(name, {{"agent", m.agent}, {"peer", p.peer_id}}, value(p));
+    }
+  }
+}
+
+// The transport's own counts: transfers and bytes by op, posts, strikes,
+// faults by cause, and what is in flight or pending now.
+void transport_families(Writer& w, std::span<const Metrics> ts) {
   op_family(w, ts, "kvxfer_transfers_done_total", "Transfers poll() reported done.",
             [](const OpCounters& c) { return c.transfers_done; });
   op_family(w, ts, "kvxfer_transfers_failed_total", "Transfers poll() reported failed.",
             [](const OpCounters& c) { return c.transfers_failed; });
   op_family(w, ts, "kvxfer_bytes_done_total", "Block bytes of the transfers reported done.",
             [](const OpCounters& c) { return c.bytes_done; });
-
-  w.family("kvxfer_post_failures_total", "counter", "Posts that failed (nothing was sent).");
-  for (const Metrics& m : ts)
-    w.sample("kvxfer_post_failures_total", {{"agent", m.agent}}, m.post_failures);
-  w.family("kvxfer_posts_refused_total", "counter",
-           "Posts refused without a strike: a peer at its in-flight limit, or faulted.");
-  for (const Metrics& m : ts)
-    w.sample("kvxfer_posts_refused_total", {{"agent", m.agent}}, m.posts_refused);
-  w.family("kvxfer_strikes_total", "counter", "Strikes given to peers (consecutive failures).");
-  for (const Metrics& m : ts)
-    w.sample("kvxfer_strikes_total", {{"agent", m.agent}}, m.strikes_total);
+  agent_family(w, ts, "kvxfer_post_failures_total", "counter",
+               "Posts that failed (nothing was sent).",
+               [](const Metrics& m) { return m.post_failures; });
+  agent_family(w, ts, "kvxfer_posts_refused_total", "counter",
+               "Posts refused without a strike: a peer at its in-flight limit, or faulted.",
+               [](const Metrics& m) { return m.posts_refused; });
+  agent_family(w, ts, "kvxfer_strikes_total", "counter",
+               "Strikes given to peers (consecutive failures).",
+               [](const Metrics& m) { return m.strikes_total; });
   w.family("kvxfer_faults_total", "counter", "Peer registrations faulted, by cause.");
   for (const Metrics& m : ts) {
     for (const FaultCause c : kCauses) {
@@ -204,23 +221,19 @@ std::string prometheus_text(std::span<const Metrics> ts) {
                m.faults[static_cast<std::size_t>(c)]);
     }
   }
+  agent_family(w, ts, "kvxfer_inflight_transfers", "gauge", "Transfers posted and not yet drained.",
+               [](const Metrics& m) { return m.inflight; });
+  agent_family(w, ts, "kvxfer_peers_registered", "gauge", "Peers with a published registration.",
+               [](const Metrics& m) { return m.peers_registered; });
+  agent_family(w, ts, "kvxfer_registrations_pending", "gauge",
+               "Asynchronous registrations queued or running.",
+               [](const Metrics& m) { return m.registrations_pending; });
+}
 
-  w.family("kvxfer_inflight_transfers", "gauge", "Transfers posted and not yet drained.");
-  for (const Metrics& m : ts)
-    w.sample("kvxfer_inflight_transfers", {{"agent", m.agent}}, m.inflight);
-  w.family("kvxfer_peers_registered", "gauge", "Peers with a published registration.");
-  for (const Metrics& m : ts) {
-    w.sample("kvxfer_peers_registered", {{"agent", m.agent}}, m.peers_registered);
-  }
-  w.family("kvxfer_registrations_pending", "gauge",
-           "Asynchronous registrations queued or running.");
-  for (const Metrics& m : ts) {
-    w.sample("kvxfer_registrations_pending", {{"agent", m.agent}}, m.registrations_pending);
-  }
-
-  // Engine counters, as their declaration (engine_counters.cc) says: a
-  // public one is its own family, the unstable ones share one. That family
-  // is untyped: it mixes counts and levels, and promises neither.
+// Engine counters, as their declaration (engine_counters.cc) says: a
+// public one is its own family, the unstable ones share one. That family
+// is untyped: it mixes counts and levels, and promises neither.
+void engine_families(Writer& w, std::span<const Metrics> ts) {
   std::map<std::string, std::pair<std::string, bool>> public_names;  // -> (metric, gauge)
   std::set<std::string> unstable_names;
   for (const Metrics& m : ts) {
@@ -245,20 +258,21 @@ std::string prometheus_text(std::span<const Metrics> ts) {
       }
     }
   }
-  if (!unstable_names.empty()) {
-    w.family("kvxfer_engine_unstable", "untyped",
-             "Engine counters for tuning and debugging, by name (label counter): unstable, any "
-             "may change meaning or go away in any release.");
-    for (const std::string& counter : unstable_names) {
-      for (const Metrics& m : ts) {
-        if (auto it = m.engine_counters.find(counter); it != m.engine_counters.end()) {
-          w.sample("kvxfer_engine_unstable", {{"agent", m.agent}, {"counter", counter}},
-                   it->second);
-        }
+  if (unstable_names.empty()) return;
+  w.family("kvxfer_engine_unstable", "untyped",
+           "Engine counters for tuning and debugging, by name (label counter): unstable, any "
+           "may change meaning or go away in any release.");
+  for (const std::string& counter : unstable_names) {
+    for (const Metrics& m : ts) {
+      if (auto it = m.engine_counters.find(counter); it != m.engine_counters.end()) {
+        w.sample("kvxfer_engine_unstable", {{"agent", m.agent}, {"counter", counter}}, it->second);
       }
     }
   }
+}
 
+// Latency histograms: each transfer's, and the calls' own durations.
+void latency_families(Writer& w, std::span<const Metrics> ts) {
   w.family("kvxfer_transfer_latency_seconds", "histogram",
            "Post to done, as seen by the poll() that reports the transfer.");
   for (const Metrics& m : ts) {
@@ -276,7 +290,10 @@ std::string prometheus_text(std::span<const Metrics> ts) {
   for (const Metrics& m : ts) {
     w.histogram("kvxfer_poll_duration_seconds", {{"agent", m.agent}}, m.poll_duration);
   }
+}
 
+// Each peer's counts and state, as the transport keeps them.
+void peer_families(Writer& w, std::span<const Metrics> ts) {
   peer_op_family(w, ts, "kvxfer_peer_transfers_done_total",
                  "Transfers to the peer's current registration reported done.",
                  [](const OpCounters& c) { return c.transfers_done; });
@@ -286,21 +303,12 @@ std::string prometheus_text(std::span<const Metrics> ts) {
   peer_op_family(w, ts, "kvxfer_peer_bytes_done_total",
                  "Block bytes of the peer's transfers reported done.",
                  [](const OpCounters& c) { return c.bytes_done; });
-  auto peer_family = [&](std::string_view name, std::string_view type, std::string_view help,
-                         auto value) {
-    w.family(name, type, help);
-    for (const Metrics& m : ts) {
-      for (const PeerMetrics& p : m.peers) {
-        w.sample(name, {{"agent", m.agent}, {"peer", p.peer_id}}, value(p));
-      }
-    }
-  };
-  peer_family("kvxfer_peer_post_failures_total", "counter", "Failed posts to the peer.",
+  peer_family(w, ts, "kvxfer_peer_post_failures_total", "counter", "Failed posts to the peer.",
               [](const PeerMetrics& p) { return p.post_failures; });
-  peer_family("kvxfer_peer_posts_refused_total", "counter",
+  peer_family(w, ts, "kvxfer_peer_posts_refused_total", "counter",
               "Posts to the peer refused without a strike (in-flight limit, fault).",
               [](const PeerMetrics& p) { return p.posts_refused; });
-  peer_family("kvxfer_peer_strikes_total", "counter", "Strikes given to the peer.",
+  peer_family(w, ts, "kvxfer_peer_strikes_total", "counter", "Strikes given to the peer.",
               [](const PeerMetrics& p) { return p.strikes_total; });
   w.family("kvxfer_peer_faults_total", "counter",
            "The peer's registration faulted, by cause (at most one).");
@@ -313,12 +321,22 @@ std::string prometheus_text(std::span<const Metrics> ts) {
       }
     }
   }
-  peer_family("kvxfer_peer_inflight_transfers", "gauge", "The peer's transfers in flight.",
+  peer_family(w, ts, "kvxfer_peer_inflight_transfers", "gauge", "The peer's transfers in flight.",
               [](const PeerMetrics& p) { return p.inflight; });
-  peer_family("kvxfer_peer_current_strikes", "gauge", "The peer's consecutive failures now.",
+  peer_family(w, ts, "kvxfer_peer_current_strikes", "gauge", "The peer's consecutive failures now.",
               [](const PeerMetrics& p) { return static_cast<std::uint64_t>(p.strikes); });
-  peer_family("kvxfer_peer_faulted", "gauge", "1 once the peer's registration is faulted.",
+  peer_family(w, ts, "kvxfer_peer_faulted", "gauge", "1 once the peer's registration is faulted.",
               [](const PeerMetrics& p) { return std::uint64_t{p.faulted ? 1u : 0u}; });
+}
+
+}  // namespace
+
+std::string prometheus_text(std::span<const Metrics> ts) {
+  Writer w;
+  transport_families(w, ts);
+  engine_families(w, ts);
+  latency_families(w, ts);
+  peer_families(w, ts);
   return w.take();
 }
 

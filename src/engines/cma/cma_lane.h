@@ -20,6 +20,9 @@
 // A peer whose pool is a kvxfer::SharedPool offers it to be mapped
 // (cma_mapping.h); then the same chunks are copied with memcpy through the
 // mapping, with the same cookie reads around them, at memory speed.
+//
+// Rooms: cma_lane.cc (the lane's calls: peers, posts, checks, notifications),
+// cma_copy.cc (who copies what, and how), cma_cookie, cma_mapping, cma_config.
 #pragma once
 
 #include <sys/types.h>
@@ -162,7 +165,26 @@ class CmaLane final : public Lane {
     Status chunk_error = Status::kSuccess;
   };
 
+  // cma_lane.cc: peers, posts, handles, notifications.
+  // Maps the peer's pool when it declares one we can map (cma_mapping.h);
+  // on any failure the peer is written with process_vm_writev as before.
+  void map_pool(Peer& peer, const Declaration& declared);
+  // Sends a finished transfer's notification; kSuccess, or why not.
+  Status send_notification(Peer& peer, Xfer& xfer);
+  Xfer* acquire_xfer();
+  void unref(Xfer* xfer);
+  static Xfer* from_handle(XferHandle handle) {
+    return static_cast<Xfer*>(reinterpret_cast<LaneXfer*>(handle));
+  }
+
+  // cma_copy.cc: the copiers, the claims and the copies.
+  // process_vm_writev takes at most UIO_MAXIOV iovecs per call.
+  static constexpr std::size_t kMaxIov = 1024;
+  // A copier claims at most this many bytes, and kMaxIov iovecs, at a time.
+  static constexpr std::size_t kChunkBytes = CopyPolicy::kChunkBytes;
   void start_copiers();
+  // Lets the copiers finish (or cancel) what is queued and joins them.
+  void stop_copiers();
   void copier_loop();
   // What one thread claimed of a transfer: iovecs of its lists, or (a
   // caller's claim) the tail of one, held here (so a Claim stays put).
@@ -189,18 +211,6 @@ class CmaLane final : public Lane {
   // The same through the peer's mapped pool; returns the bytes copied.
   static std::uint64_t mapped_copy(const Peer& peer, bool read, std::span<const iovec> local,
                                    std::span<const iovec> remote);
-  // Maps the peer's pool when it declares one we can map (cma_mapping.h);
-  // on any failure the peer is written with process_vm_writev as before.
-  void map_pool(Peer& peer, const Declaration& declared);
-  // Lets the copiers finish (or cancel) what is queued and joins them.
-  void stop_copiers();
-  // Sends a finished transfer's notification; kSuccess, or why not.
-  Status send_notification(Peer& peer, Xfer& xfer);
-  Xfer* acquire_xfer();
-  void unref(Xfer* xfer);
-  static Xfer* from_handle(XferHandle handle) {
-    return static_cast<Xfer*>(reinterpret_cast<LaneXfer*>(handle));
-  }
 
   std::string agent_name_;
   Region region_;

@@ -13,8 +13,10 @@
 // atomic the driver sets and check() reads.
 //
 // This room uses UCX, src/wire/ and src/common/, and knows nothing of the
-// other lanes or of src/core/. It is one Lane (engines/lane.h). Rooms: ucx_config, ucx_driver, ucx_endpoint,
-// ucx_fences (the target's fence table), and this one.
+// other lanes or of src/core/. It is one Lane (engines/lane.h). Rooms:
+// ucx_config, ucx_driver, ucx_endpoint, ucx_fences (the target's fence
+// table), and this one: ucx_lane.cc (the lane's calls, endpoints, transfers)
+// and ucx_messages.cc (fences, notifications, acks).
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -124,6 +126,8 @@ class UcxLane final : public Lane {
   void release_pool();
 
   // The driver's side: commands, UCX calls and callbacks.
+  // ucx_lane.cc: endpoints opened and closed, a transfer's puts or gets and
+  // flush, its end.
   static void run_connect(void* job);
   static void run_post(void* xfer);
   static void run_close(void* endpoint);
@@ -131,13 +135,17 @@ class UcxLane final : public Lane {
   void complete(Xfer* xfer, ucs_status_t status);
   void fail_awaiting(Endpoint& ep, ucs_status_t status);
   void end_close(Endpoint& ep);
-  void send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::NotifyAck& ack);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void on_flush(void* request, ucs_status_t status, void* xfer);
+  static void on_closed(void* request, ucs_status_t status, void* endpoint);
+  // ucx_messages.cc: the fences, notifications and acks we send, and the
+  // handlers of those peers send us.
+  ucs_status_t send_fence(Endpoint& ep);
+  void send_note(Xfer* xfer);
+  void send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::NotifyAck& ack);
   static void on_note_sent(void* request, ucs_status_t status, void* xfer);
   static void on_sent(void* request, ucs_status_t status, void* lane);
   static void on_ack_sent(void* request, ucs_status_t status, void* ack);
-  static void on_closed(void* request, ucs_status_t status, void* endpoint);
   static UcxLane& received(void* arg, void* data, const ucp_am_recv_param_t* param);
   static ucs_status_t on_fence(void* arg, const void* header, std::size_t header_length, void* data,
                                std::size_t length, const ucp_am_recv_param_t* param);
@@ -174,7 +182,7 @@ class UcxLane final : public Lane {
   std::atomic<std::uint64_t> live_peers_{0};
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
-  // Running totals for counters() (kCounterNames in the .cc).
+  // Running totals for counters() (their names: kNames in add_counters).
   enum Counter {
     kWrites,
     kReads,
