@@ -173,7 +173,9 @@ int run_bench(const BenchArgs& args) {
   report.cpus = machine_info().cpus;
   if (!args.quiet) {
     fmt::print(
-        stderr, "kvxfer bench: {}s, UCX_TLS={}, {}, {} MiB regions, target {} (kvxfer {}){}\n",
+        stderr,
+        "kvxfer bench: {}s, the ucx lane's UCX_TLS={}, {}, {} MiB regions, target {} (kvxfer "
+        "{}){}; the table names the lane each case's bytes went over\n",
         args.op, report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls,
         lanes_text(args, report.lanes), args.region >> 20, report.target, report.target_version,
         quarter ? ", TCP only: a quarter of each reference total" : "");

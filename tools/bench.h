@@ -151,6 +151,17 @@ struct CaseResult {
   // --pool shared, writes: GB/s of the untimed write of every block before
   // the timed part (BenchInitiator::warm_mapping()); unset when none ran.
   std::optional<double> mapping_warm_gbps;
+  // Writes (unless --no-warm-pass): the case's first pass, before the
+  // steady-state part that gbps times. Every block of the initiator's pool
+  // written once, block i into the target's block i, in the case's batch
+  // and depth, through a Transport of its own (BenchInitiator::first_pass()).
+  // first_pass_gbps only when a sample of its blocks verified;
+  // first_pass_fresh when no earlier transfer or warm-up of this run had
+  // touched the target's pool (a target's first case), as a server's first
+  // requests after start-up meet it.
+  std::optional<double> first_pass_gbps;
+  double first_pass_measured_gbps = 0;  // what the clock said, verified or not
+  bool first_pass_fresh = false;
   double loadavg = 0;  // 1-minute load average when the case started
   std::string error;
 
@@ -219,6 +230,10 @@ struct BenchReport {
   // same case name, the other lane's row).
   [[nodiscard]] std::optional<double> tcp_vs_ucx(const CaseResult& c) const;
   [[nodiscard]] bool all_verified() const;
+  // The lanes the cases' transfers went over, from the initiator's counters
+  // (lane_seen), in the order met, joined by '+': "cma", "tcp+ucx"; "" when
+  // none counted a transfer.
+  [[nodiscard]] std::string lanes_carried() const;
 };
 
 // How far the raw stream may be from iperf3 and still agree with it.

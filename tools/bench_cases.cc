@@ -25,8 +25,6 @@ namespace kvxfer::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// Bytes checked per case at most (2 MiB blocks: 128 of them).
-constexpr std::uint64_t kMaxVerifyBytes = 256ull << 20;
 
 // A progress line on stderr, when it is a terminal and not --quiet.
 class ProgressLine {
@@ -75,6 +73,7 @@ void BenchInitiator::run_throughput(CaseResult& result) {
   const std::uint64_t writes =
       std::max<std::uint64_t>(1, (spec.total + write_bytes - 1) / write_bytes);
   const std::uint64_t seed = case_seed(args_.seed, spec.name);
+  if (runs_first_pass(spec, result.num_blocks)) first_pass(result, seed);
   const Schedule schedule(spec.pattern, result.num_blocks, spec.batch, writes, seed + 1);
   // Reads bring the target's blocks into ours: ours start with another
   // pattern, so a block no read reached never passes for one it did.

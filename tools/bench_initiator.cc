@@ -14,6 +14,7 @@
 
 #include "bench_config.h"
 #include "kvxfer/ucx_tls.h"
+#include "lane_counts.h"
 #include "machine.h"
 #include "pattern.h"
 
@@ -21,19 +22,6 @@ namespace kvxfer::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Transfers each lane counted, from the engine's counters: what carried
-// them, whatever KVXFER_LANES said.
-std::map<std::string, std::uint64_t> lane_transfers(
-    const std::map<std::string, std::uint64_t>& counters) {
-  const auto get = [&](const char* key) -> std::uint64_t {
-    const auto it = counters.find(key);
-    return it != counters.end() ? it->second : 0;
-  };
-  return {{"tcp", get("tcp_writes") + get("tcp_reads")},
-          {"ucx", get("ucx_writes") + get("ucx_reads")},
-          {"cma", get("cma_writes") + get("cma_reads")}};
-}
 
 }  // namespace
 
@@ -58,7 +46,18 @@ CaseResult BenchInitiator::run(const CaseSpec& spec, const std::string& lane,
           fmt::format("block length {} must be in [1, --region {}]", spec.block_len, args_.region));
     }
     result.num_blocks = args_.region / spec.block_len;
-    warm_pools(spec);
+    // A case that times its own first pass meets the target's pool as it
+    // is: warming it first would hide what that pass measures.
+    if (!runs_first_pass(spec, result.num_blocks)) warm_pools(spec);
+    struct Touched {
+      std::vector<const TargetProcess*>& touched;
+      const TargetProcess* target;
+      ~Touched() {
+        if (std::find(touched.begin(), touched.end(), target) == touched.end()) {
+          touched.push_back(target);
+        }
+      }
+    } touched{touched_, target_};
     if (spec.is_reg()) {
       run_reg(result);
     } else {
@@ -198,11 +197,7 @@ void BenchInitiator::write_into(pid_t pid, std::uintptr_t base, std::uint64_t le
 // the case: its figures would be another lane's.
 void BenchInitiator::check_lane(CaseResult& result, Transport& transport, std::uint64_t posted) {
   result.lane_transfers = lane_transfers(transport.stats().engine_counters);
-  std::vector<std::string> used;
-  for (const auto& [name, count] : result.lane_transfers) {
-    if (count > 0) used.push_back(name);
-  }
-  result.lane_seen = used.empty() ? "" : used.size() == 1 ? used.front() : "mixed";
+  result.lane_seen = lane_seen(result.lane_transfers);
   if (result.lane.empty()) return;
   const std::uint64_t on_lane = result.lane_transfers[result.lane];
   const bool others =
@@ -296,8 +291,14 @@ void BenchInitiator::finish(CaseResult& result, Transport& transport,
 // write costs 4-13 us a page: 1-3.5 s for 1 GiB, once per peer. The timed
 // part then measures the steady state; the pass's GB/s is reported.
 void BenchInitiator::warm_mapping(CaseResult& result, Transport& transport, std::uint64_t count) {
-  const CaseSpec& spec = result.spec;
-  const std::uint64_t n = result.num_blocks;
+  result.mapping_warm_gbps = write_every_block(result.spec, result.num_blocks, transport, count);
+}
+
+// `count` writes of spec.batch blocks, our block i into the target's block
+// i (i wrapping at num_blocks), spec.depth in flight; returns their GB/s.
+// Throws when one fails.
+double BenchInitiator::write_every_block(const CaseSpec& spec, std::uint64_t num_blocks,
+                                         Transport& transport, std::uint64_t count) {
   std::vector<std::int64_t> blocks(spec.batch);
   std::vector<TransferId> ids;
   const auto start = Clock::now();
@@ -305,18 +306,69 @@ void BenchInitiator::warm_mapping(CaseResult& result, Transport& transport, std:
     ids.clear();
     for (; w < count && ids.size() < static_cast<std::size_t>(spec.depth); ++w) {
       for (std::uint64_t k = 0; k < spec.batch; ++k) {
-        blocks[k] = static_cast<std::int64_t>((w * spec.batch + k) % n);
+        blocks[k] = static_cast<std::int64_t>((w * spec.batch + k) % num_blocks);
       }
       const auto id = transport.write_blocks(kPeer, blocks, blocks);
-      if (!id) throw std::runtime_error("mapping warm-up: write_blocks failed to post");
+      if (!id) throw std::runtime_error("a pass over every block: write_blocks failed to post");
       ids.push_back(*id);
     }
     std::string error;
-    if (!wait_all(transport, ids, &error)) throw std::runtime_error("mapping warm-up: " + error);
+    if (!wait_all(transport, ids, &error)) {
+      throw std::runtime_error("a pass over every block: " + error);
+    }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.mapping_warm_gbps =
-      static_cast<double>(count * spec.batch * spec.block_len) / seconds / 1e9;
+  return static_cast<double>(count * spec.batch * spec.block_len) / seconds / 1e9;
+}
+
+bool BenchInitiator::runs_first_pass(const CaseSpec& spec, std::uint64_t num_blocks) const {
+  return args_.warm_pass && !spec.is_reg() && !reading() && spec.batch >= 1 && spec.depth >= 1 &&
+         spec.batch <= num_blocks;
+}
+
+// The case's first pass, timed: every block of our pool written once into
+// the target's (block i into block i), with the case's batch and depth,
+// through a Transport and peer of its own, then a sample of the blocks
+// checked on the target. Its own Transport because the target's check ends
+// its region's writes. Before the steady-state part, which it warms the way
+// the untimed warm-up did: a first copy into pages never written runs
+// several times slower on some VMs, and that is what a server's first
+// transfers into a fresh pool meet. Written with ~seed, so that none of its
+// blocks passes for a timed write's.
+void BenchInitiator::first_pass(CaseResult& result, std::uint64_t seed) {
+  const CaseSpec& spec = result.spec;
+  const std::uint64_t n = result.num_blocks;
+  const std::uint64_t writes = (n + spec.batch - 1) / spec.batch;
+  result.first_pass_fresh = std::find(warmed_.begin(), warmed_.end(), target_) == warmed_.end() &&
+                            std::find(touched_.begin(), touched_.end(), target_) == touched_.end();
+  fill_blocks(source().data(), spec.block_len, n, ~seed);
+  CaseResult pass;
+  pass.spec = spec;
+  pass.num_blocks = n;
+  pass.lane = result.lane;
+  auto transport = connect(pass, writes);
+  result.first_pass_measured_gbps = write_every_block(spec, n, *transport, writes);
+  check_counts(pass, *transport, writes, 0, spec.batch * spec.block_len);
+  check_lane(pass, *transport, writes);
+  transport->close();
+  // The same sample size as the case's own check, spread over the pool.
+  const std::uint64_t count = std::min(
+      n,
+      std::min(args_.verify_blocks, std::max<std::uint64_t>(1, kMaxVerifyBytes / spec.block_len)));
+  std::vector<std::pair<std::int64_t, std::int64_t>> sampled;
+  sampled.reserve(count);
+  for (std::uint64_t k = 0; k < count; ++k) {
+    const auto i = static_cast<std::int64_t>(k * n / count);
+    sampled.emplace_back(i, i);
+  }
+  const auto [good, bad] = target_->verify(~seed, sampled);
+  target_->close_region();
+  if (!pass.error.empty()) throw std::runtime_error("first pass: " + pass.error);
+  if (bad != 0 || good != sampled.size() || good == 0) {
+    throw std::runtime_error(fmt::format("first pass: {} of {} blocks checked hold wrong bytes",
+                                         sampled.size() - good, sampled.size()));
+  }
+  result.first_pass_gbps = result.first_pass_measured_gbps;
 }
 
 bool BenchInitiator::wait_all(Transport& transport, std::vector<TransferId> ids,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The initiator's side of `kvxfer bench`: its pools, and one case at a time
 // against a target process. bench_initiator.cc holds what surrounds a case
-// (connecting, the untimed warm passes, the checks and the verification);
+// (connecting, the warm passes and the timed first pass, the checks and the
+// verification);
 // bench_cases.cc the cases themselves (throughput, reg). Reads BenchArgs,
 // writes CaseResults; the report and its baselines are the caller's.
 #pragma once
@@ -54,6 +55,8 @@ class BenchInitiator {
   // A case with no completion for this long has stalled: the bench reports
   // it instead of hanging.
   static constexpr auto kStallTimeout = std::chrono::seconds(60);
+  // Bytes checked per case (and per first pass) at most: 128 blocks of 2 MiB.
+  static constexpr std::uint64_t kMaxVerifyBytes = 256ull << 20;
 
   // bench_cases.cc: the cases.
   void run_throughput(CaseResult& result);
@@ -63,6 +66,10 @@ class BenchInitiator {
   [[nodiscard]] Options transport_options(std::uint64_t transfers = 0) const;
   std::unique_ptr<Transport> connect(CaseResult& result, std::uint64_t transfers = 0);
   void warm_pools(const CaseSpec& spec);
+  [[nodiscard]] bool runs_first_pass(const CaseSpec& spec, std::uint64_t num_blocks) const;
+  void first_pass(CaseResult& result, std::uint64_t seed);
+  double write_every_block(const CaseSpec& spec, std::uint64_t num_blocks, Transport& transport,
+                           std::uint64_t count);
   void write_into(pid_t pid, std::uintptr_t base, std::uint64_t len);
   void warm_mapping(CaseResult& result, Transport& transport, std::uint64_t count);
   void check_counts(CaseResult& result, Transport& transport, std::uint64_t done,
@@ -94,6 +101,7 @@ class BenchInitiator {
   // ucx_perftest per case (name/block_len), run once for every lane.
   std::map<std::string, PerftestResult> perftest_runs_;
   std::vector<const TargetProcess*> warmed_;  // by warm_pools()
+  std::vector<const TargetProcess*> touched_;  // by a case's transfers
   std::string warm_kind_;
   double warm_gbps_ = 0;
   std::unique_ptr<Pool> source_;

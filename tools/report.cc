@@ -91,6 +91,19 @@ std::optional<double> BenchReport::tcp_vs_ucx(const CaseResult& c) const {
   return ratio_of(tcp->gbps, ucx->gbps);
 }
 
+std::string BenchReport::lanes_carried() const {
+  std::vector<std::string> seen;
+  std::string joined;
+  for (const CaseResult& c : cases) {
+    if (c.lane_seen.empty() || std::find(seen.begin(), seen.end(), c.lane_seen) != seen.end()) {
+      continue;
+    }
+    seen.push_back(c.lane_seen);
+    joined += (joined.empty() ? "" : "+") + c.lane_seen;
+  }
+  return joined;
+}
+
 bool BenchReport::all_verified() const {
   return !cases.empty() &&
          std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) { return c.verified; });
@@ -106,12 +119,13 @@ void print_table(const BenchReport& report, std::FILE* out) {
       with_threads != report.cases.end()
           ? fmt::format("memcpy {}-core GB/s", with_threads->memcpy_all_threads)
           : std::string("memcpy N-core GB/s");
-  // TCP runs (a lane forced, or an iperf3 figure or error) add columns
-  // after `verified`: the lane that carried each case, its GB/s over
-  // iperf3's, with --lane both its tcp lane GB/s over its ucx lane GB/s, and
-  // the target process's CPU seconds per GB (the receiving side's cost).
-  // Every other run prints the table as before.
-  const bool lanes = !report.lanes.empty() && !report.lanes.front().empty();
+  // After `verified`: the lane that carried each case and the target
+  // process's CPU seconds per GB (the receiving side's cost); TCP runs (an
+  // iperf3 figure or error) add its GB/s over iperf3's, and --lane both its
+  // tcp lane GB/s over its ucx lane GB/s.
+  // The lane column is always there: a case's bytes went over the lane the
+  // initiator's counters name, whatever UCX_TLS said.
+  const bool lanes = true;
   const bool iperf = report.iperf3.gbps.has_value() || !report.iperf3.error.empty();
   const bool both = report.lanes.size() > 1;
   const auto extra = [&](const std::string& lane, const std::string& vs_iperf,
@@ -126,9 +140,9 @@ void print_table(const BenchReport& report, std::FILE* out) {
   const bool extras = lanes || iperf;
   const std::string verified_fmt = extras ? "{:<8}" : "{}";
   fmt::print(out,
-             "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} {:>6}  "
-             "{}{}\n",
-             "case", "block_len", "batch", "GB/s", "blocks/s",
+             "{:<6} {:>9} {:>6} {:>9} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} "
+             "{:>6}  {}{}\n",
+             "case", "block_len", "batch", "1st GB/s", "GB/s", "blocks/s",
              report.args.op == "read" ? "read µs p50/99/max" : "write µs p50/99/max",
              "poll µs p50/99/max", "memcpy", "ratio", memcpy_all_name, "x all-cores", "perftest",
              "ratio", fmt::format(fmt::runtime(verified_fmt), "verified"),
@@ -140,20 +154,19 @@ void print_table(const BenchReport& report, std::FILE* out) {
     if (!c.lane.empty() && !c.lane_seen.empty() && c.lane_seen != c.lane) {
       lane = fmt::format("{}!={}", lane, c.lane);
     }
-    fmt::print(
-        out,
-        "{:<6} {:>9} {:>6} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} {:>6}  "
-        "{}{}\n",
-        c.spec.name, size_name(c.spec.block_len),
-        reg ? std::string("-") : std::to_string(c.spec.batch), fixed(c.gbps),
-        c.blocks_per_s ? fmt::format("{:.0f}", *c.blocks_per_s) : "-",
-        reg ? us_triple(c.usable) : us_triple(c.write_call),
-        reg ? std::string("-") : us_triple(c.poll_call), fixed(c.memcpy_gbps),
-        fixed(c.memcpy_ratio()), fixed(c.memcpy_all_gbps), fixed(c.memcpy_all_ratio()),
-        fixed(c.perftest.gbps), fixed(c.perftest_ratio()),
-        fmt::format(fmt::runtime(verified_fmt), c.verified ? "yes" : "NO"),
-        extra(lane, fixed(report.vs_iperf3(c)), fixed(report.tcp_vs_ucx(c)),
-              c.target_cpu_s_per_gb ? fmt::format("{:.3f}", *c.target_cpu_s_per_gb) : "-"));
+    fmt::print(out,
+               "{:<6} {:>9} {:>6} {:>9} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} "
+               "{:>6}  {}{}\n",
+               c.spec.name, size_name(c.spec.block_len),
+               reg ? std::string("-") : std::to_string(c.spec.batch), fixed(c.first_pass_gbps),
+               fixed(c.gbps), c.blocks_per_s ? fmt::format("{:.0f}", *c.blocks_per_s) : "-",
+               reg ? us_triple(c.usable) : us_triple(c.write_call),
+               reg ? std::string("-") : us_triple(c.poll_call), fixed(c.memcpy_gbps),
+               fixed(c.memcpy_ratio()), fixed(c.memcpy_all_gbps), fixed(c.memcpy_all_ratio()),
+               fixed(c.perftest.gbps), fixed(c.perftest_ratio()),
+               fmt::format(fmt::runtime(verified_fmt), c.verified ? "yes" : "NO"),
+               extra(lane, fixed(report.vs_iperf3(c)), fixed(report.tcp_vs_ucx(c)),
+                     c.target_cpu_s_per_gb ? fmt::format("{:.3f}", *c.target_cpu_s_per_gb) : "-"));
   }
   for (const CaseResult& c : report.cases) {
     // With --lane both a case has a row per lane: its lines name the lane.
@@ -175,6 +188,12 @@ void print_table(const BenchReport& report, std::FILE* out) {
                  fixed(c.inflight_bytes_16, 0));
     }
     if (!c.error.empty()) fmt::print(out, "{}: {}\n", name, c.error);
+    if (c.first_pass_measured_gbps > 0 && !c.first_pass_fresh) {
+      fmt::print(out,
+                 "{}: its first pass met a target pool that an earlier case or warm-up of this "
+                 "run had written: only a target's first case meets a fresh pool\n",
+                 name);
+    }
     if (c.mapping_warm_gbps) {
       fmt::print(out,
                  "{}: before timing, one untimed write of every block through this case's new "
@@ -194,6 +213,18 @@ void print_table(const BenchReport& report, std::FILE* out) {
     if (!c.spec.is_reg() && !c.perftest.gbps && !c.perftest.error.empty() && first_of_case) {
       fmt::print(out, "{}: no perftest figure: {}\n", c.spec.name, c.perftest.error);
     }
+  }
+  fmt::print(out, "lanes: {} (the initiator's counters; UCX_TLS={} is the ucx lane's transports)\n",
+             report.lanes_carried().empty() ? std::string("none counted a transfer")
+                                            : "the bytes went over " + report.lanes_carried(),
+             report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls);
+  if (std::any_of(report.cases.begin(), report.cases.end(),
+                  [](const CaseResult& c) { return c.first_pass_measured_gbps > 0; })) {
+    fmt::print(out,
+               "1st GB/s: the case's first pass, every block of the {} MiB pool written once "
+               "into the target's before the timed part (GB/s: the steady state after it); "
+               "verified on a sample of its own; --no-warm-pass skips it\n",
+               report.args.region >> 20);
   }
   if (const CpuGaps& g = report.cpu_gaps; g.seconds > 0) {
     fmt::print(
@@ -309,6 +340,11 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"others_cores", c.others_cores},
         {"target_cpu_s_per_gb", opt(c.target_cpu_s_per_gb)},
         {"mapping_warm_gbps", opt(c.mapping_warm_gbps)},
+        // The case's first pass (null: none ran, or its bytes did not
+        // verify), and whether it met a pool nothing of this run had written.
+        {"first_pass_gbps", opt(c.first_pass_gbps)},
+        {"first_pass_measured_gbps", c.first_pass_measured_gbps},
+        {"first_pass_fresh_pool", c.first_pass_fresh},
         {"loadavg_1min", c.loadavg},
     };
     if (c.spec.is_reg()) {
@@ -473,8 +509,8 @@ std::string write_plot(const BenchReport& report, const std::string& path) {
       const std::string name = report.lanes.size() > 1 && !c.lane.empty()
                                    ? fmt::format("{} {}", c.spec.name, c.lane)
                                    : c.spec.name;
-      d << fmt::format("\"{} ({} x{})\" {} {} {} {}\n", name, size, c.spec.batch, v(c.gbps),
-                       v(c.memcpy_gbps), v(perftest_bar), v(c.perftest.gbps));
+      d << fmt::format("\"{} ({} x{})\" {} {} {} {} {}\n", name, size, c.spec.batch, v(c.gbps),
+                       v(c.memcpy_gbps), v(perftest_bar), v(c.perftest.gbps), v(c.first_pass_gbps));
     }
   }
   {
@@ -482,9 +518,10 @@ std::string write_plot(const BenchReport& report, const std::string& path) {
     s << "set terminal pngcairo size 1000,560 noenhanced font 'sans,10'\n"
       << "set output '" << path << "'\n"
       << "set datafile missing '?'\n"
-      << "set title 'kvxfer bench, UCX_TLS="
-      << (report.ucx_tls.empty() ? "default" : report.ucx_tls) << ", "
-      << std::string(kvxfer::version()) << (report.args.op == "read" ? ", READ" : "")
+      << "set title 'kvxfer bench, "
+      << (report.lanes_carried().empty() ? std::string("no lane")
+                                         : report.lanes_carried() + " lane")
+      << ", " << std::string(kvxfer::version()) << (report.args.op == "read" ? ", READ" : "")
       << ": payload GB/s (1e9 B/s)" << (clipped ? ", ucx_perftest bars clipped" : "") << "'\n"
       << "set style data histograms\n"
       << "set style histogram clustered gap 1\n"
@@ -493,12 +530,15 @@ std::string write_plot(const BenchReport& report, const std::string& path) {
       << "set ylabel 'GB/s'\n"
       << fmt::format("set yrange [0:{:.3f}]\n", top * 1.08) << "set grid ytics\n"
       << "set key below horizontal\n"
-      << "plot '" << data.string() << "' using 2:xtic(1) title 'kvxfer' lc rgb '#1f77b4', \\\n"
+      << "plot '" << data.string()
+      << "' using 6:xtic(1) title 'kvxfer first pass' lc rgb '#aec7e8', \\\n"
+      << "  '' using 2 title 'kvxfer steady state' lc rgb '#1f77b4', \\\n"
       << "  '' using 3 title 'memcpy (1 thread)' lc rgb '#7f7f7f', \\\n"
       << "  '' using 4 title 'ucx_perftest ucp_put_bw' lc rgb '#ff7f0e', \\\n"
-      << "  '' using ($0-0.25):2:(sprintf('%.2f',$2)) with labels offset 0,0.6 notitle, \\\n"
-      << "  '' using ($0):3:(sprintf('%.2f',$3)) with labels offset 0,0.6 notitle, \\\n"
-      << "  '' using ($0+0.25):4:(sprintf('%.2f',$5)) with labels offset 0,0.6 notitle\n";
+      << "  '' using ($0-0.3):6:(sprintf('%.2f',$6)) with labels offset 0,0.6 notitle, \\\n"
+      << "  '' using ($0-0.1):2:(sprintf('%.2f',$2)) with labels offset 0,0.6 notitle, \\\n"
+      << "  '' using ($0+0.1):3:(sprintf('%.2f',$3)) with labels offset 0,0.6 notitle, \\\n"
+      << "  '' using ($0+0.3):4:(sprintf('%.2f',$5)) with labels offset 0,0.6 notitle\n";
   }
   SpawnOptions options;
   options.argv = {"gnuplot", script.string()};

@@ -28,6 +28,24 @@ if(GNUPLOT AND NOT EXISTS "${WORK_DIR}/bench.png")
   message(FATAL_ERROR "no plot written")
 endif()
 
+# Each write case timed a verified first pass before its steady state; only
+# the first case met the target's pool fresh. The table names the lane.
+file(READ "${JSON}" doc)
+foreach(i 0 1 2 3)
+  string(JSON name GET "${doc}" cases ${i} case)
+  string(JSON first GET "${doc}" cases ${i} first_pass_gbps)
+  string(JSON fresh GET "${doc}" cases ${i} first_pass_fresh_pool)
+  if(NOT first GREATER 0)
+    message(FATAL_ERROR "case ${name}: no verified first pass (${first})")
+  endif()
+  if((i EQUAL 0 AND NOT fresh) OR (i GREATER 0 AND fresh))
+    message(FATAL_ERROR "case ${name}: first_pass_fresh_pool is ${fresh}")
+  endif()
+endforeach()
+if(NOT out MATCHES "lanes: the bytes went over cma")
+  message(FATAL_ERROR "no 'lanes: the bytes went over cma' line")
+endif()
+
 # --metrics: one `agent` per case, each with its writes counted done and
 # none failed.
 file(READ "${WORK_DIR}/metrics.prom" prom)
