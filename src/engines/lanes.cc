@@ -8,8 +8,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "engines/cma/cma_lane.h"
 #include "engines/lane.h"
+#include "engines/settings.h"
 #include "engines/tcp/tcp_lane.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_lane.h"
@@ -36,14 +37,14 @@ const std::string& engine_name() {
   return name;
 }
 
-// The lanes a peer may get, in the order they are tried: engine_config
-// KVXFER_LANES, or the environment's KVXFER_LANES (which wins), a comma list
-// of distinct names among cma, ucx and tcp.
-constexpr const char* kLanesKey = "KVXFER_LANES";
+// The lanes a peer may get, in the order they are tried: KVXFER_LANES
+// (engines/settings.h: engine_config, else the environment), a comma list of
+// distinct names among cma, ucx and tcp.
 constexpr const char* kDefaultLanes = "cma,ucx,tcp";
 constexpr const char* kLaneNames[] = {"cma", "ucx", "tcp"};
 
-std::vector<std::string> parse_lanes(const std::string& text, const char* where) {
+std::vector<std::string> allowed_lanes(const std::optional<Setting>& lanes) {
+  const std::string text = lanes ? lanes->value : kDefaultLanes;
   std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= text.size()) {
@@ -53,8 +54,7 @@ std::vector<std::string> parse_lanes(const std::string& text, const char* where)
                        std::end(kLaneNames);
     if (!known || std::find(out.begin(), out.end(), name) != out.end()) {
       throw std::runtime_error(fmt::format(
-          "kvxfer: {} KVXFER_LANES={} is not a list of distinct lanes among cma, ucx, tcp", where,
-          text));
+          "kvxfer: {} is not a list of distinct lanes among cma, ucx, tcp", lanes.value().said()));
     }
     out.push_back(std::move(name));
     at = comma + 1;
@@ -62,48 +62,36 @@ std::vector<std::string> parse_lanes(const std::string& text, const char* where)
   return out;
 }
 
-std::vector<std::string> allowed_lanes(const std::map<std::string, std::string>& engine_config) {
-  if (const char* env = std::getenv(kLanesKey); env != nullptr) {
-    return parse_lanes(env, "environment");
-  }
-  const auto it = engine_config.find(kLanesKey);
-  return it != engine_config.end() ? parse_lanes(it->second, "engine_config")
-                                   : parse_lanes(kDefaultLanes, "default");
-}
-
-// Throws unless the config can start an engine; returns it.
-const EngineConfig& checked(const EngineConfig& config) {
+// Throws unless the config can start an engine.
+void check(const EngineConfig& config) {
   if (config.options == nullptr) throw std::runtime_error("kvxfer: no options");
   const Region& r = config.region;
   if (r.base == nullptr ||
       !region_is_valid(reinterpret_cast<std::uintptr_t>(r.base), r.num_blocks, r.block_len)) {
     throw std::runtime_error("kvxfer: bad local region");
   }
-  return config;
 }
 
 class Lanes final : public Engine {
  public:
-  explicit Lanes(const EngineConfig& config)
-      : agent_name_(checked(config).agent_name),
-        allowed_(allowed_lanes(config.options->engine_config)),
+  // Every lane's keys are parsed, and so checked, whether or not the lane
+  // starts.
+  Lanes(const EngineConfig& config, const EngineSettings& settings)
+      : agent_name_(config.agent_name),
+        allowed_(allowed_lanes(settings.lanes)),
         token_(fresh_random()) {
     const Options& options = *config.options;
     const bool has_rdma = ucx::host_has_rdma_device();
-    // Checked (and the user's UCX settings validated) whether or not the
-    // ucx lane starts.
-    const ucx::UcxSettings ucx_settings =
-        ucx::compute_ucx_settings(options.engine_config, &ucx::process_env, has_rdma);
+    const ucx::UcxSettings ucx_settings = ucx::compute_ucx_settings(settings.ucx, has_rdma);
+    const cma::CopyPolicy copy_policy = cma::compute_copy_policy(settings.cma);
+    const tcp::TcpSettings tcp_settings = tcp::compute_tcp_settings(settings.tcp);
     const bool tcp_allowed = std::find(allowed_.begin(), allowed_.end(), "tcp") != allowed_.end();
     for (const std::string& name : allowed_) {
       if (name == "cma") {
-        lanes_.push_back(std::make_unique<cma::CmaLane>(
-            agent_name_, config.region, options.num_threads,
-            cma::compute_copy_policy(options.engine_config), token_));
+        lanes_.push_back(std::make_unique<cma::CmaLane>(agent_name_, config.region,
+                                                        options.num_threads, copy_policy, token_));
       } else if (name == "tcp") {
-        lanes_.push_back(std::make_unique<tcp::TcpLane>(
-            agent_name_, config.region,
-            tcp::compute_tcp_settings(options.engine_config, tcp::tcp_environment())));
+        lanes_.push_back(std::make_unique<tcp::TcpLane>(agent_name_, config.region, tcp_settings));
       } else if (ucx_settings.rma) {
         // UCX only where it writes with puts: an RDMA device here, or
         // KVXFER_RMA=on (tests: UCX's tcp transport then carries the puts).
@@ -284,7 +272,10 @@ class Lanes final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_ucx_engine(const EngineConfig& config) {
-  return std::make_unique<Lanes>(config);
+  // The engine's settings are read once, here (engines/settings.h).
+  check(config);
+  return std::make_unique<Lanes>(
+      config, read_settings(config.options->engine_config, process_environment()));
 }
 
 }  // namespace kvxfer::internal

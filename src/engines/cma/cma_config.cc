@@ -1,13 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engines/cma/cma_config.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <stdexcept>
 #include <thread>
-
-#include "common/size_setting.h"
 
 namespace kvxfer::internal::cma {
 
@@ -16,37 +11,26 @@ int CopyPolicy::copiers(int num_threads) {
   return std::clamp(num_threads, 1, cores);
 }
 
-CopyPolicy compute_copy_policy(const std::map<std::string, std::string>& engine_config) {
+CopyPolicy compute_copy_policy(const CmaKeys& keys) {
   CopyPolicy out;
-  // Both lanes are backend UCX's: its name heads every message.
-  for (const auto& [key, value] : engine_config) {
-    if (!is_cma_key(key)) continue;
-    if (key == "KVXFER_CMA_MAP") {
-      if (value == "on") {
-        out.map = PoolMapping::kOn;
-      } else if (value == "populate") {
-        out.map = PoolMapping::kPopulate;
-      } else if (value == "off") {
-        out.map = PoolMapping::kOff;
-      } else {
-        throw std::runtime_error(fmt::format(
-            "kvxfer cma: engine_config KVXFER_CMA_MAP={} is not one of on, populate, off", value));
-      }
-    } else if (key == "KVXFER_CMA_SLICE") {
-      out.caller_slice = parse_size_setting("UCX", key, value);
-      if (out.caller_slice != 0 &&
-          (out.caller_slice < 4096 || out.caller_slice > (std::uint64_t{1} << 20))) {
-        throw std::runtime_error(fmt::format(
-            "kvxfer cma: engine_config KVXFER_CMA_SLICE={} is neither 0 nor in 4K..1M", value));
-      }
+  if (const auto& map = keys.map) {
+    if (map->value == "on") {
+      out.map = PoolMapping::kOn;
+    } else if (map->value == "populate") {
+      out.map = PoolMapping::kPopulate;
+    } else if (map->value == "off") {
+      out.map = PoolMapping::kOff;
     } else {
-      // Before this lane read its own keys, UCX was handed them and
-      // rejected them: the same words.
-      throw std::runtime_error(fmt::format(
-          "kvxfer cma: engine_config {}={} rejected: not a setting of the same-host lane "
-          "(KVXFER_CMA_MAP, KVXFER_CMA_SLICE)",
-          key, value));
+      refuse("cma", *map, "is not one of on, populate, off");
     }
+  }
+  if (const auto& slice = keys.slice) {
+    const std::optional<std::uint64_t> bytes = parse_size(slice->value);
+    if (!bytes) refuse("cma", *slice, "is not a size (e.g. 65536, 64K, 1M, 1G)");
+    if (*bytes != 0 && (*bytes < 4096 || *bytes > (std::uint64_t{1} << 20))) {
+      refuse("cma", *slice, "is neither 0 nor in 4K..1M");
+    }
+    out.caller_slice = *bytes;
   }
   return out;
 }

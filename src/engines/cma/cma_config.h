@@ -1,18 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // The same-host lane's copy policy: who copies a write or read, in what
-// pieces, and at what priority. One object, two settings read from the
-// user's engine_config (KVXFER_CMA_MAP, KVXFER_CMA_SLICE; the UCX lane
-// leaves them to this lane); everything else is fixed here, with its reason.
-// compute_copy_policy is a pure function, so that every rule can be tested
-// without a lane. docs/architecture.md (same-host lane) has the figures.
+// pieces, and at what priority. One object, two settings (KVXFER_CMA_MAP,
+// KVXFER_CMA_SLICE, handed over by engines/settings.h); everything else is
+// fixed here, with its reason. compute_copy_policy is a pure function, so
+// that every rule can be tested without a lane. docs/architecture.md
+// (same-host lane) has the figures.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <string>
-#include <string_view>
+
+#include "engines/settings.h"
 
 namespace kvxfer::internal::cma {
 
@@ -58,17 +57,13 @@ struct CopyPolicy {
   // Copier threads: Options::num_threads, at least 1 and at most the cores
   // (more would only take turns).
   [[nodiscard]] static int copiers(int num_threads);
+
+  friend bool operator==(const CopyPolicy&, const CopyPolicy&) = default;
 };
 
-// Whether an engine_config key is this lane's (KVXFER_CMA_*).
-[[nodiscard]] inline bool is_cma_key(std::string_view key) {
-  return key.starts_with("KVXFER_CMA_");
-}
-
-// Throws std::runtime_error, naming the key, for a KVXFER_CMA_MAP value
-// other than on, populate or off, a KVXFER_CMA_SLICE size other than 0 or
-// 4K..1M, or any other KVXFER_CMA_* key. Other keys are other lanes'.
-[[nodiscard]] CopyPolicy compute_copy_policy(
-    const std::map<std::string, std::string>& engine_config);
+// Throws std::runtime_error, naming the setting and where it came from, for
+// a KVXFER_CMA_MAP value other than on, populate or off, and a
+// KVXFER_CMA_SLICE size other than 0 or 4K..1M.
+[[nodiscard]] CopyPolicy compute_copy_policy(const CmaKeys& keys);
 
 }  // namespace kvxfer::internal::cma

@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tcp lane's settings, read from the user's engine_config (keys
-// KVXFER_TCP_*; the other lanes leave them to this one) with the environment
-// variable of the same name as a fallback. A pure function, so every rule
-// is tested without a lane.
+// The tcp lane's settings from its keys (KVXFER_TCP_ADDRESS,
+// KVXFER_TCP_PORTS, handed over by engines/settings.h). A pure function, so
+// every rule is tested without a lane.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
-#include <string_view>
+
+#include "engines/settings.h"
 
 namespace kvxfer::internal::tcp {
 
@@ -22,23 +21,13 @@ struct TcpSettings {
   // tried in order. 0 (the default): a port the kernel picks.
   std::uint16_t port_low = 0;
   std::uint16_t port_high = 0;
+
+  friend bool operator==(const TcpSettings&, const TcpSettings&) = default;
 };
 
-// Whether an engine_config key is this lane's.
-[[nodiscard]] inline bool is_tcp_key(std::string_view key) {
-  return key.starts_with("KVXFER_TCP_");
-}
-
-// Throws std::runtime_error, naming the key, for an address that is not a
-// dotted IPv4 address, a port range that is not N or LOW-HIGH with
-// 1 <= LOW <= HIGH <= 65535, or any other KVXFER_TCP_* key.
-// `environment` maps the same keys (tests pass their own; the lane passes
-// the process environment's).
-[[nodiscard]] TcpSettings compute_tcp_settings(
-    const std::map<std::string, std::string>& engine_config,
-    const std::map<std::string, std::string>& environment);
-
-// KVXFER_TCP_ADDRESS and KVXFER_TCP_PORTS from the process environment.
-[[nodiscard]] std::map<std::string, std::string> tcp_environment();
+// Throws std::runtime_error, naming the setting and where it came from, for
+// an address that is not a dotted IPv4 address (or is 0.0.0.0), and a port
+// range that is not N or LOW-HIGH with 1 <= LOW <= HIGH <= 65535.
+[[nodiscard]] TcpSettings compute_tcp_settings(const TcpKeys& keys);
 
 }  // namespace kvxfer::internal::tcp

@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the UCX lane asks of UCX, from the user's engine_config and the
-// environment: whether the lane runs at all (KVXFER_RMA), the keys for
-// ucp_config_modify and the effective UCX_TLS. A pure function, tested
-// without a UCX context.
+// What the UCX lane asks of UCX, from its keys (engines/settings.h): whether
+// the lane runs at all (KVXFER_RMA), the keys for ucp_config_modify and the
+// effective UCX_TLS. A pure function, tested without a UCX context.
 #pragma once
 
-#include <functional>
 #include <map>
-#include <optional>
 #include <string>
+
+#include "engines/settings.h"
 
 namespace kvxfer::internal::ucx {
 
@@ -28,17 +27,15 @@ struct UcxSettings {
   // same-host lane serves those peers, and they cost most of the worker's
   // start-up: 15-20 ms against ~1 ms without).
   std::string context_tls = "^sm";
+
+  friend bool operator==(const UcxSettings&, const UcxSettings&) = default;
 };
 
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+// Throws std::runtime_error, naming the setting and where it came from, for
+// a KVXFER_RMA value other than auto, on or off. The UCX keys are UCX's to
+// judge (ucp_config_modify, where the lane runs).
+[[nodiscard]] UcxSettings compute_ucx_settings(const UcxKeys& keys, bool has_rdma_device);
 
-// Throws std::runtime_error naming the key for a KVXFER_RMA value other
-// than auto, on or off, and for the settings the lane no longer has.
-[[nodiscard]] UcxSettings compute_ucx_settings(
-    const std::map<std::string, std::string>& engine_config, const EnvLookup& env,
-    bool has_rdma_device);
-
-[[nodiscard]] std::optional<std::string> process_env(const std::string& name);
 [[nodiscard]] bool host_has_rdma_device();
 
 }  // namespace kvxfer::internal::ucx
