@@ -432,32 +432,17 @@ bool TcpLane::Io::on_body(Conn* c) {
     case wire::FrameType::kNotify: {
       // Where the sender stands now (our owner may have registered or
       // removed peers since its hello).
-      const Claim claim = lane_.claim_of(c->sender, c->key);
+      const Claim claim = lane_.vouched_.claim_of(c->sender, c->key);
       if (claim == Claim::kImpostor) {
         refuse(c, counters.refused_identity,
                fmt::format("a notification under registered peer {}'s name from another key",
                            c->sender));
         return answer_and_close(c, wire::FrameType::kAck, h.seq, wire::kStatusNotYours);
       }
-      const bool registered = claim == Claim::kRegistered;
-      bool queued = false;
-      {
-        // A registered peer's share is its own; the others share
-        // kMaxQueuedNotifications besides their own share each.
-        std::lock_guard lock(lane_.notes_mu_);
-        const auto sender = std::make_pair(c->sender, c->key);
-        std::size_t& mine = lane_.notes_per_sender_[sender];
-        if (mine < kMaxQueuedPerSender &&
-            (registered || lane_.unregistered_notes_ < kMaxQueuedNotifications)) {
-          ++mine;
-          if (!registered) ++lane_.unregistered_notes_;
-          lane_.notes_.push_back(Queued{Notification{c->sender, std::vector<std::uint8_t>(c->body)},
-                                        c->key, registered});
-          queued = true;
-        } else if (mine == 0) {
-          lane_.notes_per_sender_.erase(sender);
-        }
-      }
+      // A registered peer's share is its own; the others share
+      // kMaxQueuedNotifications besides their own share each.
+      const bool queued = lane_.notes_.put(Sender{c->sender, c->key}, claim == Claim::kRegistered,
+                                           c->sender, c->body);
       if (!queued) {
         counters.refused_notify.fetch_add(1, std::memory_order_relaxed);
         if (log_limit_.allow()) {
@@ -563,7 +548,7 @@ bool TcpLane::Io::on_hello(Conn* c) {
     return refuse_hello(c, wire::kStatusUnproven);
   }
   std::string name(hello.name);
-  const Claim claim = lane_.claim_of(name, hello.key);
+  const Claim claim = lane_.vouched_.claim_of(name, hello.key);
   if (claim == Claim::kImpostor) {
     refuse(c, counters.refused_identity,
            fmt::format("a hello presenting registered peer {}'s name with another key", name));

@@ -54,6 +54,7 @@ TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings
       region_(region),
       pool_len_(region.num_blocks * region.block_len),
       token_(fresh_random()),
+      notes_(kMaxQueuedPerSender, kMaxQueuedNotifications),
       counters_(std::make_unique<Counters>()) {
   listen_fd_ = open_listener(settings, &port_);
   addresses_ = published_addresses(settings);
@@ -417,51 +418,21 @@ void TcpLane::recycle(Xfer* x) {
 }
 
 void TcpLane::take_notifications(std::vector<Notification>* out) {
-  std::lock_guard lock(notes_mu_);
-  while (!notes_.empty()) {
-    Queued& q = notes_.front();
-    auto it = notes_per_sender_.find({q.note.agent, q.key});
-    if (it != notes_per_sender_.end() && --it->second == 0) notes_per_sender_.erase(it);
-    if (!q.registered) --unregistered_notes_;
+  notes_.take(out, [this](const Sender& sender, const Notification& note) {
     // Queued before our owner registered a peer of that name with another
     // key: not that peer's, so not handed out under its name.
-    if (claim_of(q.note.agent, q.key) == Claim::kImpostor) {
-      counters_->refused_identity.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      out->push_back(std::move(q.note));
-    }
-    notes_.pop_front();
-  }
+    if (vouched_.claim_of(note.agent, sender.second) != Claim::kImpostor) return true;
+    counters_->refused_identity.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  });
 }
 
 void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
   if (blob.tcp_port == 0) return;
-  std::lock_guard lock(vouched_mu_);
-  vouched_[remote.agent_name][handle] = blob.tcp_key;
-  vouched_names_[handle] = remote.agent_name;
+  vouched_.vouch(handle, remote.agent_name, blob.tcp_key);
 }
 
-void TcpLane::unvouch(PeerHandle handle) {
-  std::lock_guard lock(vouched_mu_);
-  auto it = vouched_names_.find(handle);
-  if (it == vouched_names_.end()) return;
-  auto name = vouched_.find(it->second);
-  if (name != vouched_.end()) {
-    name->second.erase(handle);
-    if (name->second.empty()) vouched_.erase(name);
-  }
-  vouched_names_.erase(it);
-}
-
-TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKey& key) const {
-  std::lock_guard lock(vouched_mu_);
-  auto it = vouched_.find(agent_name);
-  if (it == vouched_.end()) return Claim::kUnregistered;
-  for (const auto& [handle, k] : it->second) {
-    if (k == key) return Claim::kRegistered;
-  }
-  return Claim::kImpostor;
-}
+void TcpLane::unvouch(PeerHandle handle) { vouched_.unvouch(handle); }
 
 void TcpLane::add_live(HandleCounts& counts) const {
   // The pool is this lane's to receive into from creation until stop().

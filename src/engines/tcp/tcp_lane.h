@@ -50,7 +50,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,6 +64,7 @@
 #include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/tcp/tcp_config.h"
+#include "engines/tcp/tcp_senders.h"
 #include "wire/tcp_frame.h"
 #include "wire/peer_blob.h"
 
@@ -130,14 +130,6 @@ class TcpLane final : public Lane {
   // registration goes; unknown handles are ignored.
   void vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) override;
   void unvouch(PeerHandle handle) override;
-
-  // Where a connection's name and key stand against those registrations.
-  enum class Claim : std::uint8_t {
-    kUnregistered,  // no registered peer has this name
-    kRegistered,    // a registered peer has this name and this key
-    kImpostor,      // registered peers have this name, none this key
-  };
-  [[nodiscard]] Claim claim_of(const std::string& agent_name, const IdentityKey& key) const;
 
   // Connects to the peer's tcp lane (blob's tcp part) and presents a hello;
   // kSuccess once the peer welcomed it. kRemoteDisconnect when no address
@@ -214,24 +206,10 @@ class TcpLane final : public Lane {
   mutable std::mutex peers_mu_;
   std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_;
 
-  // Registrations vouched for: by agent name, each registration's key.
-  mutable std::mutex vouched_mu_;
-  std::map<std::string, std::map<PeerHandle, IdentityKey>> vouched_;
-  std::unordered_map<PeerHandle, std::string> vouched_names_;
-
-  // Notifications taken from peers, oldest first, with the key of the
-  // connection each came on and whether it was queued as a registered
-  // peer's; how many each sender (name and key) has queued, and how many
-  // all unregistered senders together.
-  struct Queued {
-    Notification note;
-    IdentityKey key{};
-    bool registered = false;
-  };
-  std::mutex notes_mu_;
-  std::deque<Queued> notes_;
-  std::map<std::pair<std::string, IdentityKey>, std::size_t> notes_per_sender_;
-  std::size_t unregistered_notes_ = 0;
+  // Target: the registered peers' names and keys, and the notifications
+  // received, per sender (tcp_senders.h).
+  Vouched vouched_;
+  Notes notes_;
 
   std::atomic<std::uint64_t> live_xfers_{0};
   struct Counters;
