@@ -76,18 +76,13 @@ void TcpLane::Io::run() {
     // A post that skipped the wake because its peer was sending may have
     // queued after this turn's drain, when the sending ended: then look
     // again at once.
-    bool queued = false;
-    {
-      std::lock_guard lock(lane_.commands_mu_);
-      queued = !lane_.commands_.empty();
-    }
+    const bool queued = lane_.commands_.pending();
     const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()),
                              queued ? 0 : 1000);
     for (int i = 0; i < n; ++i) {
       void* tag = events[static_cast<std::size_t>(i)].data.ptr;
-      if (tag == &lane_.wake_fd_) {
-        std::uint64_t count = 0;
-        [[maybe_unused]] const ssize_t r = read(lane_.wake_fd_, &count, sizeof count);
+      if (tag == &lane_.commands_) {
+        lane_.commands_.clear_doorbell();
       } else if (tag == &lane_.listen_fd_) {
         accept_all();
       } else {
@@ -102,13 +97,8 @@ void TcpLane::Io::run() {
 }
 
 void TcpLane::Io::drain_commands() {
-  // Swapped with the lane's queue, so both keep their capacity.
   std::vector<Command>& commands = drained_;
-  lane_.wake_pending_.store(false, std::memory_order_release);
-  {
-    std::lock_guard lock(lane_.commands_mu_);
-    commands.swap(lane_.commands_);
-  }
+  lane_.commands_.take(commands);
   for (Command& cmd : commands) {
     switch (cmd.kind) {
       case Command::Kind::kAdopt: {
@@ -186,7 +176,7 @@ void TcpLane::Io::finish(Xfer* x, Status status, const char* why) {
   }
   if (x->io_uses == 0 && x->io_ref) {
     x->io_ref = false;
-    lane_.drop_ref(x);
+    lane_.commands_.unref(x);
   }
 }
 
@@ -195,7 +185,7 @@ void TcpLane::Io::unuse(Xfer* x) {
   if (x->io_uses == 0 && x->io_ref &&
       x->result.load(std::memory_order_relaxed) != Status::kInProgress) {
     x->io_ref = false;
-    lane_.drop_ref(x);
+    lane_.commands_.unref(x);
   }
 }
 
@@ -204,7 +194,7 @@ void TcpLane::Io::accept_all() {
     const int fd = accept4(lane_.listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     if (stopping_ || conns_.size() >= kMaxConnections) {
-      lane_.counters_->refused_full.fetch_add(1, std::memory_order_relaxed);
+      lane_.counters_.refused_full.fetch_add(1, std::memory_order_relaxed);
       if (log_limit_.allow()) {
         log().warn("kvxfer tcp {}: refused a connection: {} open, {} without a hello yet",
                    lane_.agent_name_, conns_.size(), pending_hellos_);
@@ -224,7 +214,7 @@ void TcpLane::Io::accept_all() {
         }
       }
       if (oldest != nullptr) {
-        refuse(oldest, lane_.counters_->refused_full,
+        refuse(oldest, lane_.counters_.refused_full,
                "the oldest connection without a hello, to make room for a new one");
         close_conn(oldest, "pushed out by a newer connection before its hello");
       }
@@ -237,7 +227,7 @@ void TcpLane::Io::accept_all() {
     c->body.reserve(wire::kMaxRuns * wire::kRunLen);
     conns_.emplace(c, std::move(conn));
     ++pending_hellos_;
-    lane_.counters_->connections_accepted.fetch_add(1, std::memory_order_relaxed);
+    lane_.counters_.connections_accepted.fetch_add(1, std::memory_order_relaxed);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = c;
@@ -296,7 +286,7 @@ void TcpLane::Io::receive(Conn* c) {
     }
     const auto got = static_cast<std::size_t>(n);
     budget -= std::min<std::uint64_t>(budget, got);
-    lane_.counters_->bytes_received.fetch_add(got, std::memory_order_relaxed);
+    lane_.counters_.bytes_received.fetch_add(got, std::memory_order_relaxed);
     bool ok = true;
     switch (c->rx) {
       case Conn::Rx::kHeader:
@@ -349,16 +339,16 @@ void TcpLane::Io::refuse(Conn* c, std::atomic<std::uint64_t>& counter, const std
 
 bool TcpLane::Io::on_header(Conn* c) {
   c->head_have = 0;
-  lane_.counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
+  lane_.counters_.frames_received.fetch_add(1, std::memory_order_relaxed);
   wire::FrameHeader h;
   if (!wire::decode_header(c->head, &h)) {
-    refuse(c, c->hello_done ? lane_.counters_->refused_frame : lane_.counters_->refused_token,
+    refuse(c, c->hello_done ? lane_.counters_.refused_frame : lane_.counters_.refused_token,
            "a malformed frame header");
     close_conn(c, "it sent a malformed frame");
     return false;
   }
   if (!c->hello_done && h.type != wire::FrameType::kHello) {
-    refuse(c, lane_.counters_->refused_token, "a connection whose first frame is not a hello");
+    refuse(c, lane_.counters_.refused_token, "a connection whose first frame is not a hello");
     close_conn(c, "no hello");
     return false;
   }
@@ -366,7 +356,7 @@ bool TcpLane::Io::on_header(Conn* c) {
   const bool for_initiator = h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
   if (c->initiator != for_initiator || (c->hello_done && h.type == wire::FrameType::kHello) ||
       h.type == wire::FrameType::kWelcome) {
-    refuse(c, lane_.counters_->refused_frame, "a frame of a type it may not send");
+    refuse(c, lane_.counters_.refused_frame, "a frame of a type it may not send");
     close_conn(c, "unexpected frame");
     return false;
   }
@@ -374,7 +364,7 @@ bool TcpLane::Io::on_header(Conn* c) {
   // next frame, after wire::kNotifyFollows its notification.
   if (!c->initiator) {
     if (c->cont && (h.seq != c->cont_seq || h.type != c->cont_type)) {
-      refuse(c, lane_.counters_->refused_frame, "a frame that breaks off a transfer");
+      refuse(c, lane_.counters_.refused_frame, "a frame that breaks off a transfer");
       close_conn(c, "broken transfer");
       return false;
     }
@@ -396,7 +386,7 @@ bool TcpLane::Io::on_header(Conn* c) {
 bool TcpLane::Io::on_body(Conn* c) {
   const wire::FrameHeader& h = c->h;
   c->rx = Conn::Rx::kHeader;
-  auto& counters = *lane_.counters_;
+  auto& counters = lane_.counters_;
   switch (h.type) {
     case wire::FrameType::kHello:
       return on_hello(c);
@@ -533,7 +523,7 @@ bool TcpLane::Io::on_payload_done(Conn* c) {
 
 bool TcpLane::Io::on_hello(Conn* c) {
   wire::Hello hello;
-  auto& counters = *lane_.counters_;
+  auto& counters = lane_.counters_;
   if (!wire::decode_hello_body(c->body, c->h.count, &hello) || hello.token != lane_.token_) {
     refuse(c, counters.refused_token, "a hello without this lane's token");
     close_conn(c, "wrong token");
@@ -668,7 +658,7 @@ void TcpLane::Io::send(Conn* c) {
       close_conn(c, "sending failed");
       return;
     }
-    lane_.counters_->bytes_sent.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
+    lane_.counters_.bytes_sent.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
     auto left = static_cast<std::size_t>(n);
     while (!c->out.empty()) {
       Conn::Out& o = c->out.front();
@@ -789,7 +779,7 @@ void TcpLane::Io::expire() {
     if (!conn->hello_done && conn->fd >= 0 && now > conn->hello_deadline) late.push_back(c);
   }
   for (Conn* c : late) {
-    refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
+    refuse(c, lane_.counters_.refused_token, "a connection that sent no hello in time");
     close_conn(c, "no hello in time");
     conns_.erase(c);
   }
@@ -817,10 +807,7 @@ void TcpLane::Io::close_all() {
   conns_.clear();
   // Transfers posted but never taken by the thread.
   std::vector<Command> commands;
-  {
-    std::lock_guard lock(lane_.commands_mu_);
-    commands.swap(lane_.commands_);
-  }
+  lane_.commands_.take(commands);
   for (Command& cmd : commands) {
     if (cmd.kind == Command::Kind::kPost) {
       finish(cmd.xfer, Status::kRemoteDisconnect, "the transport is closing");

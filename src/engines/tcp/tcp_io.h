@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tcp lane's inside: what its handles, peers and connections hold, and
-// the I/O thread that owns every socket (tcp_io.cc). Included by the lane's
-// two rooms only (tcp_lane.cc: the calls any thread makes; tcp_io.cc: the
-// thread), never elsewhere.
+// The tcp lane's inside: its connections and the I/O thread that owns every
+// socket (tcp_io.cc); the handles, peers and commands it takes are
+// tcp_xfer.h and tcp_commands.h. Included by the lane's two rooms only
+// (tcp_lane.cc: the calls any thread makes; tcp_io.cc: the thread).
 #pragma once
 
 #include <sys/uio.h>
@@ -12,110 +12,22 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <future>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "engines/tcp/tcp_counters.h"
 #include "engines/tcp/tcp_lane.h"
+#include "engines/tcp/tcp_xfer.h"
 
 namespace kvxfer::internal::tcp {
 
-using Clock = std::chrono::steady_clock;
-
-// At most five log lines a second for what peers can make us log as often
-// as they like (refused frames and hellos); the counters count every one.
-class RateLimit {
+// A connection: its socket, the frame being received, what waits to go out,
+// and each side's state.
+class Conn {
  public:
-  bool allow() {
-    const auto now = Clock::now();
-    if (now - window_ > std::chrono::seconds(1)) {
-      window_ = now;
-      in_window_ = 0;
-    }
-    return ++in_window_ <= 5;
-  }
-
- private:
-  Clock::time_point window_{};
-  int in_window_ = 0;
-};
-
-struct TcpLane::Counters {
-  std::atomic<std::uint64_t> writes{0};
-  std::atomic<std::uint64_t> reads{0};
-  std::atomic<std::uint64_t> notifications_sent{0};
-  std::atomic<std::uint64_t> bytes_sent{0};
-  std::atomic<std::uint64_t> bytes_received{0};
-  std::atomic<std::uint64_t> frames_received{0};
-  std::atomic<std::uint64_t> connections_accepted{0};
-  std::atomic<std::uint64_t> refused_token{0};
-  std::atomic<std::uint64_t> refused_frame{0};
-  std::atomic<std::uint64_t> refused_runs{0};
-  std::atomic<std::uint64_t> refused_stale_fence{0};
-  std::atomic<std::uint64_t> refused_full{0};
-  std::atomic<std::uint64_t> refused_notify{0};
-  std::atomic<std::uint64_t> refused_identity{0};
-  std::atomic<std::uint64_t> fences_superseded{0};
-};
-
-struct TcpLane::Peer : LanePeer, std::enable_shared_from_this<Peer> {
-  explicit Peer(TcpLane* owner) : LanePeer(owner) {}
-  std::string name;
-  std::uint64_t remote_block_len = 0;
-  Conn* conn = nullptr;  // owned by the I/O thread; only its identity is used here
-  std::atomic<bool> dead{false};
-  std::atomic<std::uint64_t> next_seq{1};
-  // Set by the I/O thread while this peer's connection has bytes waiting to
-  // go out (EPOLLOUT armed): the thread comes back to it on its own, so a
-  // post behind them needs no wake (tcp_lane.cc, submit()).
-  std::atomic<bool> sending{false};
-};
-
-// A transfer handle. The core holds one reference until release(), the I/O
-// thread one until the transfer ended and nothing of it is queued or awaited.
-struct TcpLane::Xfer : LaneXfer {
-  explicit Xfer(TcpLane* owner) : LaneXfer(owner) {}
-  std::shared_ptr<Peer> peer;
-  TransferId id = 0;
-  std::uint64_t seq = 0;
-  bool read = false;
-  bool has_notify = false;
-  // The frames' headers, runs and message, and what to send, in order
-  // (pieces of `wire` and, for writes, of our pool).
-  std::vector<std::uint8_t> wire;
-  std::vector<iovec> iov;
-  // A read's replies: per request frame, the part of `read_iov` (our pool)
-  // its reply fills and that part's bytes.
-  struct Part {
-    std::size_t first = 0;
-    std::size_t count = 0;
-    std::uint64_t bytes = 0;
-  };
-  std::vector<iovec> read_iov;
-  std::vector<Part> parts;
-  std::atomic<Status> result{Status::kInProgress};
-  const char* why = nullptr;  // written before `result` turns final
-  std::atomic<int> refs{2};
-  std::atomic<bool> released{false};
-  // I/O thread only: queue entries and awaited answers still naming this
-  // transfer; the I/O thread lets go once the transfer ended and this is 0.
-  int io_uses = 0;
-  bool io_ref = true;
-};
-
-struct TcpLane::Command {
-  enum class Kind { kAdopt, kPost, kClose } kind = Kind::kPost;
-  int fd = -1;                         // kAdopt: a connected, welcomed socket
-  std::shared_ptr<Peer> peer;          // kAdopt, kClose
-  Conn* conn = nullptr;                // kPost, kClose
-  Xfer* xfer = nullptr;                // kPost
-  std::promise<void>* done = nullptr;  // kClose, kAdopt: set once carried out
-};
-
-struct TcpLane::Conn {
   int fd = -1;
   bool initiator = false;
   std::shared_ptr<Peer> peer;  // initiator side

@@ -63,7 +63,9 @@
 #include "engine.h"
 #include "engines/lane.h"
 #include "engines/lineages.h"
+#include "engines/tcp/tcp_commands.h"
 #include "engines/tcp/tcp_config.h"
+#include "engines/tcp/tcp_counters.h"
 #include "engines/tcp/tcp_senders.h"
 #include "wire/tcp_frame.h"
 #include "wire/peer_blob.h"
@@ -159,19 +161,7 @@ class TcpLane final : public Lane {
   void stop();
 
  private:
-  struct Conn;
-  struct Peer;
-  struct Xfer;
-  struct Command;
   class Io;
-
-  void submit(Command command);
-  void drop_ref(Xfer* xfer);
-  // Transfer handles are reused with their frame and iovec buffers, so a
-  // post allocates nothing of its own once warm (BM_TcpLanePost_*: 8.4
-  // allocations per write before, 4.4 after, the rest the core's).
-  [[nodiscard]] Xfer* take_xfer();
-  void recycle(Xfer* xfer);
 
   std::string agent_name_;
   Region region_;
@@ -181,25 +171,13 @@ class TcpLane final : public Lane {
   std::uint16_t port_ = 0;
   std::vector<wire::TcpAddress> addresses_;
   int listen_fd_ = -1;
-  int wake_fd_ = -1;
   int epoll_fd_ = -1;
-
 
   // Initiator: our registrations of each target (engines/lineages.h).
   Lineages lineages_;
-
-  // Commands for the I/O thread (new connections, transfers, closes).
-  // `wake_pending_`: the thread was woken and has not drained the queue yet,
-  // so a burst of posts wakes it once.
-  std::mutex commands_mu_;
-  std::vector<Command> commands_;
-  // Ended transfers whose buffers the next posts reuse (at most
-  // kPooledXfers, each holding at most kPooledBytes), under commands_mu_;
-  // and the one the next post takes without a lock, refilled from the pool
-  // when a post is queued. So a post takes one lock of this lane.
-  std::vector<Xfer*> xfer_pool_;
-  std::atomic<Xfer*> spare_{nullptr};
-  std::atomic<bool> wake_pending_{false};
+  // What callers hand the I/O thread, and the transfer handles posts reuse:
+  // a post takes this lane's one lock there.
+  Commands commands_;
 
   // Connected peers (initiator side); a post finds its peer through its
   // handle, this is for counts and for stop().
@@ -212,8 +190,7 @@ class TcpLane final : public Lane {
   Notes notes_;
 
   std::atomic<std::uint64_t> live_xfers_{0};
-  struct Counters;
-  std::unique_ptr<Counters> counters_;
+  Counters counters_;
 
   std::unique_ptr<Io> io_;
   std::thread thread_;
