@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tcp lane's calls, from any thread: connect and disconnect (which hand
 // their socket to the I/O thread and wait for it), posts (which build their
-// frames here and queue them), checks, releases and counters. What the I/O
-// thread does with them is tcp_io.cc.
+// frames here and queue them), checks, releases and counters. It reaches the
+// I/O thread (tcp_io.h) only through Commands, the inbox and the transfers.
 #include "engines/tcp/tcp_lane.h"
 
 #include <fmt/format.h>
@@ -52,7 +52,6 @@ static_assert(wire::kMaxMessage == kMaxNotificationBytes, "the frame bound is th
 TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings)
     : agent_name_(std::move(agent_name)),
       region_(region),
-      pool_len_(region.num_blocks * region.block_len),
       token_(fresh_random()),
       commands_(this),
       notes_(kMaxQueuedPerSender, kMaxQueuedNotifications) {
@@ -63,13 +62,14 @@ TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings
     stop();
     throw std::runtime_error(fmt::format("kvxfer tcp: eventfd/epoll: {}", strerror(errno)));
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = &listen_fd_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  ev.data.ptr = &commands_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, commands_.doorbell(), &ev);
-  io_ = std::make_unique<Io>(*this);
+  io_ = std::make_unique<Io>(epoll_fd_, listen_fd_, commands_,
+                             Target::Setup{.agent_name = agent_name_,
+                                           .pool = region_,
+                                           .token = token_,
+                                           .identity = identity_,
+                                           .vouched = vouched_,
+                                           .notes = notes_,
+                                           .counters = counters_});
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "kvxfer-tcp");
     io_->run();
@@ -81,8 +81,7 @@ TcpLane::~TcpLane() { stop(); }
 void TcpLane::stop() {
   if (stopped_.exchange(true)) return;
   if (thread_.joinable()) {
-    io_->stopping_.store(true);
-    commands_.ring();
+    io_->stop_soon();
     thread_.join();
   }
   if (io_) io_->close_all();
@@ -121,9 +120,8 @@ void TcpLane::stop(StopStage stage) {
 }
 
 Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
-  std::string* const reason = &out->reason;
   const auto fail = [&](std::string why) {
-    *reason = std::move(why);
+    out->reason = std::move(why);
     return Status::kRemoteDisconnect;
   };
   if (blob.tcp_port == 0 || blob.tcp_addresses.empty()) {
@@ -135,34 +133,12 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   if (fd < 0) {
     return fail(fmt::format("cannot reach peer {}'s tcp lane: {}", remote.agent_name, why));
   }
-  IdentityKey conn_key{};
-  if (!identity_.connection_key(blob.tcp_key, /*we_initiate=*/true, &conn_key)) {
+  std::vector<std::uint8_t> frame;
+  if (const Status st = hello_frame(blob, remote.agent_name, &frame, &out->reason);
+      st != Status::kSuccess) {
     close(fd);
-    *reason = fmt::format("peer {}'s metadata names a tcp key no connection key comes of",
-                          remote.agent_name);
-    return Status::kInvalidParam;
+    return st;
   }
-  wire::Hello hello;
-  hello.token = blob.tcp_token;
-  hello.key = identity_.public_key();
-  const Lineages::Registration registration = lineages_.next(remote.agent_name, blob.tcp_token);
-  hello.lineage = registration.lineage;
-  hello.gen = registration.gen;
-  hello.epoch = registration.epoch;
-  const std::string_view name =
-      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxName));
-  hello.name = name.empty() ? std::string_view("?") : name;
-  std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
-  wire::encode_header(frame.data(), wire::FrameHeader{wire::FrameType::kHello, 0,
-                                     static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
-  wire::encode_hello_body(frame.data() + wire::kHeaderLen, hello);
-  const auto body = std::span<const std::uint8_t>(frame).subspan(wire::kHeaderLen);
-  Mac mac{};
-  if (!mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
-    close(fd);
-    return fail("OpenSSL could not compute the hello's MAC");
-  }
-  std::copy(mac.begin(), mac.end(), frame.end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
   std::array<std::uint8_t, wire::kHeaderLen> welcome{};
   wire::FrameHeader h;
   if (!write_all(fd, frame.data(), frame.size()) ||
@@ -180,6 +156,43 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
                             hello_refusal(h.status)));
   }
   set_nonblocking(fd, true);
+  return adopt(fd, remote, out);
+}
+
+Status TcpLane::hello_frame(const wire::PeerBlob& blob, const std::string& peer_name,
+                            std::vector<std::uint8_t>* frame, std::string* reason) {
+  IdentityKey conn_key{};
+  if (!identity_.connection_key(blob.tcp_key, /*we_initiate=*/true, &conn_key)) {
+    *reason =
+        fmt::format("peer {}'s metadata names a tcp key no connection key comes of", peer_name);
+    return Status::kInvalidParam;
+  }
+  wire::Hello hello;
+  hello.token = blob.tcp_token;
+  hello.key = identity_.public_key();
+  const Lineages::Registration registration = lineages_.next(peer_name, blob.tcp_token);
+  hello.lineage = registration.lineage;
+  hello.gen = registration.gen;
+  hello.epoch = registration.epoch;
+  const std::string_view name =
+      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxName));
+  hello.name = name.empty() ? std::string_view("?") : name;
+  frame->resize(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
+  wire::encode_header(frame->data(),
+                      wire::FrameHeader{wire::FrameType::kHello, 0,
+                                        static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
+  wire::encode_hello_body(frame->data() + wire::kHeaderLen, hello);
+  const auto body = std::span<const std::uint8_t>(*frame).subspan(wire::kHeaderLen);
+  Mac mac{};
+  if (!mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
+    *reason = "OpenSSL could not compute the hello's MAC";
+    return Status::kRemoteDisconnect;
+  }
+  std::copy(mac.begin(), mac.end(), frame->end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
+  return Status::kSuccess;
+}
+
+Status TcpLane::adopt(int fd, const RemoteRegion& remote, Connected* out) {
   auto peer = std::make_shared<Peer>(this);
   peer->name = remote.agent_name;
   peer->remote_block_len = remote.block_len;
@@ -192,7 +205,8 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   commands_.submit(std::move(cmd));
   adopted.get_future().wait();
   if (peer->conn == nullptr) {
-    return fail(fmt::format("the tcp lane is stopping; peer {} not added", remote.agent_name));
+    out->reason = fmt::format("the tcp lane is stopping; peer {} not added", remote.agent_name);
+    return Status::kRemoteDisconnect;
   }
   out->peer = peer.get();
   std::lock_guard lock(peers_mu_);

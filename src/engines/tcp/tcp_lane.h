@@ -16,6 +16,12 @@
 // header and payload with sendmsg straight from the pool, receives, acks and
 // completes. A target receives with nobody polling.
 //
+// Rooms: tcp_lane.cc (the calls, any thread), tcp_xfer (a post's frames),
+// tcp_commands (what callers hand the I/O thread: the one lock a post
+// takes), tcp_senders (registered peers, the inbox), and the I/O thread's:
+// tcp_io (the epoll loop), tcp_conn (a connection's bytes), tcp_target and
+// tcp_initiator (each side's frames); tcp_socket, tcp_config.
+//
 // Connections and fencing: connect() opens one connection per registration
 // and sends a hello first: the target's token (from its metadata), then our
 // lineage for that target (random, for the life of this lane), the
@@ -43,17 +49,12 @@
 // however many other keys fill them.
 #pragma once
 
-#include <sys/uio.h>
-
-#include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -67,10 +68,12 @@
 #include "engines/tcp/tcp_config.h"
 #include "engines/tcp/tcp_counters.h"
 #include "engines/tcp/tcp_senders.h"
-#include "wire/tcp_frame.h"
 #include "wire/peer_blob.h"
+#include "wire/tcp_frame.h"
 
 namespace kvxfer::internal::tcp {
+
+class Io;
 
 class TcpLane final : public Lane {
  public:
@@ -123,7 +126,8 @@ class TcpLane final : public Lane {
   // Our token, identity key, port and addresses.
   void publish(wire::PeerBlob& blob) const override;
   // The peer publishes a tcp lane.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote,
+                               const wire::PeerBlob& blob) const override;
 
   // The peers our owner registered (any lane) whose metadata names a tcp
   // key: `handle` is the registration's, `remote.agent_name` the peer's. A
@@ -161,11 +165,15 @@ class TcpLane final : public Lane {
   void stop();
 
  private:
-  class Io;
+  // The hello connect() presents first: token, fences, name, key, MAC.
+  [[nodiscard]] Status hello_frame(const wire::PeerBlob& blob, const std::string& peer_name,
+                                   std::vector<std::uint8_t>* frame, std::string* reason);
+  // Hands a welcomed socket to the I/O thread and waits until it is the
+  // peer's connection.
+  [[nodiscard]] Status adopt(int fd, const RemoteRegion& remote, Connected* out);
 
   std::string agent_name_;
   Region region_;
-  std::uint64_t pool_len_ = 0;
   std::uint64_t token_ = 0;
   Identity identity_;
   std::uint16_t port_ = 0;
