@@ -256,6 +256,7 @@ void Conns::begin_closing(Conn& c) {
   c.close_after_out = false;
   c.closing = true;
   c.closing_deadline = Clock::now() + TcpLane::kClosingGrace;
+  c.closing_at = closing_.insert(closing_.end(), &c);
   c.paused = false;
   c.waiting_out = false;
   if (shutdown(c.fd, SHUT_WR) != 0) {
@@ -295,6 +296,7 @@ void Conns::close(Conn& c, const char* why, Status status) {
   setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lin, sizeof lin);
   ::close(c.fd);
   c.fd = -1;
+  if (c.closing) closing_.erase(c.closing_at);
   closed_.push_back(&c);
   c.role.on_close(c, why, status);
   c.out.clear();
@@ -316,6 +318,14 @@ void Conns::close_all(const char* why) {
   table_.clear();
   closed_.clear();
   ready_.clear();
+}
+
+void Conns::expire_closing(Clock::time_point now) {
+  while (!closing_.empty() && now > closing_.front()->closing_deadline) {
+    Conn* c = closing_.front();
+    close(*c, "refused, and the peer did not close within the grace");
+    drop(c);
+  }
 }
 
 void Conns::refuse(std::atomic<std::uint64_t>& counter, const std::string& who,

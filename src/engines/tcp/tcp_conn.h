@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -92,6 +93,7 @@ class Conn {
   // before any reset (Conns::begin_closing).
   bool closing = false;
   Clock::time_point closing_deadline{};
+  std::list<Conn*>::iterator closing_at;  // in Conns' closing list
   // Initiator: the peer's flag that tells posts we come back on our own
   // (Peer::sending), kept equal to waiting_out.
   std::atomic<bool>* sending = nullptr;
@@ -105,6 +107,7 @@ class TargetConn final : public Conn {
   using Conn::Conn;
   bool hello_done = false;
   Clock::time_point hello_deadline{};
+  std::list<TargetConn*>::iterator waiting_at;  // in Target's list, until hello_done
   std::uint64_t lineage = 0;
   std::uint64_t gen = 0;
   std::string sender;
@@ -141,10 +144,6 @@ class Conns {
   Conn* add(std::unique_ptr<Conn> conn);
   [[nodiscard]] bool has(Conn* c) const { return table_.count(c) != 0; }
   [[nodiscard]] std::size_t size() const { return table_.size(); }
-  // Every connection, closed ones not yet erased included.
-  [[nodiscard]] const std::unordered_map<Conn*, std::unique_ptr<Conn>>& all() const {
-    return table_;
-  }
 
   // epoll reported `events` for c.
   void on_ready(Conn* c, std::uint32_t events);
@@ -159,6 +158,9 @@ class Conns {
   void reap();
   void drop(Conn* c);
   void close_all(const char* why);
+  // Resets the refused connections whose peer did not close within
+  // TcpLane::kClosingGrace.
+  void expire_closing(Clock::time_point now);
 
   // Before the thread waits on c: how many bytes must arrive to wake it.
   void set_lowat(Conn& c);
@@ -187,6 +189,8 @@ class Conns {
   std::unordered_map<Conn*, std::unique_ptr<Conn>> table_;
   std::vector<Conn*> ready_;   // want_send() since the last send_ready()
   std::vector<Conn*> closed_;  // closed, not erased yet
+  // Shut down after a refusal (begin_closing), oldest first: by deadline.
+  std::list<Conn*> closing_;
   std::vector<iovec> scratch_iov_;
   std::vector<std::uint8_t> drain_buf_ = std::vector<std::uint8_t>(64 * 1024);
 };

@@ -50,7 +50,9 @@ void Io::run() {
     }
     carry_out_commands();
     if (stopping_) return;
-    target_.expire();
+    const auto now = Clock::now();
+    target_.expire(now);
+    conns_.expire_closing(now);
   }
 }
 

@@ -45,12 +45,12 @@ void Target::accept_all(int listen_fd, const std::atomic<bool>& stopping) {
       bump(counters_.refused_full);
       if (conns_.may_log()) {
         log().warn("kvxfer tcp {}: refused a connection: {} open, {} without a hello yet",
-                   agent_name_, conns_.size(), pending_hellos_);
+                   agent_name_, conns_.size(), waiting_hello_.size());
       }
       close(fd);
       continue;
     }
-    if (pending_hellos_ >= TcpLane::kMaxPendingHellos) push_out_oldest();
+    if (waiting_hello_.size() >= TcpLane::kMaxPendingHellos) push_out_oldest();
     take(fd);
   }
 }
@@ -59,19 +59,10 @@ void Target::accept_all(int listen_fd, const std::atomic<bool>& stopping) {
 // silent connections cannot keep a peer that says hello at once out. (It
 // holds no state; the loop erases it after this turn.)
 void Target::push_out_oldest() {
-  TargetConn* oldest = nullptr;
-  for (const auto& [conn, owned] : conns_.all()) {
-    if (&conn->role != this || conn->fd < 0) continue;
-    auto* c = static_cast<TargetConn*>(conn);
-    if (!c->hello_done && (oldest == nullptr || c->hello_deadline < oldest->hello_deadline)) {
-      oldest = c;
-    }
-  }
-  if (oldest != nullptr) {
-    refuse(*oldest, counters_.refused_full,
-           "the oldest connection without a hello, to make room for a new one");
-    conns_.close(*oldest, "pushed out by a newer connection before its hello");
-  }
+  TargetConn& oldest = *waiting_hello_.front();
+  refuse(oldest, counters_.refused_full,
+         "the oldest connection without a hello, to make room for a new one");
+  conns_.close(oldest, "pushed out by a newer connection before its hello");
 }
 
 void Target::take(int fd) {
@@ -79,41 +70,31 @@ void Target::take(int fd) {
   auto conn = std::make_unique<TargetConn>(fd, *this);
   conn->hello_deadline = Clock::now() + TcpLane::kHelloTimeout;
   conn->body.reserve(wire::kMaxRuns * wire::kRunLen);
+  TargetConn* c = conn.get();
+  c->waiting_at = waiting_hello_.insert(waiting_hello_.end(), c);
   conns_.add(std::move(conn));
-  ++pending_hellos_;
   bump(counters_.connections_accepted);
 }
 
-void Target::expire() {
-  const auto now = Clock::now();
-  std::vector<Conn*> late;
-  for (const auto& [conn, owned] : conns_.all()) {
-    if (&conn->role != this || conn->fd < 0) continue;
-    const auto* c = static_cast<const TargetConn*>(conn);
-    if (!c->hello_done && now > c->hello_deadline) late.push_back(conn);
-  }
-  for (Conn* c : late) {
-    refuse(static_cast<TargetConn&>(*c), counters_.refused_token,
-           "a connection that sent no hello in time");
+void Target::said_hello(TargetConn& c) {
+  c.hello_done = true;
+  waiting_hello_.erase(c.waiting_at);
+}
+
+void Target::expire(Clock::time_point now) {
+  while (!waiting_hello_.empty() && now > waiting_hello_.front()->hello_deadline) {
+    TargetConn* c = waiting_hello_.front();
+    refuse(*c, counters_.refused_token, "a connection that sent no hello in time");
     conns_.close(*c, "no hello in time");
     conns_.drop(c);
   }
-  late.clear();
-  for (const auto& [conn, owned] : conns_.all()) {
-    if (conn->closing && conn->fd >= 0 && now > conn->closing_deadline) late.push_back(conn);
-  }
-  for (Conn* c : late) {
-    conns_.close(*c, "refused, and the peer did not close within the grace");
-    conns_.drop(c);
-  }
-  for (auto it = fences_.begin(); it != fences_.end();) {
-    if (it->second.conns.empty() && now - it->second.idle_since > TcpLane::kLineageLinger) {
-      auto k = lineages_per_key_.find(it->second.key);
-      if (k != lineages_per_key_.end() && --k->second == 0) lineages_per_key_.erase(k);
-      it = fences_.erase(it);
-    } else {
-      ++it;
-    }
+  while (!idle_.empty()) {
+    const auto it = fences_.find(idle_.front());
+    if (now - it->second.idle_since <= TcpLane::kLineageLinger) break;
+    auto k = lineages_per_key_.find(it->second.key);
+    if (k != lineages_per_key_.end() && --k->second == 0) lineages_per_key_.erase(k);
+    fences_.erase(it);
+    idle_.pop_front();
   }
 }
 
@@ -194,8 +175,7 @@ bool Target::on_hello(TargetConn& c) {
   if (const std::uint32_t refused = fence(c, hello, registered); refused != wire::kStatusOk) {
     return refuse_hello(c, refused);
   }
-  c.hello_done = true;
-  --pending_hellos_;
+  said_hello(c);
   c.lineage = hello.lineage;
   c.gen = hello.gen;
   c.sender = std::move(name);
@@ -217,22 +197,27 @@ bool Target::proves_key(const TargetConn& c, const wire::Hello& hello) const {
          same_mac(expected, hello.mac);
 }
 
-std::uint32_t Target::fence(TargetConn& c, const wire::Hello& hello, bool registered) {
-  auto it = fences_.find(hello.lineage);
-  if (it == fences_.end()) {
-    // Full means refusal, never forgetting; a registered peer still has
-    // room of its own (a few lineages per key).
-    const std::size_t of_key = lineages_per_key_[hello.key];
-    if (fences_.size() >= TcpLane::kMaxLineages &&
-        !(registered && of_key < TcpLane::kMaxLineagesPerPeer)) {
-      if (of_key == 0) lineages_per_key_.erase(hello.key);
-      refuse(c, counters_.refused_full, "a new initiator while the fence table is full");
-      return wire::kStatusTableFull;
-    }
-    ++lineages_per_key_[hello.key];
-    it = fences_.emplace(hello.lineage, Lineage{hello.gen, hello.epoch, hello.key, {}, {}}).first;
+// The hello's lineage, made when it is new; nullptr (refused, counted) when
+// the table is full: full means refusal, never forgetting, and a registered
+// peer still has room of its own (a few lineages per key).
+Target::Lineage* Target::lineage_of(TargetConn& c, const wire::Hello& hello, bool registered) {
+  if (auto it = fences_.find(hello.lineage); it != fences_.end()) return &it->second;
+  const std::size_t of_key = lineages_per_key_[hello.key];
+  if (fences_.size() >= TcpLane::kMaxLineages &&
+      !(registered && of_key < TcpLane::kMaxLineagesPerPeer)) {
+    if (of_key == 0) lineages_per_key_.erase(hello.key);
+    refuse(c, counters_.refused_full, "a new initiator while the fence table is full");
+    return nullptr;
   }
-  Lineage& f = it->second;
+  ++lineages_per_key_[hello.key];
+  Lineage fresh{hello.gen, hello.epoch, hello.key, {}, {}, idle_.end()};
+  return &fences_.emplace(hello.lineage, std::move(fresh)).first->second;
+}
+
+std::uint32_t Target::fence(TargetConn& c, const wire::Hello& hello, bool registered) {
+  Lineage* const found = lineage_of(c, hello, registered);
+  if (found == nullptr) return wire::kStatusTableFull;
+  Lineage& f = *found;
   if (f.key != hello.key) {
     refuse(c, counters_.refused_identity, "a hello of another identity's lineage");
     return wire::kStatusNotYours;
@@ -256,6 +241,10 @@ std::uint32_t Target::fence(TargetConn& c, const wire::Hello& hello, bool regist
     f.gen = hello.gen;
     f.epoch = hello.epoch;
   }
+  if (f.idle_at != idle_.end()) {
+    idle_.erase(f.idle_at);
+    f.idle_at = idle_.end();
+  }
   f.conns.push_back(&c);
   return wire::kStatusOk;
 }
@@ -265,8 +254,7 @@ std::uint32_t Target::fence(TargetConn& c, const wire::Hello& hello, bool regist
 // refusal (Conns::begin_closing). It holds no state meanwhile: no lineage,
 // no name, and it no longer counts as waiting for its hello.
 bool Target::refuse_hello(TargetConn& c, std::uint32_t status) {
-  c.hello_done = true;
-  --pending_hellos_;
+  said_hello(c);
   return answer_and_close(c, wire::FrameType::kWelcome, 0, status);
 }
 
@@ -360,7 +348,7 @@ void Target::answer(Conn& c, wire::FrameType type, std::uint64_t seq, std::uint3
 
 void Target::on_close(Conn& conn, const char* /*why*/, Status /*status*/) {
   auto& c = static_cast<TargetConn&>(conn);
-  if (!c.hello_done) --pending_hellos_;
+  if (!c.hello_done) waiting_hello_.erase(c.waiting_at);
   if (c.counted_unregistered) {
     c.counted_unregistered = false;
     --unregistered_conns_;
@@ -370,7 +358,10 @@ void Target::on_close(Conn& conn, const char* /*why*/, Status /*status*/) {
   if (it == fences_.end()) return;
   auto& open = it->second.conns;
   open.erase(std::remove(open.begin(), open.end(), &c), open.end());
-  if (open.empty()) it->second.idle_since = Clock::now();
+  if (open.empty() && it->second.idle_at == idle_.end()) {
+    it->second.idle_since = Clock::now();
+    it->second.idle_at = idle_.insert(idle_.end(), c.lineage);
+  }
 }
 
 void Target::refuse(TargetConn& c, std::atomic<std::uint64_t>& counter, const std::string& what) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -38,9 +39,9 @@ class Target final : public Role {
   // Accepts what the listener holds, within the caps (refusing, or pushing
   // out the oldest connection without a hello).
   void accept_all(int listen_fd, const std::atomic<bool>& stopping);
-  // Closes connections late with their hello or with closing, and forgets
-  // lineages idle for long enough.
-  void expire();
+  // Closes the connections late with their hello and forgets the lineages
+  // idle for long enough (Conns closes the refused ones late to close).
+  void expire(Clock::time_point now);
 
   bool on_header(Conn& c, wire::FrameHeader* h) override;
   bool on_body(Conn& c) override;
@@ -56,14 +57,18 @@ class Target final : public Role {
     IdentityKey key{};               // a lineage is one identity's: another key is refused
     std::vector<TargetConn*> conns;  // open connections of this lineage
     Clock::time_point idle_since{};
+    std::list<std::uint64_t>::iterator idle_at;  // in idle_ while conns is empty, else its end
   };
 
   void take(int fd);
   void push_out_oldest();
+  // c no longer waits for its hello: it said one, or was refused.
+  void said_hello(TargetConn& c);
   bool on_hello(TargetConn& c);
   [[nodiscard]] bool proves_key(const TargetConn& c, const wire::Hello& hello) const;
   // kStatusOk once the hello's lineage admits c, else why not (counted).
   std::uint32_t fence(TargetConn& c, const wire::Hello& hello, bool registered);
+  Lineage* lineage_of(TargetConn& c, const wire::Hello& hello, bool registered);
   bool refuse_hello(TargetConn& c, std::uint32_t status);
   bool on_runs(TargetConn& c);
   bool on_notify(TargetConn& c);
@@ -82,8 +87,11 @@ class Target final : public Role {
   Notes& notes_;
   Counters& counters_;
 
-  std::size_t pending_hellos_ = 0;
+  // Open connections without a hello yet, oldest first (so by deadline).
+  std::list<TargetConn*> waiting_hello_;
   std::unordered_map<std::uint64_t, Lineage> fences_;
+  // The lineages without an open connection, longest idle first.
+  std::list<std::uint64_t> idle_;
   // Lineages per identity key, and welcomed connections whose key was no
   // registered peer's when they said hello.
   std::map<IdentityKey, std::size_t> lineages_per_key_;
