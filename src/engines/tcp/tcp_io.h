@@ -1,48 +1,235 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tcp lane's I/O thread: one epoll loop that owns every socket. It takes
-// the callers' commands (Commands), and hands each connection's bytes to its
-// side (tcp_target.h, tcp_initiator.h). Of the lane it is given only what
-// Target::Setup names, the command queue, the listener and the epoll fd.
+// The tcp lane's inside: what its handles, peers and connections hold, and
+// the I/O thread that owns every socket (tcp_io.cc). Included by the lane's
+// two rooms only (tcp_lane.cc: the calls any thread makes; tcp_io.cc: the
+// thread), never elsewhere.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "engines/tcp/tcp_commands.h"
-#include "engines/tcp/tcp_conn.h"
-#include "engines/tcp/tcp_initiator.h"
-#include "engines/tcp/tcp_target.h"
+#include "engines/tcp/tcp_lane.h"
 
 namespace kvxfer::internal::tcp {
 
-class Io {
- public:
-  // Waits on `listen_fd` and the commands' eventfd in `epoll_fd` (both the
-  // lane's to close, after close_all()).
-  Io(int epoll_fd, int listen_fd, Commands& commands, const Target::Setup& target);
+using Clock = std::chrono::steady_clock;
 
-  // The thread's body: returns on its first turn after stop_soon().
+// At most five log lines a second for what peers can make us log as often
+// as they like (refused frames and hellos); the counters count every one.
+class RateLimit {
+ public:
+  bool allow() {
+    const auto now = Clock::now();
+    if (now - window_ > std::chrono::seconds(1)) {
+      window_ = now;
+      in_window_ = 0;
+    }
+    return ++in_window_ <= 5;
+  }
+
+ private:
+  Clock::time_point window_{};
+  int in_window_ = 0;
+};
+
+struct TcpLane::Counters {
+  std::atomic<std::uint64_t> writes{0};
+  std::atomic<std::uint64_t> reads{0};
+  std::atomic<std::uint64_t> notifications_sent{0};
+  std::atomic<std::uint64_t> bytes_sent{0};
+  std::atomic<std::uint64_t> bytes_received{0};
+  std::atomic<std::uint64_t> frames_received{0};
+  std::atomic<std::uint64_t> connections_accepted{0};
+  std::atomic<std::uint64_t> refused_token{0};
+  std::atomic<std::uint64_t> refused_frame{0};
+  std::atomic<std::uint64_t> refused_runs{0};
+  std::atomic<std::uint64_t> refused_stale_fence{0};
+  std::atomic<std::uint64_t> refused_full{0};
+  std::atomic<std::uint64_t> refused_notify{0};
+  std::atomic<std::uint64_t> refused_identity{0};
+  std::atomic<std::uint64_t> fences_superseded{0};
+};
+
+struct TcpLane::Peer : LanePeer, std::enable_shared_from_this<Peer> {
+  explicit Peer(TcpLane* owner) : LanePeer(owner) {}
+  std::string name;
+  std::uint64_t remote_block_len = 0;
+  Conn* conn = nullptr;  // owned by the I/O thread; only its identity is used here
+  std::atomic<bool> dead{false};
+  std::atomic<std::uint64_t> next_seq{1};
+  // Set by the I/O thread while this peer's connection has bytes waiting to
+  // go out (EPOLLOUT armed): the thread comes back to it on its own, so a
+  // post behind them needs no wake (tcp_lane.cc, submit()).
+  std::atomic<bool> sending{false};
+};
+
+// A transfer handle. The core holds one reference until release(), the I/O
+// thread one until the transfer ended and nothing of it is queued or awaited.
+struct TcpLane::Xfer : LaneXfer {
+  explicit Xfer(TcpLane* owner) : LaneXfer(owner) {}
+  std::shared_ptr<Peer> peer;
+  TransferId id = 0;
+  std::uint64_t seq = 0;
+  bool read = false;
+  bool has_notify = false;
+  // The frames' headers, runs and message, and what to send, in order
+  // (pieces of `wire` and, for writes, of our pool).
+  std::vector<std::uint8_t> wire;
+  std::vector<iovec> iov;
+  // A read's replies: per request frame, the part of `read_iov` (our pool)
+  // its reply fills and that part's bytes.
+  struct Part {
+    std::size_t first = 0;
+    std::size_t count = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<iovec> read_iov;
+  std::vector<Part> parts;
+  std::atomic<Status> result{Status::kInProgress};
+  const char* why = nullptr;  // written before `result` turns final
+  std::atomic<int> refs{2};
+  std::atomic<bool> released{false};
+  // I/O thread only: queue entries and awaited answers still naming this
+  // transfer; the I/O thread lets go once the transfer ended and this is 0.
+  int io_uses = 0;
+  bool io_ref = true;
+};
+
+struct TcpLane::Command {
+  enum class Kind { kAdopt, kPost, kClose } kind = Kind::kPost;
+  int fd = -1;                         // kAdopt: a connected, welcomed socket
+  std::shared_ptr<Peer> peer;          // kAdopt, kClose
+  Conn* conn = nullptr;                // kPost, kClose
+  Xfer* xfer = nullptr;                // kPost
+  std::promise<void>* done = nullptr;  // kClose, kAdopt: set once carried out
+};
+
+struct TcpLane::Conn {
+  int fd = -1;
+  bool initiator = false;
+  std::shared_ptr<Peer> peer;  // initiator side
+  // Target side: the hello's fence and name, and when it must have come.
+  bool hello_done = false;
+  Clock::time_point hello_deadline{};
+  std::uint64_t lineage = 0;
+  std::uint64_t gen = 0;
+  std::string sender;
+  IdentityKey key{};                  // the identity key its hello proved
+  bool counted_unregistered = false;  // in Io::unregistered_conns_
+  // What the next frame must continue (a transfer's wire::kMore or
+  // wire::kNotifyFollows): its seq and type, or none.
+  std::uint64_t cont_seq = 0;
+  wire::FrameType cont_type = wire::FrameType::kHello;
+  bool cont = false;
+
+  // Receiving.
+  enum class Rx { kHeader, kBody, kPayload };
+  Rx rx = Rx::kHeader;
+  std::array<std::uint8_t, wire::kHeaderLen> head{};
+  std::size_t head_have = 0;
+  wire::FrameHeader h;
+  std::vector<std::uint8_t> body;
+  std::size_t body_have = 0;
+  std::vector<iovec> rx_iov;
+  std::size_t rx_at = 0;
+  std::uint64_t rx_left = 0;
+  bool rx_drain = false;    // receiving bytes nobody wants (a released read)
+  int lowat = 1;            // the socket's SO_RCVLOWAT (Io::set_lowat)
+  Xfer* rx_xfer = nullptr;  // initiator: the read whose reply is arriving
+
+  // Sending: transfers (initiator) or answers (target), oldest first. An
+  // entry's iovecs are advanced in place as bytes go out.
+  struct Out {
+    Xfer* xfer = nullptr;
+    std::array<std::uint8_t, wire::kHeaderLen> answer{};
+    std::vector<iovec> own;  // an answer's iovecs (its header, a reply's pool bytes)
+    std::size_t at = 0;      // first iovec not fully sent
+    bool reply = false;      // a read's reply (the target reads nothing while it goes)
+  };
+  std::deque<Out> out;
+  bool waiting_out = false;  // EPOLLOUT armed
+  bool paused = false;       // target: not reading (answers queued)
+  bool close_after_out = false;
+  // Target: the last answer (a refusal) is out and our side is shut down
+  // for writing; what the peer still sends is read and dropped until it
+  // closes too, or until closing_deadline, so the refusal reaches it
+  // before any reset (Io::begin_closing).
+  bool closing = false;
+  Clock::time_point closing_deadline{};
+
+  // Initiator: answers we wait for, in the order they come.
+  struct Await {
+    Xfer* xfer = nullptr;
+    std::size_t part = 0;  // a read's reply part; SIZE_MAX: an ack
+  };
+  std::deque<Await> awaiting;
+};
+
+// The I/O thread's state: everything here is touched by that thread only.
+class TcpLane::Io {
+ public:
+  explicit Io(TcpLane& lane) : lane_(lane) {}
   void run();
-  // Any thread: ends run() soon.
-  void stop_soon();
-  // After run() returned: closes every connection and ends every command
-  // still queued.
   void close_all();
 
  private:
-  void carry_out_commands();
+  void drain_commands();
+  void accept_all();
+  void on_ready(Conn* c, std::uint32_t events);
+  void receive(Conn* c);
+  // Before the thread waits on `c`: how many bytes must arrive to wake it.
+  void set_lowat(Conn* c);
+  bool on_header(Conn* c);
+  bool on_body(Conn* c);
+  bool on_payload_done(Conn* c);
+  bool on_hello(Conn* c);
+  bool refuse_hello(Conn* c, std::uint32_t status);
+  bool answer_and_close(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status);
+  void send(Conn* c);
+  void answer(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status,
+              std::uint64_t length = 0, std::vector<iovec> pool = {});
+  void queue_transfer(Conn* c, Xfer* x);
+  void finish(Xfer* x, Status status, const char* why);
+  void unuse(Xfer* x);
+  // Closes a connection; what it still holds ends `status`.
+  void close_conn(Conn* c, const char* why, Status status = Status::kRemoteDisconnect);
+  void refuse(Conn* c, std::atomic<std::uint64_t>& counter, const std::string& what);
+  void rearm(Conn* c);
+  void begin_closing(Conn* c);
+  void expire();
 
-  const int epoll_fd_;
-  // Their addresses tag their epoll events.
-  int listen_fd_;
-  int doorbell_;
-  Commands& commands_;
-  Conns conns_;
-  Target target_;
-  Initiator initiator_;
-  std::vector<Command> taken_;  // carry_out_commands(): the queue taken
+  TcpLane& lane_;
+  std::unordered_map<Conn*, std::unique_ptr<Conn>> conns_;
+  std::size_t pending_hellos_ = 0;
+  struct Lineage {
+    std::uint64_t gen = 0;
+    std::uint64_t epoch = 0;
+    IdentityKey key{};         // a lineage is one identity's: another key is refused
+    std::vector<Conn*> conns;  // open connections of this lineage
+    Clock::time_point idle_since{};
+  };
+  std::unordered_map<std::uint64_t, Lineage> fences_;
+  // Lineages per identity key, and welcomed connections whose key was no
+  // registered peer's when they said hello.
+  std::map<IdentityKey, std::size_t> lineages_per_key_;
+  std::size_t unregistered_conns_ = 0;
+  RateLimit log_limit_;
+  std::vector<iovec> scratch_iov_;
+  std::vector<Command> drained_;  // drain_commands(): the queue taken
+  std::vector<std::uint8_t> drain_buf_ = std::vector<std::uint8_t>(64 * 1024);
   std::atomic<bool> stopping_{false};
+  friend class TcpLane;
 };
 
 }  // namespace kvxfer::internal::tcp

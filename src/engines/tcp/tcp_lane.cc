@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tcp lane's calls, from any thread: connect and disconnect (which hand
 // their socket to the I/O thread and wait for it), posts (which build their
-// frames here and queue them), checks, releases and counters. It reaches the
-// I/O thread (tcp_io.h) only through Commands, the inbox and the transfers.
+// frames here and queue them), checks, releases and counters. What the I/O
+// thread does with them is tcp_io.cc.
 #include "engines/tcp/tcp_lane.h"
 
 #include <fmt/format.h>
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +23,6 @@
 #include "common/random.h"
 #include "engines/tcp/tcp_io.h"
 #include "engines/tcp/tcp_socket.h"
-#include "engines/tcp/tcp_xfer.h"
 
 namespace kvxfer::internal::tcp {
 namespace {
@@ -52,43 +52,73 @@ static_assert(wire::kMaxMessage == kMaxNotificationBytes, "the frame bound is th
 TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings)
     : agent_name_(std::move(agent_name)),
       region_(region),
+      pool_len_(region.num_blocks * region.block_len),
       token_(fresh_random()),
-      commands_(this),
-      notes_(kMaxQueuedPerSender, kMaxQueuedNotifications) {
+      counters_(std::make_unique<Counters>()) {
   listen_fd_ = open_listener(settings, &port_);
   addresses_ = published_addresses(settings);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) {
+  if (wake_fd_ < 0 || epoll_fd_ < 0) {
     stop();
     throw std::runtime_error(fmt::format("kvxfer tcp: eventfd/epoll: {}", strerror(errno)));
   }
-  io_ = std::make_unique<Io>(epoll_fd_, listen_fd_, commands_,
-                             Target::Setup{.agent_name = agent_name_,
-                                           .pool = region_,
-                                           .token = token_,
-                                           .identity = identity_,
-                                           .vouched = vouched_,
-                                           .notes = notes_,
-                                           .counters = counters_});
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &listen_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.ptr = &wake_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  io_ = std::make_unique<Io>(*this);
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "kvxfer-tcp");
     io_->run();
   });
 }
 
-TcpLane::~TcpLane() { stop(); }
+TcpLane::~TcpLane() {
+  stop();
+  for (Xfer* x : xfer_pool_) delete x;
+  delete spare_.load();
+}
 
 void TcpLane::stop() {
   if (stopped_.exchange(true)) return;
   if (thread_.joinable()) {
-    io_->stop_soon();
+    io_->stopping_.store(true);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof one);
     thread_.join();
   }
   if (io_) io_->close_all();
-  commands_.close();
-  for (int* fd : {&listen_fd_, &epoll_fd_}) {
+  for (int* fd : {&listen_fd_, &wake_fd_, &epoll_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
+  }
+}
+
+void TcpLane::submit(Command command) {
+  const Peer* post_to = command.kind == Command::Kind::kPost ? command.xfer->peer.get() : nullptr;
+  {
+    std::lock_guard lock(commands_mu_);
+    commands_.push_back(std::move(command));
+    // The next post's transfer, taken while the lock is held anyway.
+    if (post_to != nullptr && !xfer_pool_.empty() && spare_.load(std::memory_order_relaxed) == nullptr) {
+      Xfer* expected = nullptr;
+      if (spare_.compare_exchange_strong(expected, xfer_pool_.back(), std::memory_order_acq_rel)) {
+        xfer_pool_.pop_back();
+      }
+    }
+  }
+  // A post to a peer whose connection is still sending needs no wake: the
+  // thread comes back for that connection (EPOLLOUT) and drains the queue
+  // then; it clears `sending` before it looks at the queue (Io::run()).
+  // Waking it anyway costs the caller a switch on a busy machine.
+  if (post_to != nullptr && post_to->sending.load(std::memory_order_seq_cst)) return;
+  // One wake per burst: the thread clears the flag before it drains.
+  if (!wake_pending_.exchange(true, std::memory_order_acq_rel)) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof one);
   }
 }
 
@@ -120,8 +150,9 @@ void TcpLane::stop(StopStage stage) {
 }
 
 Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
+  std::string* const reason = &out->reason;
   const auto fail = [&](std::string why) {
-    out->reason = std::move(why);
+    *reason = std::move(why);
     return Status::kRemoteDisconnect;
   };
   if (blob.tcp_port == 0 || blob.tcp_addresses.empty()) {
@@ -133,12 +164,34 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   if (fd < 0) {
     return fail(fmt::format("cannot reach peer {}'s tcp lane: {}", remote.agent_name, why));
   }
-  std::vector<std::uint8_t> frame;
-  if (const Status st = hello_frame(blob, remote.agent_name, &frame, &out->reason);
-      st != Status::kSuccess) {
+  IdentityKey conn_key{};
+  if (!identity_.connection_key(blob.tcp_key, /*we_initiate=*/true, &conn_key)) {
     close(fd);
-    return st;
+    *reason = fmt::format("peer {}'s metadata names a tcp key no connection key comes of",
+                          remote.agent_name);
+    return Status::kInvalidParam;
   }
+  wire::Hello hello;
+  hello.token = blob.tcp_token;
+  hello.key = identity_.public_key();
+  const Lineages::Registration registration = lineages_.next(remote.agent_name, blob.tcp_token);
+  hello.lineage = registration.lineage;
+  hello.gen = registration.gen;
+  hello.epoch = registration.epoch;
+  const std::string_view name =
+      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxName));
+  hello.name = name.empty() ? std::string_view("?") : name;
+  std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
+  wire::encode_header(frame.data(), wire::FrameHeader{wire::FrameType::kHello, 0,
+                                     static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
+  wire::encode_hello_body(frame.data() + wire::kHeaderLen, hello);
+  const auto body = std::span<const std::uint8_t>(frame).subspan(wire::kHeaderLen);
+  Mac mac{};
+  if (!mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
+    close(fd);
+    return fail("OpenSSL could not compute the hello's MAC");
+  }
+  std::copy(mac.begin(), mac.end(), frame.end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
   std::array<std::uint8_t, wire::kHeaderLen> welcome{};
   wire::FrameHeader h;
   if (!write_all(fd, frame.data(), frame.size()) ||
@@ -156,43 +209,6 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
                             hello_refusal(h.status)));
   }
   set_nonblocking(fd, true);
-  return adopt(fd, remote, out);
-}
-
-Status TcpLane::hello_frame(const wire::PeerBlob& blob, const std::string& peer_name,
-                            std::vector<std::uint8_t>* frame, std::string* reason) {
-  IdentityKey conn_key{};
-  if (!identity_.connection_key(blob.tcp_key, /*we_initiate=*/true, &conn_key)) {
-    *reason =
-        fmt::format("peer {}'s metadata names a tcp key no connection key comes of", peer_name);
-    return Status::kInvalidParam;
-  }
-  wire::Hello hello;
-  hello.token = blob.tcp_token;
-  hello.key = identity_.public_key();
-  const Lineages::Registration registration = lineages_.next(peer_name, blob.tcp_token);
-  hello.lineage = registration.lineage;
-  hello.gen = registration.gen;
-  hello.epoch = registration.epoch;
-  const std::string_view name =
-      std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxName));
-  hello.name = name.empty() ? std::string_view("?") : name;
-  frame->resize(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
-  wire::encode_header(frame->data(),
-                      wire::FrameHeader{wire::FrameType::kHello, 0,
-                                        static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
-  wire::encode_hello_body(frame->data() + wire::kHeaderLen, hello);
-  const auto body = std::span<const std::uint8_t>(*frame).subspan(wire::kHeaderLen);
-  Mac mac{};
-  if (!mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
-    *reason = "OpenSSL could not compute the hello's MAC";
-    return Status::kRemoteDisconnect;
-  }
-  std::copy(mac.begin(), mac.end(), frame->end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
-  return Status::kSuccess;
-}
-
-Status TcpLane::adopt(int fd, const RemoteRegion& remote, Connected* out) {
   auto peer = std::make_shared<Peer>(this);
   peer->name = remote.agent_name;
   peer->remote_block_len = remote.block_len;
@@ -202,11 +218,10 @@ Status TcpLane::adopt(int fd, const RemoteRegion& remote, Connected* out) {
   cmd.fd = fd;
   cmd.peer = peer;
   cmd.done = &adopted;
-  commands_.submit(std::move(cmd));
+  submit(std::move(cmd));
   adopted.get_future().wait();
   if (peer->conn == nullptr) {
-    out->reason = fmt::format("the tcp lane is stopping; peer {} not added", remote.agent_name);
-    return Status::kRemoteDisconnect;
+    return fail(fmt::format("the tcp lane is stopping; peer {} not added", remote.agent_name));
   }
   out->peer = peer.get();
   std::lock_guard lock(peers_mu_);
@@ -230,34 +245,96 @@ Status TcpLane::disconnect(LanePeer* handle) {
   cmd.conn = peer->conn;
   cmd.peer = peer;
   cmd.done = &closed;
-  commands_.submit(std::move(cmd));
+  submit(std::move(cmd));
   closed.get_future().wait();
   return Status::kSuccess;
 }
 
 Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   const std::span<const std::uint8_t> notify = post.note;
+  const bool read = post.op == TransferOp::kRead;
   if (notify.size() > kMaxNotificationBytes) return Status::kInvalidParam;
   if (post.op == TransferOp::kNotify && notify.empty()) return Status::kInvalidParam;
   // The core posts only to peers it connected and has not disconnected.
   std::shared_ptr<Peer> peer = static_cast<Peer*>(handle)->shared_from_this();
   if (peer->dead.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
 
-  Xfer* x = commands_.take_xfer();
+  Xfer* x = take_xfer();
   x->peer = peer;
   x->id = post.id;
-  x->read = post.op == TransferOp::kRead;
+  x->read = read;
   x->has_notify = !notify.empty();
   x->seq = peer->next_seq.fetch_add(1, std::memory_order_relaxed);
-  x->frame(post, region_, peer->remote_block_len);
+  const std::uint64_t block_len = region_.block_len;
+  auto* base = static_cast<std::uint8_t*>(region_.base);
+
+  // `wire` is sized once, so the iovecs into it stay valid.
+  const std::size_t runs = post.runs.size();
+  const std::size_t frames = (runs + wire::kMaxRuns - 1) / wire::kMaxRuns;
+  x->wire.resize(frames * wire::kHeaderLen + runs * wire::kRunLen +
+                 (x->has_notify ? wire::kHeaderLen + notify.size() : 0));
+  x->iov.reserve(frames + (read ? 0 : runs) + 1);
+  if (read) {
+    x->read_iov.reserve(runs);
+    x->parts.reserve(frames);
+  }
+  std::uint8_t* at = x->wire.data();
+  std::size_t run_index = 0;
+  std::uint8_t* frame_start = nullptr;
+  std::uint64_t frame_bytes = 0;
+  std::uint32_t frame_runs = 0;
+  const auto close_frame = [&](bool last) {
+    const std::uint16_t flags =
+        last ? (x->has_notify && !read ? wire::kNotifyFollows : 0) : static_cast<std::uint16_t>(wire::kMore);
+    wire::encode_header(frame_start, wire::FrameHeader{read ? wire::FrameType::kReadReq : wire::FrameType::kWrite, flags,
+                                      frame_runs, 0, x->seq, frame_bytes});
+    if (read) {
+      Xfer::Part& part = x->parts.back();
+      part.bytes = frame_bytes;
+    }
+  };
+  std::size_t header_iov = 0;
+  for (const BlockRun& run : post.runs) {
+    if (run_index % wire::kMaxRuns == 0) {
+      if (frame_start != nullptr) close_frame(false);
+      frame_start = at;
+      at += wire::kHeaderLen;
+      frame_bytes = 0;
+      frame_runs = 0;
+      header_iov = x->iov.size();
+      x->iov.push_back(iovec{frame_start, wire::kHeaderLen});
+      if (read) x->parts.push_back(Xfer::Part{x->read_iov.size(), 0, 0});
+    }
+    const std::uint64_t bytes = run.count * block_len;
+    wire::put_run_at(at, static_cast<std::uint64_t>(run.remote) * peer->remote_block_len, bytes);
+    at += wire::kRunLen;
+    x->iov[header_iov].iov_len += wire::kRunLen;
+    iovec pool_iov{base + static_cast<std::uint64_t>(run.local) * block_len, bytes};
+    if (read) {
+      x->read_iov.push_back(pool_iov);
+      ++x->parts.back().count;
+    } else {
+      x->iov.push_back(pool_iov);
+    }
+    frame_bytes += bytes;
+    ++frame_runs;
+    ++run_index;
+  }
+  if (frame_start != nullptr) close_frame(true);
+  if (x->has_notify) {
+    wire::encode_header(at, wire::FrameHeader{wire::FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
+    std::memcpy(at + wire::kHeaderLen, notify.data(), notify.size());
+    x->iov.push_back(iovec{at, wire::kHeaderLen + notify.size()});
+  }
   live_xfers_.fetch_add(1, std::memory_order_relaxed);
-  if (!post.runs.empty()) bump(x->read ? counters_.reads : counters_.writes);
-  if (x->has_notify) bump(counters_.notifications_sent);
+  if (runs > 0)
+    (read ? counters_->reads : counters_->writes).fetch_add(1, std::memory_order_relaxed);
+  if (x->has_notify) counters_->notifications_sent.fetch_add(1, std::memory_order_relaxed);
   Command cmd;
   cmd.kind = Command::Kind::kPost;
   cmd.conn = peer->conn;
   cmd.xfer = x;
-  commands_.submit(std::move(cmd));
+  submit(std::move(cmd));
   *out = handle_of(static_cast<LaneXfer*>(x));
   return Status::kSuccess;
 }
@@ -277,26 +354,114 @@ Status TcpLane::release(XferHandle handle) {
   auto* x = static_cast<Xfer*>(lane_xfer(handle));
   x->released.store(true, std::memory_order_release);
   live_xfers_.fetch_sub(1, std::memory_order_relaxed);
-  commands_.unref(x);
+  drop_ref(x);
   return Status::kSuccess;
 }
 
+void TcpLane::drop_ref(Xfer* x) {
+  if (x->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) recycle(x);
+}
+
+namespace {
+constexpr std::size_t kPooledXfers = 256;
+constexpr std::size_t kPooledBytes = std::size_t{1} << 20;
+}  // namespace
+
+TcpLane::Xfer* TcpLane::take_xfer() {
+  // The spare submit() set aside (no lock); else one from the pool (the
+  // first post after a burst), else a new one.
+  if (Xfer* x = spare_.exchange(nullptr, std::memory_order_acq_rel); x != nullptr) return x;
+  {
+    std::lock_guard lock(commands_mu_);
+    if (!xfer_pool_.empty()) {
+      Xfer* x = xfer_pool_.back();
+      xfer_pool_.pop_back();
+      return x;
+    }
+  }
+  return new Xfer(this);
+}
+
+void TcpLane::recycle(Xfer* x) {
+  const std::size_t held = x->wire.capacity() + (x->iov.capacity() + x->read_iov.capacity()) *
+                                                    sizeof(iovec) +
+                           x->parts.capacity() * sizeof(Xfer::Part);
+  if (held > kPooledBytes) {
+    delete x;
+    return;
+  }
+  // As new, buffers kept.
+  x->peer.reset();
+  x->id = 0;
+  x->seq = 0;
+  x->read = false;
+  x->has_notify = false;
+  x->wire.clear();
+  x->iov.clear();
+  x->read_iov.clear();
+  x->parts.clear();
+  x->result.store(Status::kInProgress, std::memory_order_relaxed);
+  x->why = nullptr;
+  x->refs.store(2, std::memory_order_relaxed);
+  x->released.store(false, std::memory_order_relaxed);
+  x->io_uses = 0;
+  x->io_ref = true;
+  {
+    std::lock_guard lock(commands_mu_);
+    if (xfer_pool_.size() < kPooledXfers) {
+      xfer_pool_.push_back(x);
+      return;
+    }
+  }
+  delete x;
+}
+
 void TcpLane::take_notifications(std::vector<Notification>* out) {
-  notes_.take(out, [this](const Sender& sender, const Notification& note) {
+  std::lock_guard lock(notes_mu_);
+  while (!notes_.empty()) {
+    Queued& q = notes_.front();
+    auto it = notes_per_sender_.find({q.note.agent, q.key});
+    if (it != notes_per_sender_.end() && --it->second == 0) notes_per_sender_.erase(it);
+    if (!q.registered) --unregistered_notes_;
     // Queued before our owner registered a peer of that name with another
     // key: not that peer's, so not handed out under its name.
-    if (vouched_.claim_of(note.agent, sender.second) != Claim::kImpostor) return true;
-    bump(counters_.refused_identity);
-    return false;
-  });
+    if (claim_of(q.note.agent, q.key) == Claim::kImpostor) {
+      counters_->refused_identity.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      out->push_back(std::move(q.note));
+    }
+    notes_.pop_front();
+  }
 }
 
 void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
   if (blob.tcp_port == 0) return;
-  vouched_.vouch(handle, remote.agent_name, blob.tcp_key);
+  std::lock_guard lock(vouched_mu_);
+  vouched_[remote.agent_name][handle] = blob.tcp_key;
+  vouched_names_[handle] = remote.agent_name;
 }
 
-void TcpLane::unvouch(PeerHandle handle) { vouched_.unvouch(handle); }
+void TcpLane::unvouch(PeerHandle handle) {
+  std::lock_guard lock(vouched_mu_);
+  auto it = vouched_names_.find(handle);
+  if (it == vouched_names_.end()) return;
+  auto name = vouched_.find(it->second);
+  if (name != vouched_.end()) {
+    name->second.erase(handle);
+    if (name->second.empty()) vouched_.erase(name);
+  }
+  vouched_names_.erase(it);
+}
+
+TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKey& key) const {
+  std::lock_guard lock(vouched_mu_);
+  auto it = vouched_.find(agent_name);
+  if (it == vouched_.end()) return Claim::kUnregistered;
+  for (const auto& [handle, k] : it->second) {
+    if (k == key) return Claim::kRegistered;
+  }
+  return Claim::kImpostor;
+}
 
 void TcpLane::add_live(HandleCounts& counts) const {
   // The pool is this lane's to receive into from creation until stop().
@@ -309,7 +474,7 @@ void TcpLane::add_live(HandleCounts& counts) const {
 }
 
 void TcpLane::add_counters(std::map<std::string, std::uint64_t>& counters) const {
-  const Counters& c = counters_;
+  const Counters& c = *counters_;
   const auto get = [](const std::atomic<std::uint64_t>& v) {
     return v.load(std::memory_order_relaxed);
   };
