@@ -12,8 +12,10 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/log.h"
 #include "engine.h"
 #include "wire/peer_blob.h"
 
@@ -99,6 +101,18 @@ class Lane {
   virtual void add_counters(std::map<std::string, std::uint64_t>& counters) const = 0;
 
   virtual void stop(StopStage stage) = 0;
+
+ protected:
+  // StopStage::kDisconnect's work, the same in every lane: disconnects
+  // `left` (the peers the core left connected, taken under the lane's own
+  // lock), saying how many there were.
+  void disconnect_all(const std::vector<LanePeer*>& left, std::string_view agent_name) {
+    if (!left.empty()) {
+      log().warn("kvxfer {} {}: stopping with {} peer(s) still connected", name(), agent_name,
+                 left.size());
+    }
+    for (LanePeer* peer : left) static_cast<void>(disconnect(peer));
+  }
 };
 
 }  // namespace kvxfer::internal

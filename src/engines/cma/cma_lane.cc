@@ -420,11 +420,7 @@ void CmaLane::stop(StopStage stage) {
         std::lock_guard lock(peers_mu_);
         for (const auto& [handle, peer] : peers_) left.push_back(handle);
       }
-      if (!left.empty()) {
-        log().warn("kvxfer cma {}: stopping with {} peer(s) still connected", agent_name_,
-                   left.size());
-      }
-      for (LanePeer* peer : left) static_cast<void>(disconnect(peer));
+      disconnect_all(left, agent_name_);
       break;
     }
     case StopStage::kQuiesce:

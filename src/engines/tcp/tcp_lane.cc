@@ -140,11 +140,7 @@ void TcpLane::stop(StopStage stage) {
       std::lock_guard lock(peers_mu_);
       for (const auto& [handle, peer] : peers_) left.push_back(handle);
     }
-    if (!left.empty()) {
-      log().warn("kvxfer tcp {}: stopping with {} peer(s) still connected", agent_name_,
-                 left.size());
-    }
-    for (LanePeer* peer : left) static_cast<void>(disconnect(peer));
+    disconnect_all(left, agent_name_);
   }
   if (stage == StopStage::kQuiesce) stop();
 }

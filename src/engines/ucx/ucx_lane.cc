@@ -425,11 +425,7 @@ void UcxLane::disconnect_left() {
     std::lock_guard lock(mu_);
     for (const auto& [handle, ep] : peers_) left.push_back(handle);
   }
-  if (!left.empty()) {
-    log().warn("kvxfer ucx {}: stopping with {} peer(s) still connected", agent_name_,
-               left.size());
-  }
-  for (LanePeer* peer : left) static_cast<void>(disconnect(peer));
+  disconnect_all(left, agent_name_);
 }
 
 void UcxLane::run_unmap(void* arg) {
