@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tcp lane's inside: what its handles, peers and connections hold, and
-// the I/O thread that owns every socket (tcp_io.cc). Included by the lane's
-// two rooms only (tcp_lane.cc: the calls any thread makes; tcp_io.cc: the
-// thread), never elsewhere.
+// the I/O thread that owns every socket. Included by the lane's rooms only,
+// never elsewhere: tcp_lane.cc (the calls any thread makes) and the I/O
+// thread's tcp_io.cc (its loop), tcp_conn.cc (a connection's bytes),
+// tcp_target.cc (the frames a target receives) and tcp_initiator.cc (the
+// answers an initiator receives).
 #pragma once
 
 #include <sys/uio.h>
@@ -192,7 +194,14 @@ class TcpLane::Io {
   void set_lowat(Conn* c);
   bool on_header(Conn* c);
   bool on_body(Conn* c);
+  // The target's frames (tcp_target.cc).
+  bool on_runs(Conn* c);
+  bool on_notify(Conn* c);
   bool on_payload_done(Conn* c);
+  // The initiator's answers (tcp_initiator.cc).
+  bool on_ack(Conn* c);
+  bool on_read_data(Conn* c);
+  bool on_read_done(Conn* c);
   bool on_hello(Conn* c);
   bool refuse_hello(Conn* c, std::uint32_t status);
   bool answer_and_close(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status);

@@ -2,7 +2,7 @@
 // The tcp lane's calls, from any thread: connect and disconnect (which hand
 // their socket to the I/O thread and wait for it), posts (which build their
 // frames here and queue them), checks, releases and counters. What the I/O
-// thread does with them is tcp_io.cc.
+// thread does with them starts in tcp_io.cc.
 #include "engines/tcp/tcp_lane.h"
 
 #include <fmt/format.h>
@@ -246,26 +246,16 @@ Status TcpLane::disconnect(LanePeer* handle) {
   return Status::kSuccess;
 }
 
-Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
-  const std::span<const std::uint8_t> notify = post.note;
-  const bool read = post.op == TransferOp::kRead;
-  if (notify.size() > kMaxNotificationBytes) return Status::kInvalidParam;
-  if (post.op == TransferOp::kNotify && notify.empty()) return Status::kInvalidParam;
-  // The core posts only to peers it connected and has not disconnected.
-  std::shared_ptr<Peer> peer = static_cast<Peer*>(handle)->shared_from_this();
-  if (peer->dead.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
-
-  Xfer* x = take_xfer();
-  x->peer = peer;
-  x->id = post.id;
-  x->read = read;
-  x->has_notify = !notify.empty();
-  x->seq = peer->next_seq.fetch_add(1, std::memory_order_relaxed);
+// Builds a post's frames into `x`: headers and runs in `x->wire` (sized
+// once, so the iovecs into it stay valid), what to send in `x->iov` (for a
+// write, our pool's runs between them), and for a read where each reply
+// lands.
+void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_runs,
+                    std::span<const std::uint8_t> notify) {
+  const bool read = x->read;
   const std::uint64_t block_len = region_.block_len;
   auto* base = static_cast<std::uint8_t*>(region_.base);
-
-  // `wire` is sized once, so the iovecs into it stay valid.
-  const std::size_t runs = post.runs.size();
+  const std::size_t runs = block_runs.size();
   const std::size_t frames = (runs + wire::kMaxRuns - 1) / wire::kMaxRuns;
   x->wire.resize(frames * wire::kHeaderLen + runs * wire::kRunLen +
                  (x->has_notify ? wire::kHeaderLen + notify.size() : 0));
@@ -290,7 +280,7 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
     }
   };
   std::size_t header_iov = 0;
-  for (const BlockRun& run : post.runs) {
+  for (const BlockRun& run : block_runs) {
     if (run_index % wire::kMaxRuns == 0) {
       if (frame_start != nullptr) close_frame(false);
       frame_start = at;
@@ -302,7 +292,7 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
       if (read) x->parts.push_back(Xfer::Part{x->read_iov.size(), 0, 0});
     }
     const std::uint64_t bytes = run.count * block_len;
-    wire::put_run_at(at, static_cast<std::uint64_t>(run.remote) * peer->remote_block_len, bytes);
+    wire::put_run_at(at, static_cast<std::uint64_t>(run.remote) * peer.remote_block_len, bytes);
     at += wire::kRunLen;
     x->iov[header_iov].iov_len += wire::kRunLen;
     iovec pool_iov{base + static_cast<std::uint64_t>(run.local) * block_len, bytes};
@@ -322,8 +312,26 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
     std::memcpy(at + wire::kHeaderLen, notify.data(), notify.size());
     x->iov.push_back(iovec{at, wire::kHeaderLen + notify.size()});
   }
+}
+
+Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
+  const std::span<const std::uint8_t> notify = post.note;
+  const bool read = post.op == TransferOp::kRead;
+  if (notify.size() > kMaxNotificationBytes) return Status::kInvalidParam;
+  if (post.op == TransferOp::kNotify && notify.empty()) return Status::kInvalidParam;
+  // The core posts only to peers it connected and has not disconnected.
+  std::shared_ptr<Peer> peer = static_cast<Peer*>(handle)->shared_from_this();
+  if (peer->dead.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
+
+  Xfer* x = take_xfer();
+  x->peer = peer;
+  x->id = post.id;
+  x->read = read;
+  x->has_notify = !notify.empty();
+  x->seq = peer->next_seq.fetch_add(1, std::memory_order_relaxed);
+  frame(x, *peer, post.runs, notify);
   live_xfers_.fetch_add(1, std::memory_order_relaxed);
-  if (runs > 0)
+  if (!post.runs.empty())
     (read ? counters_->reads : counters_->writes).fetch_add(1, std::memory_order_relaxed);
   if (x->has_notify) counters_->notifications_sent.fetch_add(1, std::memory_order_relaxed);
   Command cmd;

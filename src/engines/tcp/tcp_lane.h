@@ -180,6 +180,8 @@ class TcpLane final : public Lane {
   // allocations per write before, 4.4 after, the rest the core's).
   [[nodiscard]] Xfer* take_xfer();
   void recycle(Xfer* xfer);
+  void frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_runs,
+             std::span<const std::uint8_t> notify);
 
   std::string agent_name_;
   Region region_;

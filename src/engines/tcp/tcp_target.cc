@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: Apache-2.0
+// The frames a connection receives, on the tcp lane's I/O thread: the
+// header's checks, then what a target does with each (a hello, a write's
+// runs, a read request, a notification) and its answers. What an initiator
+// does with the answers it receives is tcp_initiator.cc.
+#include <fmt/format.h>
+#include <sys/uio.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "engines/tcp/tcp_io.h"
+
+namespace kvxfer::internal::tcp {
+namespace {
+
+// A target stops reading a connection while this many answers wait to be
+// sent on it (or while a read's reply is being sent): a peer that does not
+// read slows only its own connection, and the target holds O(1) per peer.
+constexpr std::size_t kMaxQueuedAnswers = 64;
+
+}  // namespace
+
+void TcpLane::Io::refuse(Conn* c, std::atomic<std::uint64_t>& counter, const std::string& what) {
+  counter.fetch_add(1, std::memory_order_relaxed);
+  if (log_limit_.allow()) {
+    log().warn("kvxfer tcp {}: {} (connection from {}); closing it", lane_.agent_name_, what,
+               c->sender.empty() ? std::string("an unknown peer") : c->sender);
+  }
+}
+
+bool TcpLane::Io::on_header(Conn* c) {
+  c->head_have = 0;
+  lane_.counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
+  wire::FrameHeader h;
+  if (!wire::decode_header(c->head, &h)) {
+    refuse(c, c->hello_done ? lane_.counters_->refused_frame : lane_.counters_->refused_token,
+           "a malformed frame header");
+    close_conn(c, "it sent a malformed frame");
+    return false;
+  }
+  if (!c->hello_done && h.type != wire::FrameType::kHello) {
+    refuse(c, lane_.counters_->refused_token, "a connection whose first frame is not a hello");
+    close_conn(c, "no hello");
+    return false;
+  }
+  // What an initiator may receive, and what a target may.
+  const bool for_initiator = h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
+  if (c->initiator != for_initiator || (c->hello_done && h.type == wire::FrameType::kHello) ||
+      h.type == wire::FrameType::kWelcome) {
+    refuse(c, lane_.counters_->refused_frame, "a frame of a type it may not send");
+    close_conn(c, "unexpected frame");
+    return false;
+  }
+  // A transfer's frames come together: after wire::kMore the same transfer's
+  // next frame, after wire::kNotifyFollows its notification.
+  if (!c->initiator) {
+    if (c->cont && (h.seq != c->cont_seq || h.type != c->cont_type)) {
+      refuse(c, lane_.counters_->refused_frame, "a frame that breaks off a transfer");
+      close_conn(c, "broken transfer");
+      return false;
+    }
+    c->cont = (h.flags & (wire::kMore | wire::kNotifyFollows)) != 0;
+    c->cont_seq = h.seq;
+    c->cont_type = (h.flags & wire::kNotifyFollows) != 0 ? wire::FrameType::kNotify : h.type;
+  }
+  c->h = h;
+  const std::size_t len = body_len(h);
+  if (len > 0) {
+    c->body.resize(len);
+    c->body_have = 0;
+    c->rx = Conn::Rx::kBody;
+    return true;
+  }
+  return on_body(c);
+}
+
+bool TcpLane::Io::on_body(Conn* c) {
+  c->rx = Conn::Rx::kHeader;
+  switch (c->h.type) {
+    case wire::FrameType::kHello:
+      return on_hello(c);
+    case wire::FrameType::kWrite:
+    case wire::FrameType::kReadReq:
+      return on_runs(c);
+    case wire::FrameType::kNotify:
+      return on_notify(c);
+    case wire::FrameType::kAck:
+      return on_ack(c);
+    case wire::FrameType::kReadData:
+      return on_read_data(c);
+    default:
+      close_conn(c, "unexpected frame");
+      return false;
+  }
+}
+
+// A write's or read request's runs, checked against our pool: a write's
+// payload goes straight into it, a read's reply comes from it.
+bool TcpLane::Io::on_runs(Conn* c) {
+  const wire::FrameHeader& h = c->h;
+  auto& counters = *lane_.counters_;
+  if (!runs_fit(h, c->body, lane_.pool_len_)) {
+    refuse(c, counters.refused_runs, "runs outside this pool");
+    return answer_and_close(
+        c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData, h.seq,
+        wire::kStatusRefused);
+  }
+  auto* base = static_cast<std::uint8_t*>(lane_.region_.base);
+  const wire::RunList list{c->body};
+  std::vector<iovec> pool;
+  pool.reserve(list.run_count());
+  for (std::size_t i = 0; i < list.run_count(); ++i) {
+    const wire::Run r = list.run(i);
+    pool.push_back(iovec{base + r.offset, r.length});
+  }
+  if (h.type == wire::FrameType::kReadReq) {
+    // The reply goes from our pool; nothing more is read from this
+    // connection until it is out.
+    answer(c, wire::FrameType::kReadData, h.seq, wire::kStatusOk, h.length, std::move(pool));
+    return c->fd >= 0;
+  }
+  c->rx_iov = std::move(pool);
+  c->rx_at = 0;
+  c->rx_left = h.length;
+  c->rx_drain = false;
+  c->rx = Conn::Rx::kPayload;
+  return true;
+}
+
+// A notification, queued under the name and key its connection's hello
+// proved, within the sender's share.
+bool TcpLane::Io::on_notify(Conn* c) {
+  const wire::FrameHeader& h = c->h;
+  auto& counters = *lane_.counters_;
+  // Where the sender stands now (our owner may have registered or
+  // removed peers since its hello).
+  const Claim claim = lane_.claim_of(c->sender, c->key);
+  if (claim == Claim::kImpostor) {
+    refuse(c, counters.refused_identity,
+           fmt::format("a notification under registered peer {}'s name from another key",
+                       c->sender));
+    return answer_and_close(c, wire::FrameType::kAck, h.seq, wire::kStatusNotYours);
+  }
+  const bool registered = claim == Claim::kRegistered;
+  bool queued = false;
+  {
+    // A registered peer's share is its own; the others share
+    // kMaxQueuedNotifications besides their own share each.
+    std::lock_guard lock(lane_.notes_mu_);
+    const auto sender = std::make_pair(c->sender, c->key);
+    std::size_t& mine = lane_.notes_per_sender_[sender];
+    if (mine < kMaxQueuedPerSender &&
+        (registered || lane_.unregistered_notes_ < kMaxQueuedNotifications)) {
+      ++mine;
+      if (!registered) ++lane_.unregistered_notes_;
+      lane_.notes_.push_back(Queued{Notification{c->sender, std::vector<std::uint8_t>(c->body)},
+                                    c->key, registered});
+      queued = true;
+    } else if (mine == 0) {
+      lane_.notes_per_sender_.erase(sender);
+    }
+  }
+  if (!queued) {
+    counters.refused_notify.fetch_add(1, std::memory_order_relaxed);
+    if (log_limit_.allow()) {
+      log().warn("kvxfer tcp {}: refused a notification from {}: its queue is full",
+                 lane_.agent_name_, c->sender);
+    }
+  }
+  answer(c, wire::FrameType::kAck, h.seq, queued ? wire::kStatusOk : wire::kStatusQueueFull);
+  return c->fd >= 0;
+}
+
+bool TcpLane::Io::on_payload_done(Conn* c) {
+  c->rx = Conn::Rx::kHeader;
+  if (!c->initiator) {
+    // A write's bytes are in place: ack its last frame.
+    if ((c->h.flags & (wire::kMore | wire::kNotifyFollows)) == 0)
+      answer(c, wire::FrameType::kAck, c->h.seq, wire::kStatusOk);
+    return c->fd >= 0;
+  }
+  return on_read_done(c);
+}
+
+bool TcpLane::Io::on_hello(Conn* c) {
+  wire::Hello hello;
+  auto& counters = *lane_.counters_;
+  if (!wire::decode_hello_body(c->body, c->h.count, &hello) || hello.token != lane_.token_) {
+    refuse(c, counters.refused_token, "a hello without this lane's token");
+    close_conn(c, "wrong token");
+    return false;
+  }
+  // The MAC proves the hello's key: whoever sent it holds the private half.
+  IdentityKey conn_key{};
+  Mac expected{};
+  if (!lane_.identity_.connection_key(hello.key, /*we_initiate=*/false, &conn_key) ||
+      !mac_of(conn_key, wire::hello_signed_part(c->body), &expected) || !same_mac(expected, hello.mac)) {
+    refuse(c, counters.refused_identity, "a hello whose MAC does not prove its key");
+    return refuse_hello(c, wire::kStatusUnproven);
+  }
+  std::string name(hello.name);
+  const Claim claim = lane_.claim_of(name, hello.key);
+  if (claim == Claim::kImpostor) {
+    refuse(c, counters.refused_identity,
+           fmt::format("a hello presenting registered peer {}'s name with another key", name));
+    return refuse_hello(c, wire::kStatusNotYours);
+  }
+  const bool registered = claim == Claim::kRegistered;
+  if (!registered && unregistered_conns_ >= kMaxUnregisteredConnections) {
+    refuse(c, counters.refused_full,
+           "a connection of no registered peer while their share is full");
+    return refuse_hello(c, wire::kStatusTableFull);
+  }
+  auto it = fences_.find(hello.lineage);
+  if (it == fences_.end()) {
+    // Full means refusal, never forgetting; a registered peer still has
+    // room of its own (a few lineages per key).
+    const std::size_t of_key = lineages_per_key_[hello.key];
+    if (fences_.size() >= kMaxLineages && !(registered && of_key < kMaxLineagesPerPeer)) {
+      if (of_key == 0) lineages_per_key_.erase(hello.key);
+      refuse(c, counters.refused_full, "a new initiator while the fence table is full");
+      return refuse_hello(c, wire::kStatusTableFull);
+    }
+    ++lineages_per_key_[hello.key];
+    it = fences_.emplace(hello.lineage, Lineage{hello.gen, hello.epoch, hello.key, {}, {}}).first;
+  }
+  Lineage& f = it->second;
+  if (f.key != hello.key) {
+    refuse(c, counters.refused_identity, "a hello of another identity's lineage");
+    return refuse_hello(c, wire::kStatusNotYours);
+  }
+  if (hello.gen < f.gen || (hello.gen == f.gen && hello.epoch != f.epoch)) {
+    refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
+    return refuse_hello(c, wire::kStatusStaleFence);
+  }
+  if (hello.gen == f.gen && f.conns.size() >= kMaxConnectionsPerLineage) {
+    refuse(c, counters.refused_full, "one connection too many for one registration");
+    return refuse_hello(c, wire::kStatusTableFull);
+  }
+  if (hello.gen > f.gen) {
+    // A newer registration: the older connections go, with whatever they
+    // still hold, before anything of the new one is read.
+    const std::vector<Conn*> older = f.conns;
+    for (Conn* o : older) {
+      counters.fences_superseded.fetch_add(1, std::memory_order_relaxed);
+      close_conn(o, "a newer registration of its initiator replaced it");
+    }
+    f.gen = hello.gen;
+    f.epoch = hello.epoch;
+  }
+  f.conns.push_back(c);
+  c->hello_done = true;
+  --pending_hellos_;
+  c->lineage = hello.lineage;
+  c->gen = hello.gen;
+  c->sender = std::move(name);
+  c->key = hello.key;
+  if (!registered) {
+    c->counted_unregistered = true;
+    ++unregistered_conns_;
+  }
+  answer(c, wire::FrameType::kWelcome, 0, wire::kStatusOk);
+  return c->fd >= 0;
+}
+
+// A hello that carried our token, refused: the initiator learns why (a
+// welcome with that status), then the connection ends as after any
+// refusal (begin_closing). It holds no state meanwhile: no lineage, no
+// name, and it no longer counts as waiting for its hello.
+bool TcpLane::Io::refuse_hello(Conn* c, std::uint32_t status) {
+  c->hello_done = true;
+  --pending_hellos_;
+  return answer_and_close(c, wire::FrameType::kWelcome, 0, status);
+}
+
+// A refusal's answer: nothing more is read as frames, and once the answer
+// is out the connection ends in order (send(), begin_closing). False, for
+// the frame handlers to return.
+bool TcpLane::Io::answer_and_close(Conn* c, wire::FrameType type, std::uint64_t seq,
+                                   std::uint32_t status) {
+  c->close_after_out = true;
+  c->paused = true;
+  answer(c, type, seq, status);
+  return false;
+}
+
+void TcpLane::Io::answer(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status,
+                         std::uint64_t length, std::vector<iovec> pool) {
+  Conn::Out o;
+  wire::encode_header(o.answer.data(), wire::FrameHeader{type, 0, 0, status, seq, length});
+  o.reply = !pool.empty();
+  o.own.reserve(pool.size() + 1);
+  c->out.push_back(std::move(o));
+  Conn::Out& q = c->out.back();
+  q.own.push_back(iovec{q.answer.data(), wire::kHeaderLen});
+  q.own.insert(q.own.end(), pool.begin(), pool.end());
+  if (q.reply || c->out.size() >= kMaxQueuedAnswers) c->paused = true;
+  send(c);
+}
+
+}  // namespace kvxfer::internal::tcp
