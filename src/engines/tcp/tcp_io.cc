@@ -6,6 +6,8 @@
 // the notification queue and the transfers' atomics. A connection's bytes
 // are tcp_conn.cc, the frames a target receives tcp_target.cc, those an
 // initiator receives tcp_initiator.cc.
+#include "engines/tcp/tcp_io.h"
+
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,7 +17,6 @@
 #include <utility>
 
 #include "common/log.h"
-#include "engines/tcp/tcp_io.h"
 #include "engines/tcp/tcp_socket.h"
 
 namespace kvxfer::internal::tcp {
@@ -43,13 +44,19 @@ void TcpLane::Io::run() {
       } else if (tag == &lane_.listen_fd_) {
         accept_all();
       } else {
-        auto* c = static_cast<Conn*>(tag);
-        if (conns_.count(c) != 0) on_ready(c, events[static_cast<std::size_t>(i)].events);
+        // A connection closed earlier in this batch is still allocated
+        // (reap()); its fd is -1 and on_ready() does nothing with it.
+        on_ready(static_cast<Conn*>(tag), events[static_cast<std::size_t>(i)].events);
       }
     }
     drain_commands();
     if (stopping_) return;
-    expire();
+    const auto now = Clock::now();
+    if (now >= next_expire_) {
+      expire();
+      next_expire_ = now + kExpireEvery;
+    }
+    reap();
   }
 }
 
@@ -84,9 +91,9 @@ void TcpLane::Io::drain_commands() {
         break;
       }
       case Command::Kind::kPost:
-        // The connection must still be this peer's (a closed one's address
-        // may have been reused).
-        if (conns_.count(cmd.conn) != 0 && cmd.conn->peer == cmd.xfer->peer) {
+        // The connection must still be open and this peer's (a closed one's
+        // address may have been reused).
+        if (conns_.count(cmd.conn) != 0 && cmd.conn->fd >= 0 && cmd.conn->peer == cmd.xfer->peer) {
           queue_transfer(cmd.conn, cmd.xfer);
         } else {
           cmd.xfer->io_ref = true;
@@ -104,15 +111,11 @@ void TcpLane::Io::drain_commands() {
   }
   commands.clear();
   // Send what the posts queued now rather than wait for EPOLLOUT.
-  for (auto& [c, conn] : conns_) {
-    if (!conn->out.empty() && !conn->waiting_out) send(c);
+  for (Conn* c : ready_) {
+    c->in_ready = false;
+    if (c->fd >= 0 && !c->out.empty() && !c->waiting_out) send(c);
   }
-  // send() may have closed connections; drop them.
-  std::vector<Conn*> dead;
-  for (auto& [c, conn] : conns_) {
-    if (conn->fd < 0) dead.push_back(c);
-  }
-  for (Conn* c : dead) conns_.erase(c);
+  ready_.clear();
 }
 
 void TcpLane::Io::queue_transfer(Conn* c, Xfer* x) {
@@ -120,6 +123,10 @@ void TcpLane::Io::queue_transfer(Conn* c, Xfer* x) {
   o.xfer = x;
   c->out.push_back(std::move(o));
   ++x->io_uses;
+  if (!c->in_ready) {
+    c->in_ready = true;
+    ready_.push_back(c);
+  }
   // The answers this transfer will get, in order.
   if (x->read) {
     for (std::size_t p = 0; p < x->parts.size(); ++p) c->awaiting.push_back({x, p});
@@ -167,7 +174,7 @@ void TcpLane::Io::accept_all() {
     if (pending_hellos_ >= kMaxPendingHellos) {
       // The oldest connection still without a hello goes, not the new one:
       // silent connections cannot keep a peer that says hello at once out.
-      // (It holds no state; drain_commands() drops it from conns_.)
+      // (It holds no state; reap() frees it at the end of this turn.)
       Conn* oldest = nullptr;
       for (auto& [c, conn] : conns_) {
         if (conn->fd >= 0 && !conn->hello_done &&
@@ -198,9 +205,8 @@ void TcpLane::Io::accept_all() {
 }
 
 void TcpLane::Io::on_ready(Conn* c, std::uint32_t events) {
-  if ((events & EPOLLOUT) != 0) send(c);
+  if (c->fd >= 0 && (events & EPOLLOUT) != 0) send(c);
   if (c->fd >= 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !c->paused) receive(c);
-  if (c->fd < 0) conns_.erase(c);
 }
 
 void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
@@ -212,6 +218,7 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
   setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lin, sizeof lin);
   close(c->fd);
   c->fd = -1;
+  closed_.push_back(c);
   if (!c->hello_done) --pending_hellos_;
   if (c->counted_unregistered) {
     c->counted_unregistered = false;
@@ -255,16 +262,12 @@ void TcpLane::Io::expire() {
   for (Conn* c : late) {
     refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
     close_conn(c, "no hello in time");
-    conns_.erase(c);
   }
   late.clear();
   for (auto& [c, conn] : conns_) {
     if (conn->closing && conn->fd >= 0 && now > conn->closing_deadline) late.push_back(c);
   }
-  for (Conn* c : late) {
-    close_conn(c, "refused, and the peer did not close within the grace");
-    conns_.erase(c);
-  }
+  for (Conn* c : late) close_conn(c, "refused, and the peer did not close within the grace");
   for (auto it = fences_.begin(); it != fences_.end();) {
     if (it->second.conns.empty() && now - it->second.idle_since > kLineageLinger) {
       auto k = lineages_per_key_.find(it->second.key);
@@ -276,8 +279,15 @@ void TcpLane::Io::expire() {
   }
 }
 
+void TcpLane::Io::reap() {
+  for (Conn* c : closed_) conns_.erase(c);
+  closed_.clear();
+}
+
 void TcpLane::Io::close_all() {
   for (auto& [c, conn] : conns_) close_conn(c, "the transport is closing");
+  closed_.clear();
+  ready_.clear();
   conns_.clear();
   // Transfers posted but never taken by the thread.
   std::vector<Command> commands;

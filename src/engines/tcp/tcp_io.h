@@ -161,6 +161,7 @@ struct TcpLane::Conn {
   };
   std::deque<Out> out;
   bool waiting_out = false;  // EPOLLOUT armed
+  bool in_ready = false;     // in Io::ready_
   bool paused = false;       // target: not reading (answers queued)
   bool close_after_out = false;
   // Target: the last answer (a refusal) is out and our side is shut down
@@ -217,9 +218,21 @@ class TcpLane::Io {
   void rearm(Conn* c);
   void begin_closing(Conn* c);
   void expire();
+  // Frees the connections closed this turn.
+  void reap();
 
   TcpLane& lane_;
   std::unordered_map<Conn*, std::unique_ptr<Conn>> conns_;
+  // Connections a turn's posts queued transfers on, to be sent before the
+  // thread waits again; and connections closed this turn, freed at its end
+  // (so no pointer the turn still holds, in ready_ or in epoll's batch,
+  // outlives its connection).
+  std::vector<Conn*> ready_;
+  std::vector<Conn*> closed_;
+  // expire() looks at deadlines of seconds: at most every kExpireEvery,
+  // not on every turn of a busy loop.
+  static constexpr std::chrono::milliseconds kExpireEvery{100};
+  Clock::time_point next_expire_{};
   std::size_t pending_hellos_ = 0;
   struct Lineage {
     std::uint64_t gen = 0;

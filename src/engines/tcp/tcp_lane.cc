@@ -103,7 +103,8 @@ void TcpLane::submit(Command command) {
     std::lock_guard lock(commands_mu_);
     commands_.push_back(std::move(command));
     // The next post's transfer, taken while the lock is held anyway.
-    if (post_to != nullptr && !xfer_pool_.empty() && spare_.load(std::memory_order_relaxed) == nullptr) {
+    if (post_to != nullptr && !xfer_pool_.empty() &&
+        spare_.load(std::memory_order_relaxed) == nullptr) {
       Xfer* expected = nullptr;
       if (spare_.compare_exchange_strong(expected, xfer_pool_.back(), std::memory_order_acq_rel)) {
         xfer_pool_.pop_back();
@@ -177,9 +178,11 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   const std::string_view name =
       std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxName));
   hello.name = name.empty() ? std::string_view("?") : name;
-  std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
-  wire::encode_header(frame.data(), wire::FrameHeader{wire::FrameType::kHello, 0,
-                                     static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
+  std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() +
+                                  wire::kHelloMacLen);
+  wire::encode_header(frame.data(),
+                      wire::FrameHeader{wire::FrameType::kHello, 0,
+                                        static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
   wire::encode_hello_body(frame.data() + wire::kHeaderLen, hello);
   const auto body = std::span<const std::uint8_t>(frame).subspan(wire::kHeaderLen);
   Mac mac{};
@@ -270,10 +273,11 @@ void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_r
   std::uint64_t frame_bytes = 0;
   std::uint32_t frame_runs = 0;
   const auto close_frame = [&](bool last) {
-    const std::uint16_t flags =
-        last ? (x->has_notify && !read ? wire::kNotifyFollows : 0) : static_cast<std::uint16_t>(wire::kMore);
-    wire::encode_header(frame_start, wire::FrameHeader{read ? wire::FrameType::kReadReq : wire::FrameType::kWrite, flags,
-                                      frame_runs, 0, x->seq, frame_bytes});
+    const std::uint16_t flags = last ? (x->has_notify && !read ? wire::kNotifyFollows : 0)
+                                     : static_cast<std::uint16_t>(wire::kMore);
+    wire::encode_header(
+        frame_start, wire::FrameHeader{read ? wire::FrameType::kReadReq : wire::FrameType::kWrite,
+                                       flags, frame_runs, 0, x->seq, frame_bytes});
     if (read) {
       Xfer::Part& part = x->parts.back();
       part.bytes = frame_bytes;
@@ -308,7 +312,8 @@ void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_r
   }
   if (frame_start != nullptr) close_frame(true);
   if (x->has_notify) {
-    wire::encode_header(at, wire::FrameHeader{wire::FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
+    wire::encode_header(
+        at, wire::FrameHeader{wire::FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
     std::memcpy(at + wire::kHeaderLen, notify.data(), notify.size());
     x->iov.push_back(iovec{at, wire::kHeaderLen + notify.size()});
   }
@@ -387,8 +392,8 @@ TcpLane::Xfer* TcpLane::take_xfer() {
 }
 
 void TcpLane::recycle(Xfer* x) {
-  const std::size_t held = x->wire.capacity() + (x->iov.capacity() + x->read_iov.capacity()) *
-                                                    sizeof(iovec) +
+  const std::size_t held = x->wire.capacity() +
+                           (x->iov.capacity() + x->read_iov.capacity()) * sizeof(iovec) +
                            x->parts.capacity() * sizeof(Xfer::Part);
   if (held > kPooledBytes) {
     delete x;

@@ -47,7 +47,8 @@ bool TcpLane::Io::on_header(Conn* c) {
     return false;
   }
   // What an initiator may receive, and what a target may.
-  const bool for_initiator = h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
+  const bool for_initiator =
+      h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
   if (c->initiator != for_initiator || (c->hello_done && h.type == wire::FrameType::kHello) ||
       h.type == wire::FrameType::kWelcome) {
     refuse(c, lane_.counters_->refused_frame, "a frame of a type it may not send");
@@ -105,8 +106,8 @@ bool TcpLane::Io::on_runs(Conn* c) {
   if (!runs_fit(h, c->body, lane_.pool_len_)) {
     refuse(c, counters.refused_runs, "runs outside this pool");
     return answer_and_close(
-        c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData, h.seq,
-        wire::kStatusRefused);
+        c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData,
+        h.seq, wire::kStatusRefused);
   }
   auto* base = static_cast<std::uint8_t*>(lane_.region_.base);
   const wire::RunList list{c->body};
@@ -139,9 +140,9 @@ bool TcpLane::Io::on_notify(Conn* c) {
   // removed peers since its hello).
   const Claim claim = lane_.claim_of(c->sender, c->key);
   if (claim == Claim::kImpostor) {
-    refuse(c, counters.refused_identity,
-           fmt::format("a notification under registered peer {}'s name from another key",
-                       c->sender));
+    refuse(
+        c, counters.refused_identity,
+        fmt::format("a notification under registered peer {}'s name from another key", c->sender));
     return answer_and_close(c, wire::FrameType::kAck, h.seq, wire::kStatusNotYours);
   }
   const bool registered = claim == Claim::kRegistered;
@@ -156,8 +157,8 @@ bool TcpLane::Io::on_notify(Conn* c) {
         (registered || lane_.unregistered_notes_ < kMaxQueuedNotifications)) {
       ++mine;
       if (!registered) ++lane_.unregistered_notes_;
-      lane_.notes_.push_back(Queued{Notification{c->sender, std::vector<std::uint8_t>(c->body)},
-                                    c->key, registered});
+      lane_.notes_.push_back(
+          Queued{Notification{c->sender, std::vector<std::uint8_t>(c->body)}, c->key, registered});
       queued = true;
     } else if (mine == 0) {
       lane_.notes_per_sender_.erase(sender);
@@ -197,7 +198,8 @@ bool TcpLane::Io::on_hello(Conn* c) {
   IdentityKey conn_key{};
   Mac expected{};
   if (!lane_.identity_.connection_key(hello.key, /*we_initiate=*/false, &conn_key) ||
-      !mac_of(conn_key, wire::hello_signed_part(c->body), &expected) || !same_mac(expected, hello.mac)) {
+      !mac_of(conn_key, wire::hello_signed_part(c->body), &expected) ||
+      !same_mac(expected, hello.mac)) {
     refuse(c, counters.refused_identity, "a hello whose MAC does not prove its key");
     return refuse_hello(c, wire::kStatusUnproven);
   }
