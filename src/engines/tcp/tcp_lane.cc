@@ -426,21 +426,12 @@ void TcpLane::recycle(Xfer* x) {
 }
 
 void TcpLane::take_notifications(std::vector<Notification>* out) {
-  std::lock_guard lock(notes_mu_);
-  while (!notes_.empty()) {
-    Queued& q = notes_.front();
-    auto it = notes_per_sender_.find({q.note.agent, q.key});
-    if (it != notes_per_sender_.end() && --it->second == 0) notes_per_sender_.erase(it);
-    if (!q.registered) --unregistered_notes_;
-    // Queued before our owner registered a peer of that name with another
-    // key: not that peer's, so not handed out under its name.
-    if (claim_of(q.note.agent, q.key) == Claim::kImpostor) {
-      counters_->refused_identity.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      out->push_back(std::move(q.note));
-    }
-    notes_.pop_front();
-  }
+  // Queued before our owner registered a peer of that name with another
+  // key: not that peer's, so not handed out under its name.
+  const std::size_t dropped = inbox_.take(out, [this](const Notification&, const Sender& from) {
+    return claim_of(from.first, from.second) != Claim::kImpostor;
+  });
+  if (dropped > 0) counters_->refused_identity.fetch_add(dropped, std::memory_order_relaxed);
 }
 
 void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {

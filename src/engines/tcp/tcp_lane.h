@@ -62,6 +62,7 @@
 
 #include "common/identity.h"
 #include "engine.h"
+#include "engines/inbox.h"
 #include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/tcp/tcp_config.h"
@@ -221,19 +222,11 @@ class TcpLane final : public Lane {
   std::map<std::string, std::map<PeerHandle, IdentityKey>> vouched_;
   std::unordered_map<PeerHandle, std::string> vouched_names_;
 
-  // Notifications taken from peers, oldest first, with the key of the
-  // connection each came on and whether it was queued as a registered
-  // peer's; how many each sender (name and key) has queued, and how many
-  // all unregistered senders together.
-  struct Queued {
-    Notification note;
-    IdentityKey key{};
-    bool registered = false;
-  };
-  std::mutex notes_mu_;
-  std::deque<Queued> notes_;
-  std::map<std::pair<std::string, IdentityKey>, std::size_t> notes_per_sender_;
-  std::size_t unregistered_notes_ = 0;
+  // Notifications taken from peers, per sender (the name and key its
+  // connection's hello proved): a registered peer's share is its own, the
+  // others share kMaxQueuedNotifications.
+  using Sender = std::pair<std::string, IdentityKey>;
+  Inbox<Sender> inbox_{kMaxQueuedPerSender, kMaxQueuedNotifications};
 
   std::atomic<std::uint64_t> live_xfers_{0};
   struct Counters;

@@ -146,24 +146,10 @@ bool TcpLane::Io::on_notify(Conn* c) {
     return answer_and_close(c, wire::FrameType::kAck, h.seq, wire::kStatusNotYours);
   }
   const bool registered = claim == Claim::kRegistered;
-  bool queued = false;
-  {
-    // A registered peer's share is its own; the others share
-    // kMaxQueuedNotifications besides their own share each.
-    std::lock_guard lock(lane_.notes_mu_);
-    const auto sender = std::make_pair(c->sender, c->key);
-    std::size_t& mine = lane_.notes_per_sender_[sender];
-    if (mine < kMaxQueuedPerSender &&
-        (registered || lane_.unregistered_notes_ < kMaxQueuedNotifications)) {
-      ++mine;
-      if (!registered) ++lane_.unregistered_notes_;
-      lane_.notes_.push_back(
-          Queued{Notification{c->sender, std::vector<std::uint8_t>(c->body)}, c->key, registered});
-      queued = true;
-    } else if (mine == 0) {
-      lane_.notes_per_sender_.erase(sender);
-    }
-  }
+  // A registered peer's share is its own; the others share
+  // kMaxQueuedNotifications besides their own share each.
+  const bool queued = lane_.inbox_.offer(
+      {c->sender, c->key}, registered, Notification{c->sender, std::vector<std::uint8_t>(c->body)});
   if (!queued) {
     counters.refused_notify.fetch_add(1, std::memory_order_relaxed);
     if (log_limit_.allow()) {

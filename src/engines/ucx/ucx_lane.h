@@ -31,6 +31,7 @@
 #include <unordered_map>
 
 #include "engine.h"
+#include "engines/inbox.h"
 #include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/ucx/ucx_config.h"
@@ -162,13 +163,13 @@ class UcxLane final : public Lane {
   const bool tcp_lane_here_;
   std::atomic<bool> accepting_{true};  // false from stop(): messages refused
 
-  // Peers, the transfer pool and the queued notifications.
+  // Peers and the transfer pool.
   mutable std::mutex mu_;
   std::unordered_map<LanePeer*, std::shared_ptr<Endpoint>> peers_;
   std::deque<Xfer> xfers_;
   std::vector<Xfer*> free_xfers_;
-  std::deque<Notification> notes_;
-  std::unordered_map<std::uint64_t, std::size_t> queued_per_lineage_;
+  // Notifications peers sent, per lineage; none has a share of its own.
+  Inbox<std::uint64_t> inbox_{kMaxQueuedNotificationsPerSender, kMaxQueuedNotifications};
 
   Lineages lineages_;  // our registrations of each target (engines/lineages.h)
   // Driver only: transfers by slot (for acks), the fences peers sent us, and

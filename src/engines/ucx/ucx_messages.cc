@@ -2,12 +2,11 @@
 // The UCX lane's active messages (ucx_lane.h), each in the driver's turn: the
 // fences, notifications and acks we send, and our handlers of those peers
 // send. Touches the fence table, the acks in flight and the queued notes.
-#include "engines/ucx/ucx_lane.h"
-
 #include <chrono>
 #include <span>
 
 #include "common/log.h"
+#include "engines/ucx/ucx_lane.h"
 #include "wire/fence.h"
 
 namespace kvxfer::internal::ucx {
@@ -58,8 +57,8 @@ ucs_status_t UcxLane::send_fence(Endpoint& ep) {
   ep.fence.resize(wire::fence_len(name.size()));
   wire::encode_fence(ep.fence.data(), wire::Fence{ep.token, ep.lineage, ep.gen, ep.epoch, name});
   const ucp_request_param_t param = am_param(&UcxLane::on_sent, this);
-  const ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep.ep, wire::kFenceAmId, ep.fence.data(), ep.fence.size(), nullptr, 0, &param);
+  const ucs_status_ptr_t request = ucp_am_send_nbx(ep.ep, wire::kFenceAmId, ep.fence.data(),
+                                                   ep.fence.size(), nullptr, 0, &param);
   if (UCS_PTR_IS_PTR(request)) live_requests_.fetch_add(1, std::memory_order_relaxed);
   return UCS_PTR_IS_ERR(request) ? UCS_PTR_STATUS(request) : UCS_OK;
 }
@@ -72,8 +71,9 @@ void UcxLane::send_note(Xfer* x) {
   // The target labels it with the fence's name, not this one.
   const std::string_view name = std::string_view(agent_name_).substr(0, wire::kMaxNotifyName);
   x->note_header.resize(wire::notify_header_len(name.size()));
-  wire::encode_notify_header(x->note_header.data(),
-                       wire::NotifyHeader{ep.token, x->sequence, x->slot, ep.lineage, ep.epoch, name});
+  wire::encode_notify_header(
+      x->note_header.data(),
+      wire::NotifyHeader{ep.token, x->sequence, x->slot, ep.lineage, ep.epoch, name});
   x->await_index = ep.awaiting.size();
   ep.awaiting.push_back(x->slot);
   count(kNotesSent);
@@ -165,14 +165,9 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
     status = UCS_ERR_INVALID_PARAM;  // our initiators send eagerly
   } else {
     const auto message = bytes_of(data, length);
-    std::lock_guard lock(lane.mu_);
-    std::size_t& queued = lane.queued_per_lineage_[h.lineage];
-    if (queued >= kMaxQueuedNotificationsPerSender ||
-        lane.notes_.size() >= kMaxQueuedNotifications) {
+    if (!lane.inbox_.offer(h.lineage, /*own_share=*/false,
+                           Notification{entry->name, {message.begin(), message.end()}})) {
       status = UCS_ERR_NO_RESOURCE;  // the owner is not taking them
-    } else {
-      ++queued;
-      lane.notes_.push_back({entry->name, {message.begin(), message.end()}});
     }
   }
   if (status == UCS_OK) {
@@ -187,7 +182,8 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
       return UCS_OK;
     }
   }
-  lane.send_ack(from, entry, wire::NotifyAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
+  lane.send_ack(from, entry,
+                wire::NotifyAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
   return UCS_OK;
 }
 
@@ -203,8 +199,8 @@ void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::Notify
   msg->entry = entry;  // never forgotten while it has acks in flight
   wire::encode_ack(msg->bytes.data(), ack);
   const ucp_request_param_t param = am_param(&UcxLane::on_ack_sent, msg);
-  const ucs_status_ptr_t request =
-      ucp_am_send_nbx(to, wire::kNotifyAckAmId, msg->bytes.data(), msg->bytes.size(), nullptr, 0, &param);
+  const ucs_status_ptr_t request = ucp_am_send_nbx(to, wire::kNotifyAckAmId, msg->bytes.data(),
+                                                   msg->bytes.size(), nullptr, 0, &param);
   if (!UCS_PTR_IS_PTR(request)) return free_acks_.push_back(msg);
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   ++acks_in_flight_;
