@@ -225,11 +225,13 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
     --unregistered_conns_;
   }
   if (c->lineage != 0) {
-    auto it = fences_.find(c->lineage);
-    if (it != fences_.end()) {
-      auto& v = it->second.conns;
-      v.erase(std::remove(v.begin(), v.end(), c), v.end());
-      if (v.empty()) it->second.idle_since = Clock::now();
+    if (auto* f = fences_.find(c->lineage)) {
+      auto& v = f->extra;
+      const auto at = std::find(v.begin(), v.end(), c);
+      if (at != v.end()) {
+        v.erase(at);
+        fences_.release(*f, Clock::now());
+      }
     }
   }
   if (c->peer) {
@@ -268,15 +270,7 @@ void TcpLane::Io::expire() {
     if (conn->closing && conn->fd >= 0 && now > conn->closing_deadline) late.push_back(c);
   }
   for (Conn* c : late) close_conn(c, "refused, and the peer did not close within the grace");
-  for (auto it = fences_.begin(); it != fences_.end();) {
-    if (it->second.conns.empty() && now - it->second.idle_since > kLineageLinger) {
-      auto k = lineages_per_key_.find(it->second.key);
-      if (k != lineages_per_key_.end() && --k->second == 0) lineages_per_key_.erase(k);
-      it = fences_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  fences_.expire(now);
 }
 
 void TcpLane::Io::reap() {

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engines/fence_table.h"
 #include "engines/tcp/tcp_lane.h"
 
 namespace kvxfer::internal::tcp {
@@ -234,17 +235,12 @@ class TcpLane::Io {
   static constexpr std::chrono::milliseconds kExpireEvery{100};
   Clock::time_point next_expire_{};
   std::size_t pending_hellos_ = 0;
-  struct Lineage {
-    std::uint64_t gen = 0;
-    std::uint64_t epoch = 0;
-    IdentityKey key{};         // a lineage is one identity's: another key is refused
-    std::vector<Conn*> conns;  // open connections of this lineage
-    Clock::time_point idle_since{};
-  };
-  std::unordered_map<std::uint64_t, Lineage> fences_;
-  // Lineages per identity key, and welcomed connections whose key was no
-  // registered peer's when they said hello.
-  std::map<IdentityKey, std::size_t> lineages_per_key_;
+  // Per initiator lineage: its newest registration, the identity key it
+  // is bound to and its open connections (engines/fence_table.h).
+  FenceTable<IdentityKey, std::vector<Conn*>> fences_{
+      {kMaxLineages, kMaxLineagesPerPeer, kLineageLinger}};
+  // Welcomed connections whose key was no registered peer's when they said
+  // hello.
   std::size_t unregistered_conns_ = 0;
   RateLimit log_limit_;
   std::vector<iovec> scratch_iov_;

@@ -202,44 +202,42 @@ bool TcpLane::Io::on_hello(Conn* c) {
            "a connection of no registered peer while their share is full");
     return refuse_hello(c, wire::kStatusTableFull);
   }
-  auto it = fences_.find(hello.lineage);
-  if (it == fences_.end()) {
-    // Full means refusal, never forgetting; a registered peer still has
-    // room of its own (a few lineages per key).
-    const std::size_t of_key = lineages_per_key_[hello.key];
-    if (fences_.size() >= kMaxLineages && !(registered && of_key < kMaxLineagesPerPeer)) {
-      if (of_key == 0) lineages_per_key_.erase(hello.key);
+  // Full means refusal, never forgetting early; a registered peer still
+  // has room of its own (a few lineages per key).
+  using Verdict = decltype(fences_)::Verdict;
+  const auto presented =
+      fences_.present(hello.lineage, hello.gen, hello.epoch, hello.key, registered, Clock::now());
+  switch (presented.verdict) {
+    case Verdict::kFull:
       refuse(c, counters.refused_full, "a new initiator while the fence table is full");
       return refuse_hello(c, wire::kStatusTableFull);
-    }
-    ++lineages_per_key_[hello.key];
-    it = fences_.emplace(hello.lineage, Lineage{hello.gen, hello.epoch, hello.key, {}, {}}).first;
+    case Verdict::kNotYours:
+      refuse(c, counters.refused_identity, "a hello of another identity's lineage");
+      return refuse_hello(c, wire::kStatusNotYours);
+    case Verdict::kStale:
+      refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
+      return refuse_hello(c, wire::kStatusStaleFence);
+    case Verdict::kNew:
+    case Verdict::kNewer:
+    case Verdict::kSame:
+      break;
   }
-  Lineage& f = it->second;
-  if (f.key != hello.key) {
-    refuse(c, counters.refused_identity, "a hello of another identity's lineage");
-    return refuse_hello(c, wire::kStatusNotYours);
-  }
-  if (hello.gen < f.gen || (hello.gen == f.gen && hello.epoch != f.epoch)) {
-    refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
-    return refuse_hello(c, wire::kStatusStaleFence);
-  }
-  if (hello.gen == f.gen && f.conns.size() >= kMaxConnectionsPerLineage) {
+  auto& f = *presented.entry;
+  if (presented.verdict == Verdict::kSame && f.extra.size() >= kMaxConnectionsPerLineage) {
     refuse(c, counters.refused_full, "one connection too many for one registration");
     return refuse_hello(c, wire::kStatusTableFull);
   }
-  if (hello.gen > f.gen) {
+  if (presented.verdict == Verdict::kNewer) {
     // A newer registration: the older connections go, with whatever they
     // still hold, before anything of the new one is read.
-    const std::vector<Conn*> older = f.conns;
+    const std::vector<Conn*> older = f.extra;
     for (Conn* o : older) {
       counters.fences_superseded.fetch_add(1, std::memory_order_relaxed);
       close_conn(o, "a newer registration of its initiator replaced it");
     }
-    f.gen = hello.gen;
-    f.epoch = hello.epoch;
   }
-  f.conns.push_back(c);
+  f.extra.push_back(c);
+  fences_.hold(f);
   c->hello_done = true;
   --pending_hellos_;
   c->lineage = hello.lineage;
