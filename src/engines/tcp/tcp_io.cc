@@ -31,7 +31,7 @@ void TcpLane::Io::run() {
     // again at once.
     bool queued = false;
     {
-      std::lock_guard lock(lane_.commands_mu_);
+      MutexLock lock(lane_.commands_mu_);
       queued = !lane_.commands_.empty();
     }
     const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()),
@@ -65,7 +65,7 @@ void TcpLane::Io::drain_commands() {
   std::vector<Command>& commands = drained_;
   lane_.wake_pending_.store(false, std::memory_order_release);
   {
-    std::lock_guard lock(lane_.commands_mu_);
+    MutexLock lock(lane_.commands_mu_);
     commands.swap(lane_.commands_);
   }
   for (Command& cmd : commands) {
@@ -286,7 +286,7 @@ void TcpLane::Io::close_all() {
   // Transfers posted but never taken by the thread.
   std::vector<Command> commands;
   {
-    std::lock_guard lock(lane_.commands_mu_);
+    MutexLock lock(lane_.commands_mu_);
     commands.swap(lane_.commands_);
   }
   for (Command& cmd : commands) {

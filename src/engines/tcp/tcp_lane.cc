@@ -100,7 +100,7 @@ void TcpLane::stop() {
 void TcpLane::submit(Command command) {
   const Peer* post_to = command.kind == Command::Kind::kPost ? command.xfer->peer.get() : nullptr;
   {
-    std::lock_guard lock(commands_mu_);
+    MutexLock lock(commands_mu_);
     commands_.push_back(std::move(command));
     // The next post's transfer, taken while the lock is held anyway.
     if (post_to != nullptr && !xfer_pool_.empty() &&
@@ -138,7 +138,7 @@ void TcpLane::stop(StopStage stage) {
   if (stage == StopStage::kDisconnect) {
     std::vector<LanePeer*> left;
     {
-      std::lock_guard lock(peers_mu_);
+      MutexLock lock(peers_mu_);
       for (const auto& [handle, peer] : peers_) left.push_back(handle);
     }
     disconnect_all(left, agent_name_);
@@ -223,7 +223,7 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
     return fail(fmt::format("the tcp lane is stopping; peer {} not added", remote.agent_name));
   }
   out->peer = peer.get();
-  std::lock_guard lock(peers_mu_);
+  MutexLock lock(peers_mu_);
   peers_.emplace(peer.get(), std::move(peer));
   return Status::kSuccess;
 }
@@ -231,7 +231,7 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
 Status TcpLane::disconnect(LanePeer* handle) {
   std::shared_ptr<Peer> peer;
   {
-    std::lock_guard lock(peers_mu_);
+    MutexLock lock(peers_mu_);
     auto it = peers_.find(handle);
     if (it == peers_.end()) return Status::kNotFound;
     peer = std::move(it->second);
@@ -381,7 +381,7 @@ TcpLane::Xfer* TcpLane::take_xfer() {
   // first post after a burst), else a new one.
   if (Xfer* x = spare_.exchange(nullptr, std::memory_order_acq_rel); x != nullptr) return x;
   {
-    std::lock_guard lock(commands_mu_);
+    MutexLock lock(commands_mu_);
     if (!xfer_pool_.empty()) {
       Xfer* x = xfer_pool_.back();
       xfer_pool_.pop_back();
@@ -416,7 +416,7 @@ void TcpLane::recycle(Xfer* x) {
   x->io_uses = 0;
   x->io_ref = true;
   {
-    std::lock_guard lock(commands_mu_);
+    MutexLock lock(commands_mu_);
     if (xfer_pool_.size() < kPooledXfers) {
       xfer_pool_.push_back(x);
       return;
@@ -436,13 +436,13 @@ void TcpLane::take_notifications(std::vector<Notification>* out) {
 
 void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
   if (blob.tcp_port == 0) return;
-  std::lock_guard lock(vouched_mu_);
+  MutexLock lock(vouched_mu_);
   vouched_[remote.agent_name][handle] = blob.tcp_key;
   vouched_names_[handle] = remote.agent_name;
 }
 
 void TcpLane::unvouch(PeerHandle handle) {
-  std::lock_guard lock(vouched_mu_);
+  MutexLock lock(vouched_mu_);
   auto it = vouched_names_.find(handle);
   if (it == vouched_names_.end()) return;
   auto name = vouched_.find(it->second);
@@ -454,7 +454,7 @@ void TcpLane::unvouch(PeerHandle handle) {
 }
 
 TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKey& key) const {
-  std::lock_guard lock(vouched_mu_);
+  MutexLock lock(vouched_mu_);
   auto it = vouched_.find(agent_name);
   if (it == vouched_.end()) return Claim::kUnregistered;
   for (const auto& [handle, k] : it->second) {
@@ -467,7 +467,7 @@ void TcpLane::add_live(HandleCounts& counts) const {
   // The pool is this lane's to receive into from creation until stop().
   if (!stopped_.load(std::memory_order_relaxed)) ++counts.memory_registrations;
   {
-    std::lock_guard lock(peers_mu_);
+    MutexLock lock(peers_mu_);
     counts.peers += peers_.size();
   }
   counts.transfers += live_xfers_.load(std::memory_order_relaxed);

@@ -48,12 +48,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -61,6 +59,8 @@
 #include <vector>
 
 #include "common/identity.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "engine.h"
 #include "engines/inbox.h"
 #include "engines/lane.h"
@@ -195,32 +195,31 @@ class TcpLane final : public Lane {
   int wake_fd_ = -1;
   int epoll_fd_ = -1;
 
-
   // Initiator: our registrations of each target (engines/lineages.h).
   Lineages lineages_;
 
   // Commands for the I/O thread (new connections, transfers, closes).
   // `wake_pending_`: the thread was woken and has not drained the queue yet,
   // so a burst of posts wakes it once.
-  std::mutex commands_mu_;
-  std::vector<Command> commands_;
+  Mutex commands_mu_;
+  std::vector<Command> commands_ GUARDED_BY(commands_mu_);
   // Ended transfers whose buffers the next posts reuse (at most
   // kPooledXfers, each holding at most kPooledBytes), under commands_mu_;
   // and the one the next post takes without a lock, refilled from the pool
   // when a post is queued. So a post takes one lock of this lane.
-  std::vector<Xfer*> xfer_pool_;
+  std::vector<Xfer*> xfer_pool_ GUARDED_BY(commands_mu_);
   std::atomic<Xfer*> spare_{nullptr};
   std::atomic<bool> wake_pending_{false};
 
   // Connected peers (initiator side); a post finds its peer through its
   // handle, this is for counts and for stop().
-  mutable std::mutex peers_mu_;
-  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_;
+  mutable Mutex peers_mu_;
+  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
 
   // Registrations vouched for: by agent name, each registration's key.
-  mutable std::mutex vouched_mu_;
-  std::map<std::string, std::map<PeerHandle, IdentityKey>> vouched_;
-  std::unordered_map<PeerHandle, std::string> vouched_names_;
+  mutable Mutex vouched_mu_;
+  std::map<std::string, std::map<PeerHandle, IdentityKey>> vouched_ GUARDED_BY(vouched_mu_);
+  std::unordered_map<PeerHandle, std::string> vouched_names_ GUARDED_BY(vouched_mu_);
 
   // Notifications taken from peers, per sender (the name and key its
   // connection's hello proved): a registered peer's share is its own, the
