@@ -176,6 +176,13 @@ void TcpLane::Io::send(Conn* c) {
 // answer, then read and drop whatever the peer still sends until it closes
 // (kClosingGrace at most: expire()). Nothing it sends is looked at.
 void TcpLane::Io::begin_closing(Conn* c) {
+  if (closing_conns_ >= lane_.limits_.closing) {
+    // As many refused connections wait to close as may: this one is reset
+    // now, so refusals cannot take the room registered peers need.
+    close_conn(c, "refused");
+    return;
+  }
+  ++closing_conns_;
   c->close_after_out = false;
   c->closing = true;
   c->closing_deadline = Clock::now() + kClosingGrace;

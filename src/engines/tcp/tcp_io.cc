@@ -9,11 +9,13 @@
 #include "engines/tcp/tcp_io.h"
 
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "common/log.h"
@@ -35,7 +37,7 @@ void TcpLane::Io::run() {
       queued = !lane_.commands_.empty();
     }
     const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()),
-                             queued ? 0 : 1000);
+                             queued ? 0 : (listener_resting_ ? 10 : 1000));
     for (int i = 0; i < n; ++i) {
       void* tag = events[static_cast<std::size_t>(i)].data.ptr;
       if (tag == &lane_.wake_fd_) {
@@ -52,6 +54,7 @@ void TcpLane::Io::run() {
     drain_commands();
     if (stopping_) return;
     const auto now = Clock::now();
+    wake_listener(now);
     if (now >= next_expire_) {
       expire();
       next_expire_ = now + kExpireEvery;
@@ -161,17 +164,25 @@ void TcpLane::Io::unuse(Xfer* x) {
 void TcpLane::Io::accept_all() {
   for (;;) {
     const int fd = accept4(lane_.listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    if (stopping_ || conns_.size() >= kMaxConnections) {
+    if (fd < 0) {
+      // Out of descriptors: the connection stays in the listener's queue,
+      // which stays readable, so the listener rests instead of spinning.
+      if (errno == EMFILE || errno == ENFILE) rest_listener(errno);
+      return;
+    }
+    const std::size_t open = conns_.size() - closed_.size();
+    if (stopping_ || open >= lane_.limits_.total) {
       lane_.counters_->refused_full.fetch_add(1, std::memory_order_relaxed);
       if (log_limit_.allow()) {
-        log().warn("kvxfer tcp {}: refused a connection: {} open, {} without a hello yet",
-                   lane_.agent_name_, conns_.size(), pending_hellos_);
+        log().warn(
+            "kvxfer tcp {}: refused a connection: {} open (at most {}: half of "
+            "RLIMIT_NOFILE, at most {}), {} without a hello yet",
+            lane_.agent_name_, open, lane_.limits_.total, kMaxConnections, pending_hellos_);
       }
       close(fd);
       continue;
     }
-    if (pending_hellos_ >= kMaxPendingHellos) {
+    if (pending_hellos_ >= lane_.limits_.pending) {
       // The oldest connection still without a hello goes, not the new one:
       // silent connections cannot keep a peer that says hello at once out.
       // (It holds no state; reap() frees it at the end of this turn.)
@@ -204,6 +215,33 @@ void TcpLane::Io::accept_all() {
   }
 }
 
+void TcpLane::Io::rest_listener(int error) {
+  lane_.counters_->refused_full.fetch_add(1, std::memory_order_relaxed);
+  if (log_limit_.allow()) {
+    rlimit r{};
+    getrlimit(RLIMIT_NOFILE, &r);
+    log().warn(
+        "kvxfer tcp {}: cannot accept a connection: {} (this process: RLIMIT_NOFILE {}, "
+        "{} connections open here); not accepting for {} ms",
+        lane_.agent_name_, std::strerror(error), static_cast<std::uint64_t>(r.rlim_cur),
+        conns_.size() - closed_.size(), kAcceptRest.count());
+  }
+  epoll_event ev{};
+  ev.data.ptr = &lane_.listen_fd_;
+  epoll_ctl(lane_.epoll_fd_, EPOLL_CTL_MOD, lane_.listen_fd_, &ev);
+  listener_resting_ = true;
+  listener_back_ = Clock::now() + kAcceptRest;
+}
+
+void TcpLane::Io::wake_listener(Clock::time_point now) {
+  if (!listener_resting_ || now < listener_back_) return;
+  listener_resting_ = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &lane_.listen_fd_;
+  epoll_ctl(lane_.epoll_fd_, EPOLL_CTL_MOD, lane_.listen_fd_, &ev);
+}
+
 void TcpLane::Io::on_ready(Conn* c, std::uint32_t events) {
   if (c->fd >= 0 && (events & EPOLLOUT) != 0) send(c);
   if (c->fd >= 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !c->paused) receive(c);
@@ -220,6 +258,7 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
   c->fd = -1;
   closed_.push_back(c);
   if (!c->hello_done) --pending_hellos_;
+  if (c->closing) --closing_conns_;
   if (c->counted_unregistered) {
     c->counted_unregistered = false;
     --unregistered_conns_;

@@ -221,6 +221,10 @@ class TcpLane::Io {
   void expire();
   // Frees the connections closed this turn.
   void reap();
+  // accept() found no descriptor left (EMFILE/ENFILE): the listener stops
+  // waking the thread for kAcceptRest; wake_listener() rearms it after.
+  void rest_listener(int error);
+  void wake_listener(Clock::time_point now);
 
   TcpLane& lane_;
   std::unordered_map<Conn*, std::unique_ptr<Conn>> conns_;
@@ -234,6 +238,9 @@ class TcpLane::Io {
   // not on every turn of a busy loop.
   static constexpr std::chrono::milliseconds kExpireEvery{100};
   Clock::time_point next_expire_{};
+  bool listener_resting_ = false;
+  Clock::time_point listener_back_{};
+  std::size_t closing_conns_ = 0;  // refused, waiting for the peer to close
   std::size_t pending_hellos_ = 0;
   // Per initiator lineage: its newest registration, the identity key it
   // is bound to and its open connections (engines/fence_table.h).

@@ -9,10 +9,12 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <future>
 #include <stdexcept>
@@ -47,10 +49,26 @@ const char* hello_refusal(std::uint32_t status) {
 
 static_assert(wire::kMaxMessage == kMaxNotificationBytes, "the frame bound is the public bound");
 
+std::uint64_t nofile_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  return r.rlim_cur;
+}
+
 }  // namespace
+
+TcpLane::ConnLimits TcpLane::conn_limits(std::uint64_t nofile) {
+  ConnLimits l;
+  l.total = std::clamp<std::uint64_t>(nofile / 2, 16, kMaxConnections);
+  l.unregistered = std::min(l.total / 2, kMaxUnregisteredConnections);
+  l.pending = std::clamp<std::size_t>(l.total / 4, 2, kMaxPendingHellos);
+  l.closing = std::max<std::size_t>(l.total / 8, 2);
+  return l;
+}
 
 TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings)
     : agent_name_(std::move(agent_name)),
+      limits_(conn_limits(nofile_limit())),
       region_(region),
       pool_len_(region.num_blocks * region.block_len),
       token_(fresh_random()),

@@ -66,8 +66,8 @@
 #include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/tcp/tcp_config.h"
-#include "wire/tcp_frame.h"
 #include "wire/peer_blob.h"
+#include "wire/tcp_frame.h"
 
 namespace kvxfer::internal::tcp {
 
@@ -105,6 +105,24 @@ class TcpLane final : public Lane {
   // registered peer's may hold once welcomed; the rest stays for registered
   // peers.
   static constexpr std::size_t kMaxUnregisteredConnections = kMaxConnections / 2;
+  // What a target's connections may hold, sized once from the process's
+  // file descriptor limit (RLIMIT_NOFILE's soft limit) so the lane can
+  // never take every descriptor: accepted connections at most half of it
+  // (the rest stays its owner's: files, UCX, its own outgoing
+  // connections), and of those, welcomed connections of no registered
+  // peer at most half (the rest stays for registered peers), connections
+  // without a hello yet a quarter, and refused ones waiting to close an
+  // eighth (past that a refused connection is reset at once, so refusals
+  // cannot crowd out registered peers). The k* bounds above cap each.
+  struct ConnLimits {
+    std::size_t total = kMaxConnections;
+    std::size_t unregistered = kMaxUnregisteredConnections;
+    std::size_t pending = kMaxPendingHellos;
+    std::size_t closing = kMaxConnections / 8;
+  };
+  [[nodiscard]] static ConnLimits conn_limits(std::uint64_t nofile);
+  // How long the listener rests after accept() found no descriptor left.
+  static constexpr std::chrono::milliseconds kAcceptRest{100};
 
   // Opens the listener (throws std::runtime_error saying why it cannot) and
   // starts the I/O thread.
@@ -122,7 +140,8 @@ class TcpLane final : public Lane {
   // Our token, identity key, port and addresses.
   void publish(wire::PeerBlob& blob) const override;
   // The peer publishes a tcp lane.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote,
+                               const wire::PeerBlob& blob) const override;
 
   // The peers our owner registered (any lane) whose metadata names a tcp
   // key: `handle` is the registration's, `remote.agent_name` the peer's. A
@@ -185,6 +204,7 @@ class TcpLane final : public Lane {
              std::span<const std::uint8_t> notify);
 
   std::string agent_name_;
+  const ConnLimits limits_;
   Region region_;
   std::uint64_t pool_len_ = 0;
   std::uint64_t token_ = 0;

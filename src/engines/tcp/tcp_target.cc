@@ -197,7 +197,7 @@ bool TcpLane::Io::on_hello(Conn* c) {
     return refuse_hello(c, wire::kStatusNotYours);
   }
   const bool registered = claim == Claim::kRegistered;
-  if (!registered && unregistered_conns_ >= kMaxUnregisteredConnections) {
+  if (!registered && unregistered_conns_ >= lane_.limits_.unregistered) {
     refuse(c, counters.refused_full,
            "a connection of no registered peer while their share is full");
     return refuse_hello(c, wire::kStatusTableFull);
