@@ -31,6 +31,8 @@ constexpr KnownKey kKnownKeys[] = {
      [](EngineSettings& s) { return &s.tcp.address; }},
     {"KVXFER_TCP_PORTS", "tcp", "N or LOW-HIGH, 1 <= LOW <= HIGH <= 65535", nullptr, kPage,
      [](EngineSettings& s) { return &s.tcp.ports; }},
+    {"KVXFER_TCP_STALL_MS", "tcp", "milliseconds, 100..3600000", "30000", kPage,
+     [](EngineSettings& s) { return &s.tcp.stall; }},
     {"KVXFER_RMA", "ucx", "auto, on or off", "auto", kPage,
      [](EngineSettings& s) { return &s.ucx.rma; }},
     // Read by others, from the environment alone.

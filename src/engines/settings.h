@@ -51,6 +51,7 @@ struct CmaKeys {
 struct TcpKeys {
   std::optional<Setting> address;  // KVXFER_TCP_ADDRESS
   std::optional<Setting> ports;    // KVXFER_TCP_PORTS
+  std::optional<Setting> stall;    // KVXFER_TCP_STALL_MS
 };
 
 // The UCX lane's keys (ucx/ucx_config.h reads them).

@@ -38,6 +38,7 @@ void TcpLane::Io::run() {
     }
     const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()),
                              queued ? 0 : (listener_resting_ ? 10 : 1000));
+    now_ = Clock::now();
     for (int i = 0; i < n; ++i) {
       void* tag = events[static_cast<std::size_t>(i)].data.ptr;
       if (tag == &lane_.wake_fd_) {
@@ -53,7 +54,7 @@ void TcpLane::Io::run() {
     }
     drain_commands();
     if (stopping_) return;
-    const auto now = Clock::now();
+    const auto now = now_;
     wake_listener(now);
     if (now >= next_expire_) {
       expire();
@@ -203,7 +204,8 @@ void TcpLane::Io::accept_all() {
     auto conn = std::make_unique<Conn>();
     Conn* c = conn.get();
     c->fd = fd;
-    c->hello_deadline = Clock::now() + kHelloTimeout;
+    c->hello_deadline = now_ + kHelloTimeout;
+    c->moved = now_;
     c->body.reserve(wire::kMaxRuns * wire::kRunLen);
     conns_.emplace(c, std::move(conn));
     ++pending_hellos_;
@@ -295,20 +297,34 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
 }
 
 void TcpLane::Io::expire() {
-  const auto now = Clock::now();
+  const auto now = now_;
   std::vector<Conn*> late;
+  std::vector<Conn*> stalled;
   for (auto& [c, conn] : conns_) {
-    if (!conn->hello_done && conn->fd >= 0 && now > conn->hello_deadline) late.push_back(c);
+    if (conn->fd < 0) continue;
+    if (!conn->hello_done && now > conn->hello_deadline) {
+      late.push_back(c);
+    } else if (conn->closing && now > conn->closing_deadline) {
+      late.push_back(c);
+    } else if (!conn->initiator && !conn->closing && now - conn->moved > lane_.stall_ &&
+               (!conn->out.empty() || conn->rx != Conn::Rx::kHeader || conn->head_have > 0)) {
+      stalled.push_back(c);
+    }
   }
   for (Conn* c : late) {
-    refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
-    close_conn(c, "no hello in time");
+    if (c->closing) {
+      close_conn(c, "refused, and the peer did not close within the grace");
+    } else {
+      refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
+      close_conn(c, "no hello in time");
+    }
   }
-  late.clear();
-  for (auto& [c, conn] : conns_) {
-    if (conn->closing && conn->fd >= 0 && now > conn->closing_deadline) late.push_back(c);
+  for (Conn* c : stalled) {
+    refuse(c, lane_.counters_->refused_frame,
+           c->out.empty() ? "a connection that stopped in the middle of a frame"
+                          : "a connection that does not take the answers it asked for");
+    close_conn(c, "stalled");
   }
-  for (Conn* c : late) close_conn(c, "refused, and the peer did not close within the grace");
   fences_.expire(now);
 }
 

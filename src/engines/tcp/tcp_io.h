@@ -171,6 +171,10 @@ struct TcpLane::Conn {
   // before any reset (Io::begin_closing).
   bool closing = false;
   Clock::time_point closing_deadline{};
+  // Target: when bytes last moved either way (the turn's clock). A
+  // connection that owes us the rest of a frame, or does not take the
+  // answers queued for it, is closed once this is older than the stall.
+  Clock::time_point moved{};
 
   // Initiator: answers we wait for, in the order they come.
   struct Await {
@@ -238,6 +242,7 @@ class TcpLane::Io {
   // not on every turn of a busy loop.
   static constexpr std::chrono::milliseconds kExpireEvery{100};
   Clock::time_point next_expire_{};
+  Clock::time_point now_{};  // this turn's clock, read once after epoll_wait
   bool listener_resting_ = false;
   Clock::time_point listener_back_{};
   std::size_t closing_conns_ = 0;  // refused, waiting for the peer to close

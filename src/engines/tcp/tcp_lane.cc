@@ -69,6 +69,7 @@ TcpLane::ConnLimits TcpLane::conn_limits(std::uint64_t nofile) {
 TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings)
     : agent_name_(std::move(agent_name)),
       limits_(conn_limits(nofile_limit())),
+      stall_(settings.stall_ms),
       region_(region),
       pool_len_(region.num_blocks * region.block_len),
       token_(fresh_random()),

@@ -205,6 +205,7 @@ class TcpLane final : public Lane {
 
   std::string agent_name_;
   const ConnLimits limits_;
+  const std::chrono::milliseconds stall_;  // KVXFER_TCP_STALL_MS
   Region region_;
   std::uint64_t pool_len_ = 0;
   std::uint64_t token_ = 0;
