@@ -146,7 +146,8 @@ class TargetSession {
       // Ready once the registration's pre-touch of the pool is done, as a
       // server's pool is by the time its first transfers come (the
       // initiator times open() and reports it).
-      static_cast<void>(wait_for_pretouch(*transport_));
+      // At most half the initiator's reply timeout (kReplyTimeout).
+      static_cast<void>(wait_for_pretouch(*transport_, std::chrono::seconds(60)));
     } catch (const std::exception& e) {
       refuse(fmt::format("cannot register a pool of {} bytes: {}", region, e.what()));
       return;
