@@ -29,19 +29,20 @@ std::int64_t steady_ns() {
 }  // namespace
 
 void CmaLane::start_copiers() {
-  std::lock_guard lock(copy_mu_);
+  MutexLock lock(copy_mu_);
   if (!copiers_.empty() || copiers_stop_) return;
   for (int i = 0; i < num_copiers_; ++i) copiers_.emplace_back([this] { copier_loop(); });
 }
 
 void CmaLane::stop_copiers() {
+  std::vector<std::thread> copiers;
   {
-    std::lock_guard lock(copy_mu_);
+    MutexLock lock(copy_mu_);
     copiers_stop_ = true;
+    copiers.swap(copiers_);
   }
   copy_cv_.notify_all();
-  for (auto& t : copiers_) t.join();
-  copiers_.clear();
+  for (auto& t : copiers) t.join();
 }
 
 void CmaLane::copier_loop() {
@@ -50,11 +51,11 @@ void CmaLane::copier_loop() {
   static_cast<void>(::pthread_setname_np(::pthread_self(), "kvxfer-copy"));
   static_cast<void>(
       ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), CopyPolicy::kCopierNice));
-  std::unique_lock lock(copy_mu_);
+  MutexLock lock(copy_mu_);
   for (;;) {
-    copy_cv_.wait(lock, [this] { return copy_head_ != nullptr || copiers_stop_; });
+    while (copy_head_ == nullptr && !copiers_stop_) lock.wait(copy_cv_);
     if (copy_head_ == nullptr) return;  // stopping, and nothing left to finish
-    run_chunk(lock, /*caller=*/false);
+    run_chunk(/*caller=*/false);
   }
 }
 
@@ -64,9 +65,9 @@ void CmaLane::progress() {
   // holds a core the copiers would use, and the slice is bounded, so that
   // the poll returns in microseconds (CopyPolicy).
   if (caller_slice_bytes_ == 0 || !copies_queued_.load(std::memory_order_relaxed)) return;
-  std::unique_lock lock(copy_mu_);
+  MutexLock lock(copy_mu_);
   if (copy_head_ == nullptr) return;
-  const std::uint64_t bytes = run_chunk(lock, /*caller=*/true);
+  const std::uint64_t bytes = run_chunk(/*caller=*/true);
   lock.unlock();
   caller_slices_.fetch_add(1, std::memory_order_relaxed);
   std::uint64_t max = caller_slice_max_bytes_.load(std::memory_order_relaxed);
@@ -123,16 +124,48 @@ void CmaLane::claim_back(Xfer& xfer, std::size_t max_bytes, Claim* claim) {
 
 // Claims a chunk of the transfer at the head of the queue and copies it;
 // whoever finishes a transfer's last chunk completes the transfer. Called,
-// and returns, with copy_mu_ held through `lock`; copy_head_ is set.
-// Returns the bytes claimed.
-std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) {
-  Xfer* xfer = copy_head_;
-  Peer& peer = *xfer->peer;
+// and returns, with copy_mu_ held; copy_head_ is set. Returns the bytes
+// claimed.
+std::size_t CmaLane::run_chunk(bool caller) {
   Claim claim;
+  bool cancelled = false;
+  Xfer* xfer = claim_chunk(caller, &claim, &cancelled);
+  Peer& peer = *xfer->peer;
+  copy_mu_.unlock();
+  const Status result =
+      cancelled ? Status::kCanceled : run_copy(peer, xfer->read, claim.local, claim.remote, caller);
+  copy_mu_.lock();
+  Status final_result = Status::kSuccess;
+  if (!end_chunk(*xfer, result, &final_result)) return claim.bytes;  // its other chunks finish it
+  copy_mu_.unlock();
+  // Every chunk landed: the cookie must still read back (run_copy of none).
+  if (final_result == Status::kSuccess) final_result = run_copy(peer, xfer->read, {}, {});
+  // Then, and only then, the notification; not for a transfer the core let
+  // go of before its bytes were in place.
+  if (final_result == Status::kSuccess && !xfer->notify.empty() &&
+      xfer->held.load(std::memory_order_relaxed)) {
+    final_result = send_notification(peer, *xfer);
+  }
+  xfer->result.store(final_result, std::memory_order_release);
+  live_requests_.fetch_sub(1, std::memory_order_relaxed);
+  copy_mu_.lock();
+  ours(peer);
+  if (--peer.copies == 0) copy_done_cv_.notify_all();
+  copy_mu_.unlock();
+  unref(xfer);
+  copy_mu_.lock();
+  return claim.bytes;
+}
+
+CmaLane::Xfer* CmaLane::claim_chunk(bool caller, Claim* claim, bool* cancelled) {
+  Xfer* xfer = copy_head_;
+  ours(*xfer);
+  const Peer& peer = *xfer->peer;
+  ours(peer);
   if (caller) {
-    claim_back(*xfer, caller_slice_bytes_, &claim);
+    claim_back(*xfer, caller_slice_bytes_, claim);
   } else {
-    claim_front(*xfer, &claim);
+    claim_front(*xfer, claim);
   }
   if (xfer->next_iov == xfer->end_iov) {  // fully claimed: the next transfer is up
     copy_head_ = xfer->next_copy;
@@ -144,37 +177,20 @@ std::size_t CmaLane::run_chunk(std::unique_lock<std::mutex>& lock, bool caller) 
   ++xfer->running;
   // A read the core let go of stops here: what it has not copied yet never
   // reaches our pool (a write's chunks go on, as a real WRITE would).
-  const bool cancelled = peer.disconnected || copiers_stop_ ||
-                         xfer->chunk_error != Status::kSuccess ||
-                         (xfer->read && !xfer->held.load(std::memory_order_relaxed));
+  *cancelled = peer.disconnected || copiers_stop_ || xfer->chunk_error != Status::kSuccess ||
+               (xfer->read && !xfer->held.load(std::memory_order_relaxed));
   if (copy_head_ != nullptr) copy_cv_.notify_one();  // more to claim: another copier may help
-  lock.unlock();
-  const Status result =
-      cancelled ? Status::kCanceled : run_copy(peer, xfer->read, claim.local, claim.remote, caller);
-  lock.lock();
-  if (result != Status::kSuccess && xfer->chunk_error == Status::kSuccess) {
-    xfer->chunk_error = result;
+  return xfer;
+}
+
+bool CmaLane::end_chunk(Xfer& xfer, Status result, Status* final_result) {
+  ours(xfer);
+  if (result != Status::kSuccess && xfer.chunk_error == Status::kSuccess) {
+    xfer.chunk_error = result;
   }
-  // Its other chunks finish it.
-  if (--xfer->running > 0 || xfer->next_iov < xfer->end_iov) return claim.bytes;
-  Status final_result = xfer->chunk_error;
-  lock.unlock();
-  // Every chunk landed: the cookie must still read back (run_copy of none).
-  if (final_result == Status::kSuccess) final_result = run_copy(peer, xfer->read, {}, {});
-  // Then, and only then, the notification; not for a transfer the core let
-  // go of before its bytes were in place.
-  if (final_result == Status::kSuccess && !xfer->notify.empty() &&
-      xfer->held.load(std::memory_order_relaxed)) {
-    final_result = send_notification(peer, *xfer);
-  }
-  xfer->result.store(final_result, std::memory_order_release);
-  live_requests_.fetch_sub(1, std::memory_order_relaxed);
-  lock.lock();
-  if (--peer.copies == 0) copy_done_cv_.notify_all();
-  lock.unlock();
-  unref(xfer);
-  lock.lock();
-  return claim.bytes;
+  if (--xfer.running > 0 || xfer.next_iov < xfer.end_iov) return false;
+  *final_result = xfer.chunk_error;
+  return true;
 }
 
 // Copies matching iovecs of a transfer after reading the peer's cookie;

@@ -174,7 +174,7 @@ Status CmaLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
              peer->mapping.mapped() ? "into its mapped pool" : "with process_vm_writev");
   start_copiers();
   out->peer = peer.get();
-  std::lock_guard lock(peers_mu_);
+  MutexLock lock(peers_mu_);
   peers_.emplace(peer.get(), std::move(peer));
   return Status::kSuccess;
 }
@@ -209,7 +209,7 @@ void CmaLane::map_pool(Peer& peer, const Declaration& declared) {
 Status CmaLane::disconnect(LanePeer* handle) {
   std::shared_ptr<Peer> peer;
   {
-    std::lock_guard lock(peers_mu_);
+    MutexLock lock(peers_mu_);
     auto it = peers_.find(handle);
     if (it == peers_.end()) return Status::kNotFound;
     peer = std::move(it->second);
@@ -217,9 +217,10 @@ Status CmaLane::disconnect(LanePeer* handle) {
   }
   // Queued copies are cancelled when a copier picks them up; a running one
   // finishes. Either way none is left once this returns.
-  std::unique_lock lock(copy_mu_);
+  MutexLock lock(copy_mu_);
+  ours(*peer);
   peer->disconnected = true;
-  copy_done_cv_.wait(lock, [&] { return peer->copies == 0; });
+  while (peer->copies != 0) lock.wait(copy_done_cv_);
   // No copy is left to send a notification through it.
   if (peer->notify_fd >= 0) {
     ::close(peer->notify_fd);
@@ -233,7 +234,7 @@ Status CmaLane::disconnect(LanePeer* handle) {
 // ---------------------------------------------------------------------------
 
 CmaLane::Xfer* CmaLane::acquire_xfer() {
-  std::lock_guard lock(pool_mu_);
+  MutexLock lock(pool_mu_);
   if (free_xfers_.empty()) return &xfers_.emplace_back(this);
   Xfer* x = free_xfers_.back();
   free_xfers_.pop_back();
@@ -243,7 +244,7 @@ CmaLane::Xfer* CmaLane::acquire_xfer() {
 void CmaLane::unref(Xfer* xfer) {
   if (xfer->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   xfer->peer.reset();
-  std::lock_guard lock(pool_mu_);
+  MutexLock lock(pool_mu_);
   free_xfers_.push_back(xfer);
 }
 
@@ -283,14 +284,21 @@ Status CmaLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   }
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   {
-    std::lock_guard lock(copy_mu_);
+    MutexLock lock(copy_mu_);
+    ours(*peer);
+    ours(*xfer);
     ++peer->copies;
     xfer->next_iov = 0;
     xfer->end_iov = xfer->local_iov.size();
     xfer->running = 0;
     xfer->chunk_error = Status::kSuccess;
     xfer->next_copy = nullptr;
-    (copy_tail_ != nullptr ? copy_tail_->next_copy : copy_head_) = xfer;
+    if (copy_tail_ != nullptr) {
+      ours(*copy_tail_);
+      copy_tail_->next_copy = xfer;
+    } else {
+      copy_head_ = xfer;
+    }
     copy_tail_ = xfer;
     copies_queued_.store(true, std::memory_order_relaxed);
   }
@@ -359,7 +367,7 @@ Status CmaLane::send_notification(Peer& peer, Xfer& xfer) {
 
 void CmaLane::take_notifications(std::vector<Notification>* out) {
   if (notify_rx_ < 0) return;
-  std::lock_guard lock(notify_mu_);
+  MutexLock lock(notify_mu_);
   notify_buffer_.resize(wire::notify_header_len(wire::kMaxNotifyName) + kMaxNotificationBytes + 1);
   for (;;) {
     const ssize_t got =
@@ -391,7 +399,7 @@ void CmaLane::take_notifications(std::vector<Notification>* out) {
 
 void CmaLane::add_live(HandleCounts& counts) const {
   {
-    std::lock_guard lock(peers_mu_);
+    MutexLock lock(peers_mu_);
     counts.peers += peers_.size();
   }
   counts.transfers += live_transfers_.load(std::memory_order_relaxed);
@@ -417,7 +425,7 @@ void CmaLane::stop(StopStage stage) {
     case StopStage::kDisconnect: {
       std::vector<LanePeer*> left;
       {
-        std::lock_guard lock(peers_mu_);
+        MutexLock lock(peers_mu_);
         for (const auto& [handle, peer] : peers_) left.push_back(handle);
       }
       disconnect_all(left, agent_name_);

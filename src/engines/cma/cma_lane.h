@@ -32,10 +32,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -43,7 +43,9 @@
 #include <vector>
 
 #include "engine.h"
+#include "common/mutex.h"
 #include "common/shared_pools.h"
+#include "common/thread_annotations.h"
 #include "engines/cma/cma_config.h"
 #include "engines/cma/cma_cookie.h"
 #include "engines/cma/cma_mapping.h"
@@ -92,43 +94,48 @@ class CmaLane final : public Lane {
   // lane may try. When the peer's notification socket can be duplicated,
   // the peer takes our notifications.
   [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
-                               Connected* out) override;
-  [[nodiscard]] Status disconnect(LanePeer* peer) override;
+                               Connected* out) override EXCLUDES(peers_mu_, copy_mu_);
+  [[nodiscard]] Status disconnect(LanePeer* peer) override EXCLUDES(peers_mu_, copy_mu_);
   // One WRITE, READ (the peer's blocks into ours) or notification alone (no
   // runs: the copy is the cookie reads alone, then the message).
-  [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
+  [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override
+      EXCLUDES(pool_mu_, copy_mu_);
   // The notifications peers on this host sent us (engine.h's contract).
-  void take_notifications(std::vector<Notification>* out) override;
+  void take_notifications(std::vector<Notification>* out) override EXCLUDES(notify_mu_);
   // Copies at most one caller slice (CopyPolicy::caller_slice) of queued
   // copies on the calling thread, if any is queued.
-  void progress() override;
+  void progress() override EXCLUDES(copy_mu_);
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
-  [[nodiscard]] Status release(XferHandle xfer) override;
+  [[nodiscard]] Status release(XferHandle xfer) override EXCLUDES(pool_mu_);
 
   // Adds this lane's peers, transfers and requests (queued or running copies).
-  void add_live(HandleCounts& counts) const override;
+  void add_live(HandleCounts& counts) const override EXCLUDES(peers_mu_);
   void add_counters(std::map<std::string, std::uint64_t>& counters) const override;
 
   // kDisconnect: the peers left; kQuiesce: lets the copiers finish (or
   // cancel) what is queued and joins them; kRelease: peers reading the
   // cookie from now on find this engine gone.
-  void stop(StopStage stage) override;
+  void stop(StopStage stage) override EXCLUDES(peers_mu_, copy_mu_);
 
  private:
+  // A peer's and a transfer's fields under copy_mu_ name it through their
+  // owner (the analysis cannot tell that the owner is the lane at hand; see
+  // ours()).
   struct Peer : LanePeer, std::enable_shared_from_this<Peer> {
-    explicit Peer(CmaLane* owner) : LanePeer(owner) {}
+    explicit Peer(CmaLane* in) : LanePeer(in), owner(in) {}
+    CmaLane* const owner;
     std::string agent_name;
     std::uint64_t remote_base = 0;
     std::uint64_t remote_block_len = 0;
     pid_t pid = 0;
     std::uint64_t cookie_addr = 0;
     std::uint64_t cookie_epoch = 0;
-    int notify_fd = -1;         // our duplicate of its notification socket
+    int notify_fd = -1;  // our duplicate of its notification socket
     // Its pool, mapped here when it is a SharedPool (copies are then
     // memcpy); unmapped when the last transfer lets go of the peer.
     PeerPoolMapping mapping;
-    int copies = 0;             // queued or running copies; under copy_mu_
-    bool disconnected = false;  // under copy_mu_
+    int copies GUARDED_BY(owner->copy_mu_) = 0;  // queued or running copies
+    bool disconnected GUARDED_BY(owner->copy_mu_) = false;
     // Set once a copy found the peer gone; read anywhere.
     std::atomic<bool> gone{false};
     // When a copy last read its cookie back (steady clock, ns), for
@@ -139,7 +146,8 @@ class CmaLane final : public Lane {
   // A transfer handle. Owned by the core until release(), and by the copier
   // that finishes it; whichever lets go last returns it to the pool.
   struct Xfer : LaneXfer {
-    explicit Xfer(CmaLane* owner) : LaneXfer(owner) {}
+    explicit Xfer(CmaLane* in) : LaneXfer(in), owner(in) {}
+    CmaLane* const owner;
     std::shared_ptr<Peer> peer;
     TransferId id = 0;
     bool read = false;  // a READ (the peer's blocks into ours), else a WRITE
@@ -154,16 +162,26 @@ class CmaLane final : public Lane {
     // keep their capacity when the handle is reused.
     std::vector<iovec> local_iov;
     std::vector<iovec> remote_iov;
-    Xfer* next_copy = nullptr;
-    // Under copy_mu_: iovecs [next_iov, end_iov) are not claimed yet
-    // (copiers claim from the front, callers from the back, where a claim
-    // may shorten the last iovec by its tail); the chunks claimed and still
-    // copying, and the first chunk's failure.
-    std::size_t next_iov = 0;
-    std::size_t end_iov = 0;
-    int running = 0;
-    Status chunk_error = Status::kSuccess;
+    Xfer* next_copy GUARDED_BY(owner->copy_mu_) = nullptr;
+    // Iovecs [next_iov, end_iov) are not claimed yet (copiers claim from
+    // the front, callers from the back, where a claim may shorten the last
+    // iovec by its tail); the chunks claimed and still copying, and the
+    // first chunk's failure.
+    std::size_t next_iov GUARDED_BY(owner->copy_mu_) = 0;
+    std::size_t end_iov GUARDED_BY(owner->copy_mu_) = 0;
+    int running GUARDED_BY(owner->copy_mu_) = 0;
+    Status chunk_error GUARDED_BY(owner->copy_mu_) = Status::kSuccess;
   };
+  // A peer or transfer of this lane: holding our copy_mu_ is holding its
+  // owner's. Tells the analysis so, which cannot see that the owner is
+  // `this` (and keeps believing it until the caller's scope ends, unlock or
+  // not: call it in a scope that holds the lock throughout).
+  void ours(const Peer& peer) const REQUIRES(copy_mu_) ASSERT_CAPABILITY(peer.owner->copy_mu_) {
+    if (peer.owner != this) std::abort();
+  }
+  void ours(const Xfer& xfer) const REQUIRES(copy_mu_) ASSERT_CAPABILITY(xfer.owner->copy_mu_) {
+    if (xfer.owner != this) std::abort();
+  }
 
   // cma_lane.cc: peers, posts, handles, notifications.
   // Maps the peer's pool when it declares one we can map (cma_mapping.h);
@@ -171,8 +189,8 @@ class CmaLane final : public Lane {
   void map_pool(Peer& peer, const Declaration& declared);
   // Sends a finished transfer's notification; kSuccess, or why not.
   Status send_notification(Peer& peer, Xfer& xfer);
-  Xfer* acquire_xfer();
-  void unref(Xfer* xfer);
+  Xfer* acquire_xfer() EXCLUDES(pool_mu_);
+  void unref(Xfer* xfer) EXCLUDES(pool_mu_);
   static Xfer* from_handle(XferHandle handle) {
     return static_cast<Xfer*>(reinterpret_cast<LaneXfer*>(handle));
   }
@@ -182,10 +200,10 @@ class CmaLane final : public Lane {
   static constexpr std::size_t kMaxIov = 1024;
   // A copier claims at most this many bytes, and kMaxIov iovecs, at a time.
   static constexpr std::size_t kChunkBytes = CopyPolicy::kChunkBytes;
-  void start_copiers();
+  void start_copiers() EXCLUDES(copy_mu_);
   // Lets the copiers finish (or cancel) what is queued and joins them.
-  void stop_copiers();
-  void copier_loop();
+  void stop_copiers() EXCLUDES(copy_mu_);
+  void copier_loop() EXCLUDES(copy_mu_);
   // What one thread claimed of a transfer: iovecs of its lists, or (a
   // caller's claim) the tail of one, held here (so a Claim stays put).
   struct Claim {
@@ -198,11 +216,18 @@ class CmaLane final : public Lane {
     iovec local_tail{};
     iovec remote_tail{};
   };
-  static void claim_front(Xfer& xfer, Claim* claim);
-  static void claim_back(Xfer& xfer, std::size_t max_bytes, Claim* claim);
+  static void claim_front(Xfer& xfer, Claim* claim) REQUIRES(xfer.owner->copy_mu_);
+  static void claim_back(Xfer& xfer, std::size_t max_bytes, Claim* claim)
+      REQUIRES(xfer.owner->copy_mu_);
   // Claims a chunk of the transfer at the head of the queue (a copier's from
-  // its front, a caller's from its back) and copies it. Returns the bytes.
-  std::size_t run_chunk(std::unique_lock<std::mutex>& lock, bool caller);
+  // its front, a caller's from its back) and copies it, with copy_mu_
+  // released meanwhile. Returns the bytes.
+  std::size_t run_chunk(bool caller) REQUIRES(copy_mu_);
+  // run_chunk's steps under copy_mu_: the claim (the head transfer, and
+  // whether its chunk is to be cancelled rather than copied), and a chunk's
+  // end (true when it was the transfer's last, with the transfer's result).
+  Xfer* claim_chunk(bool caller, Claim* claim, bool* cancelled) REQUIRES(copy_mu_);
+  bool end_chunk(Xfer& xfer, Status result, Status* final_result) REQUIRES(copy_mu_);
   // `caller`: a caller's slice, which may skip a fresh cookie read.
   Status run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote,
                   bool caller = false);
@@ -226,23 +251,25 @@ class CmaLane final : public Lane {
 
   // The peers connected and not yet disconnected (a post finds its peer
   // through its handle; this is for counts and for stop()).
-  mutable std::mutex peers_mu_;
-  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_;
+  // Each of the lane's locks is taken alone: none is held while another is
+  // taken.
+  mutable Mutex peers_mu_;
+  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
 
   // Copier threads, started with the first peer.
-  std::mutex copy_mu_;
+  Mutex copy_mu_;
   std::condition_variable copy_cv_;       // a copy was queued, or stop
   std::condition_variable copy_done_cv_;  // a peer's copies dropped to zero
-  Xfer* copy_head_ = nullptr;
-  Xfer* copy_tail_ = nullptr;
+  Xfer* copy_head_ GUARDED_BY(copy_mu_) = nullptr;
+  Xfer* copy_tail_ GUARDED_BY(copy_mu_) = nullptr;
   std::atomic<bool> copies_queued_{false};  // copy_head_ != nullptr, read without copy_mu_
-  bool copiers_stop_ = false;
-  std::vector<std::thread> copiers_;
+  bool copiers_stop_ GUARDED_BY(copy_mu_) = false;
+  std::vector<std::thread> copiers_ GUARDED_BY(copy_mu_);
 
   // Transfer handles: a pool that only grows to the peak number in flight.
-  std::mutex pool_mu_;
-  std::deque<Xfer> xfers_;
-  std::vector<Xfer*> free_xfers_;
+  Mutex pool_mu_;
+  std::deque<Xfer> xfers_ GUARDED_BY(pool_mu_);
+  std::vector<Xfer*> free_xfers_ GUARDED_BY(pool_mu_);
 
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
@@ -263,8 +290,8 @@ class CmaLane final : public Lane {
   // past that a send fails (the sender's transfer fails: nothing dropped).
   int notify_rx_ = -1;
   int notify_tx_ = -1;
-  std::mutex notify_mu_;  // take_notifications' reads
-  std::vector<std::uint8_t> notify_buffer_;
+  Mutex notify_mu_;  // take_notifications' reads
+  std::vector<std::uint8_t> notify_buffer_ GUARDED_BY(notify_mu_);
   // Slices progress() copied on callers' threads, and the largest, in bytes.
   std::atomic<std::uint64_t> caller_slices_{0};
   std::atomic<std::uint64_t> caller_slice_max_bytes_{0};

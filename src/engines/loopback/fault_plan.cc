@@ -27,40 +27,42 @@ Status pop_or_success(std::deque<Status>& queue) {
 
 namespace kvxfer::loopback {
 
+using internal::MutexLock;
+
 void FaultPlan::fail_next_posts(Status status, int count) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   push_n(script_.post_failures_, status, count);
 }
 
 void FaultPlan::fail_next_posts_partway(Status status, int started, int count) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   for (int i = 0; i < count; ++i) script_.partway_failures_.emplace_back(status, started);
 }
 
 void FaultPlan::fail_checks(TransferId id, Status status) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   script_.check_errors_[id] = status;
 }
 
 void FaultPlan::clear_check_error(TransferId id) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   script_.check_errors_.erase(id);
 }
 
 void FaultPlan::finish_with(TransferId id, Status status) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   script_.final_states_[id] = status;
 }
 
 void FaultPlan::hold_next(int count) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   if (count > 0) script_.holds_pending_ += count;
 }
 
 void FaultPlan::land(TransferId id) {
   std::function<void(TransferId)> lander;
   {
-    std::lock_guard lock(script_.mu_);
+    MutexLock lock(script_.mu_);
     script_.landed_.insert(id);
     lander = script_.lander_;
   }
@@ -70,50 +72,50 @@ void FaultPlan::land(TransferId id) {
 }
 
 void FaultPlan::fail_next_releases(Status status, int count) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   push_n(script_.release_failures_, status, count);
 }
 
 void FaultPlan::fail_next_connects(Status status, int count) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   push_n(script_.connect_failures_, status, count);
 }
 
 void FaultPlan::fail_next_disconnects(Status status, int count) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   push_n(script_.disconnect_failures_, status, count);
 }
 
 void FaultPlan::disconnect(const std::string& agent_name) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   script_.disconnected_.insert(agent_name);
 }
 
 void FaultPlan::reconnect(const std::string& agent_name) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   script_.disconnected_.erase(agent_name);
 }
 
 void FaultPlan::set_connect_delay_ms(int delay_ms) {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   script_.connect_delay_ms_ = delay_ms > 0 ? delay_ms : 0;
 }
 
 void FaultPlan::pause_disconnects() {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   script_.disconnects_paused_ = true;
 }
 
 void FaultPlan::resume_disconnects() {
   {
-    std::lock_guard lock(script_.mu_);
+    MutexLock lock(script_.mu_);
     script_.disconnects_paused_ = false;
   }
   script_.disconnects_resumed_.notify_all();
 }
 
 std::uint64_t FaultPlan::check_count() const {
-  std::lock_guard lock(script_.mu_);
+  MutexLock lock(script_.mu_);
   return script_.checks_;
 }
 
@@ -122,7 +124,7 @@ std::uint64_t FaultPlan::check_count() const {
 namespace kvxfer::internal {
 
 FaultScript::PostDecision FaultScript::on_post(const std::string& peer_agent) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // A gone peer fails every post without using up the scripted failures or
   // holds meant for later posts.
   if (disconnected_.contains(peer_agent)) return {Status::kRemoteDisconnect, false};
@@ -145,7 +147,7 @@ FaultScript::PostDecision FaultScript::on_post(const std::string& peer_agent) {
 }
 
 Status FaultScript::check_error(TransferId id, const std::string& peer_agent) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++checks_;
   if (const auto it = check_errors_.find(id); it != check_errors_.end()) return it->second;
   if (disconnected_.contains(peer_agent)) return Status::kRemoteDisconnect;
@@ -153,51 +155,51 @@ Status FaultScript::check_error(TransferId id, const std::string& peer_agent) {
 }
 
 Status FaultScript::final_state(TransferId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto it = final_states_.find(id);
   return it == final_states_.end() ? Status::kSuccess : it->second;
 }
 
 bool FaultScript::landing_requested(TransferId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return landed_.contains(id);
 }
 
 void FaultScript::forget(TransferId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   check_errors_.erase(id);
   final_states_.erase(id);
   landed_.erase(id);
 }
 
 Status FaultScript::on_release() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return pop_or_success(release_failures_);
 }
 
 Status FaultScript::on_connect(const std::string& peer_agent) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (disconnected_.contains(peer_agent)) return Status::kRemoteDisconnect;
   return pop_or_success(connect_failures_);
 }
 
 Status FaultScript::on_disconnect() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return pop_or_success(disconnect_failures_);
 }
 
 void FaultScript::wait_while_disconnects_paused() {
-  std::unique_lock lock(mu_);
-  disconnects_resumed_.wait(lock, [this] { return !disconnects_paused_; });
+  MutexLock lock(mu_);
+  while (disconnects_paused_) lock.wait(disconnects_resumed_);
 }
 
 int FaultScript::connect_delay_ms() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return connect_delay_ms_;
 }
 
 void FaultScript::set_lander(std::function<void(TransferId)> lander) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   lander_ = std::move(lander);
 }
 

@@ -9,11 +9,12 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "kvxfer/loopback.h"
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
@@ -36,43 +37,45 @@ class FaultScript {
     // A failed post's blocks issued before it failed (fail_next_posts_partway).
     int started = 0;
   };
-  PostDecision on_post(const std::string& peer_agent);
+  PostDecision on_post(const std::string& peer_agent) EXCLUDES(mu_);
   // The check error scripted for `id`, else REMOTE_DISCONNECT when
   // `peer_agent` is disconnected, else kSuccess. Counts one state check.
-  Status check_error(TransferId id, const std::string& peer_agent);
+  Status check_error(TransferId id, const std::string& peer_agent) EXCLUDES(mu_);
   // Scripted final state of `id`, or kSuccess.
-  Status final_state(TransferId id);
-  bool landing_requested(TransferId id);
-  void forget(TransferId id);
-  Status on_release();
-  Status on_connect(const std::string& peer_agent);
-  Status on_disconnect();
+  Status final_state(TransferId id) EXCLUDES(mu_);
+  bool landing_requested(TransferId id) EXCLUDES(mu_);
+  void forget(TransferId id) EXCLUDES(mu_);
+  Status on_release() EXCLUDES(mu_);
+  Status on_connect(const std::string& peer_agent) EXCLUDES(mu_);
+  Status on_disconnect() EXCLUDES(mu_);
   // Returns once disconnects are not paused (FaultPlan::pause_disconnects).
-  void wait_while_disconnects_paused();
-  int connect_delay_ms();
+  void wait_while_disconnects_paused() EXCLUDES(mu_);
+  int connect_delay_ms() EXCLUDES(mu_);
   // The engine's hook for land(): called (outside the script's lock) with the
   // id, so bytes land when the test says so, without waiting for a check.
-  void set_lander(std::function<void(TransferId)> lander);
+  void set_lander(std::function<void(TransferId)> lander) EXCLUDES(mu_);
 
  private:
   friend class loopback::FaultPlan;  // writes the script
 
-  mutable std::mutex mu_;
+  // Taken alone, or under the loopback engine's lock (its hooks); the
+  // lander runs outside it.
+  mutable Mutex mu_;
   std::condition_variable disconnects_resumed_;
-  bool disconnects_paused_ = false;
-  std::deque<Status> post_failures_;
-  std::deque<std::pair<Status, int>> partway_failures_;  // status, blocks started
-  std::deque<Status> release_failures_;
-  std::deque<Status> connect_failures_;
-  std::deque<Status> disconnect_failures_;
-  int holds_pending_ = 0;
-  std::map<TransferId, Status> check_errors_;
-  std::map<TransferId, Status> final_states_;
-  std::set<TransferId> landed_;
-  std::set<std::string> disconnected_;
-  int connect_delay_ms_ = 0;
-  std::uint64_t checks_ = 0;
-  std::function<void(TransferId)> lander_;
+  bool disconnects_paused_ GUARDED_BY(mu_) = false;
+  std::deque<Status> post_failures_ GUARDED_BY(mu_);
+  std::deque<std::pair<Status, int>> partway_failures_ GUARDED_BY(mu_);  // status, blocks started
+  std::deque<Status> release_failures_ GUARDED_BY(mu_);
+  std::deque<Status> connect_failures_ GUARDED_BY(mu_);
+  std::deque<Status> disconnect_failures_ GUARDED_BY(mu_);
+  int holds_pending_ GUARDED_BY(mu_) = 0;
+  std::map<TransferId, Status> check_errors_ GUARDED_BY(mu_);
+  std::map<TransferId, Status> final_states_ GUARDED_BY(mu_);
+  std::set<TransferId> landed_ GUARDED_BY(mu_);
+  std::set<std::string> disconnected_ GUARDED_BY(mu_);
+  int connect_delay_ms_ GUARDED_BY(mu_) = 0;
+  std::uint64_t checks_ GUARDED_BY(mu_) = 0;
+  std::function<void(TransferId)> lander_ GUARDED_BY(mu_);
   loopback::FaultPlan plan_{*this};
 };
 

@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "engine.h"
 #include "engines/loopback/fault_script.h"
 #include "kvxfer/loopback.h"
@@ -47,11 +49,13 @@ struct Pool {
   std::uint64_t cookie = 0;
   std::atomic<bool> alive{true};
   // Writers copy under a shared lock; the owner's shutdown takes it
-  // exclusively, so no copy is still running once shutdown returns.
+  // exclusively, so no copy is still running once shutdown returns. It
+  // guards the pool's life (alive, and the user's memory), not a field, so
+  // it stays a plain std::shared_mutex.
   std::shared_mutex copy_mu;
   // Notifications delivered to the owner, until it takes them.
-  std::mutex notes_mu;
-  std::deque<Notification> notes;
+  Mutex notes_mu;
+  std::deque<Notification> notes GUARDED_BY(notes_mu);
 };
 
 // The process-global directory of live loopback agents, by agent key.
@@ -62,37 +66,37 @@ class PoolRegistry {
     return registry;
   }
 
-  std::uint64_t add(std::shared_ptr<Pool> pool) {
-    std::lock_guard lock(mu_);
+  std::uint64_t add(std::shared_ptr<Pool> pool) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     const std::uint64_t key = next_key_++;
     pools_.emplace(key, std::move(pool));
     return key;
   }
 
-  void remove(std::uint64_t key) {
-    std::lock_guard lock(mu_);
+  void remove(std::uint64_t key) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     pools_.erase(key);
   }
 
   // The live pool under `key` whose cookie matches, else nullptr: a key of
   // a closed agent never reaches a newer one.
-  std::shared_ptr<Pool> find(std::uint64_t key, std::uint64_t cookie) {
-    std::lock_guard lock(mu_);
+  std::shared_ptr<Pool> find(std::uint64_t key, std::uint64_t cookie) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     const auto it = pools_.find(key);
     if (it == pools_.end() || it->second->cookie != cookie) return nullptr;
     return it->second;
   }
 
  private:
-  std::mutex mu_;
-  std::uint64_t next_key_ = 1;
-  std::unordered_map<std::uint64_t, std::shared_ptr<Pool>> pools_;
+  Mutex mu_;
+  std::uint64_t next_key_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Pool>> pools_ GUARDED_BY(mu_);
 };
 
 std::uint64_t random_cookie() {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::lock_guard lock(mu);
+  static Mutex mu;
+  static std::mt19937_64 rng GUARDED_BY(mu){std::random_device{}()};
+  MutexLock lock(mu);
   return rng();
 }
 
@@ -177,7 +181,7 @@ class LoopbackEngine final : public Engine {
                                 remote.agent_name));
     }
 
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (shut_down_) return refuse(Status::kNotAllowed, "this transport is closing");
     const PeerHandle handle = next_peer_++;
     peers_.emplace(handle, Peer{std::move(pool), remote.agent_name});
@@ -190,7 +194,7 @@ class LoopbackEngine final : public Engine {
     // A paused teardown stands in for one waiting on a frozen peer; it waits
     // unlocked, as a real engine's does.
     plan_.wait_while_disconnects_paused();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto it = peers_.find(peer);
     if (it == peers_.end()) return Status::kInvalidParam;
     // Closing the endpoint ends every WRITE still posted through it: none of
@@ -218,13 +222,13 @@ class LoopbackEngine final : public Engine {
   }
 
   void take_notifications(std::vector<Notification>* out) override {
-    std::lock_guard lock(local_->notes_mu);
+    MutexLock lock(local_->notes_mu);
     for (Notification& n : local_->notes) out->push_back(std::move(n));
     local_->notes.clear();
   }
 
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Slot* slot = live_slot(xfer);
     if (slot == nullptr) return Status::kInvalidParam;
     if (slot->forced != Status::kSuccess) {
@@ -252,7 +256,7 @@ class LoopbackEngine final : public Engine {
   }
 
   [[nodiscard]] Status release(XferHandle xfer) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Slot* slot = live_slot(xfer);
     if (slot == nullptr) return Status::kInvalidParam;
     if (const Status scripted = plan_.on_release(); scripted != Status::kSuccess) {
@@ -274,7 +278,7 @@ class LoopbackEngine final : public Engine {
   }
 
   [[nodiscard]] HandleCounts live() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     HandleCounts counts;
     counts.memory_registrations = shut_down_ ? 0 : 1;
     counts.peers = peers_.size();
@@ -287,7 +291,7 @@ class LoopbackEngine final : public Engine {
   void shutdown() override {
     // A paused teardown stands in for a real engine's drain (up to seconds).
     plan_.wait_while_disconnects_paused();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
     {
@@ -341,8 +345,8 @@ class LoopbackEngine final : public Engine {
   // One WRITE (our blocks into the peer's), READ (the peer's into ours) or
   // notification alone (no runs); the fault plan scripts them alike.
   Status post_runs(Op op, PeerHandle peer, TransferId id, std::span<const BlockRun> runs,
-                   XferHandle* out, std::span<const std::uint8_t> notify) {
-    std::lock_guard lock(mu_);
+                   XferHandle* out, std::span<const std::uint8_t> notify) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (shut_down_) return Status::kNotAllowed;
     const auto it = peers_.find(peer);
     if (it == peers_.end()) return Status::kInvalidParam;  // not a handle of ours
@@ -395,11 +399,11 @@ class LoopbackEngine final : public Engine {
   static XferHandle handle_of_slot(std::uint32_t index, std::uint32_t generation) {
     return (XferHandle{generation} << 32) | (XferHandle{index} + 1);
   }
-  XferHandle handle_of(std::uint32_t index) const {
+  XferHandle handle_of(std::uint32_t index) const REQUIRES(mu_) {
     return handle_of_slot(index, slots_[index].generation);
   }
 
-  Slot* live_slot(XferHandle xfer) {
+  Slot* live_slot(XferHandle xfer) REQUIRES(mu_) {
     const std::uint64_t low = xfer & 0xffffffffu;
     if (low == 0 || low > slots_.size()) return nullptr;
     Slot& slot = slots_[low - 1];
@@ -410,7 +414,7 @@ class LoopbackEngine final : public Engine {
     return &slot;
   }
 
-  std::uint32_t acquire_slot() {
+  std::uint32_t acquire_slot() REQUIRES(mu_) {
     std::uint32_t index;
     if (!free_.empty()) {
       index = free_.back();
@@ -428,20 +432,20 @@ class LoopbackEngine final : public Engine {
     return index;
   }
 
-  void free_slot(std::uint32_t index) {
+  void free_slot(std::uint32_t index) REQUIRES(mu_) {
     Slot& slot = slots_[index];
     slot.in_use = false;
     ++slot.generation;
     free_.push_back(index);
   }
 
-  void recycle_if_done(Slot& slot) {
+  void recycle_if_done(Slot& slot) REQUIRES(mu_) {
     if (!slot.released || slot.pending) return;
     plan_.forget(slot.id);
     free_slot(static_cast<std::uint32_t>(&slot - slots_.data()));
   }
 
-  void finish_pending(Slot& slot, Status state) {
+  void finish_pending(Slot& slot, Status state) REQUIRES(mu_) {
     slot.pending = false;
     slot.forced = state;
     --pending_;
@@ -488,7 +492,7 @@ class LoopbackEngine final : public Engine {
   // A full queue refuses it and fails the transfer (the bytes are there).
   void deliver(Slot& slot, Pool& target) {
     if (slot.notify.empty() || plan_.final_state(slot.id) != Status::kSuccess) return;
-    std::lock_guard lock(target.notes_mu);
+    MutexLock lock(target.notes_mu);
     if (!target.alive.load() || target.notes.size() >= kMaxQueuedNotifications) {
       slot.forced = Status::kBackend;
       return;
@@ -497,7 +501,7 @@ class LoopbackEngine final : public Engine {
   }
 
   // Writes a held transfer's bytes now (if its target is still there).
-  void land_locked(Slot& slot) {
+  void land_locked(Slot& slot) REQUIRES(mu_) {
     const auto it = peers_.find(slot.peer);
     if (it != peers_.end() && copy_blocks(slot.op, *it->second.pool, slot.runs)) {
       deliver(slot, *it->second.pool);
@@ -507,8 +511,8 @@ class LoopbackEngine final : public Engine {
     recycle_if_done(slot);
   }
 
-  void land(TransferId id) {
-    std::lock_guard lock(mu_);
+  void land(TransferId id) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (shut_down_) return;
     for (Slot& slot : slots_) {
       if (slot.in_use && slot.pending && slot.id == id) {
@@ -524,14 +528,16 @@ class LoopbackEngine final : public Engine {
   std::uint64_t key_ = 0;
   FaultScript plan_;  // what the user scripted through plan_.plan()
 
-  mutable std::mutex mu_;
-  bool shut_down_ = false;
-  PeerHandle next_peer_ = 1;
-  std::unordered_map<PeerHandle, Peer> peers_;
-  std::vector<Slot> slots_;
-  std::vector<std::uint32_t> free_;
-  std::uint64_t live_transfers_ = 0;
-  std::uint64_t pending_ = 0;
+  // Taken before the plan's own lock (plan_'s hooks run under it), never
+  // after it: FaultPlan::land calls land() outside the plan's lock.
+  mutable Mutex mu_;
+  bool shut_down_ GUARDED_BY(mu_) = false;
+  PeerHandle next_peer_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<PeerHandle, Peer> peers_ GUARDED_BY(mu_);
+  std::vector<Slot> slots_ GUARDED_BY(mu_);
+  std::vector<std::uint32_t> free_ GUARDED_BY(mu_);
+  std::uint64_t live_transfers_ GUARDED_BY(mu_) = 0;
+  std::uint64_t pending_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

@@ -41,28 +41,22 @@ std::uint64_t this_thread_id() {
 
 }  // namespace
 
-// One thread at a time inside the worker.
-class UcxDriver::Turn {
+bool UcxTurn::here() const { return inside_.load(std::memory_order_acquire) == this_thread_id(); }
+
+void UcxTurn::enter() {
+  if (inside_.exchange(this_thread_id(), std::memory_order_acq_rel) != 0) count_overlap();
+}
+
+// Holds the turn for a scope.
+class SCOPED_CAPABILITY UcxDriver::Turn {
  public:
-  explicit Turn(UcxDriver& d) : d_(d), lock_(d.turn_mu_) { enter(); }
-  Turn(UcxDriver& d, std::try_to_lock_t) : d_(d), lock_(d.turn_mu_, std::try_to_lock) {
-    if (lock_) enter();
-  }
-  ~Turn() {
-    if (lock_) d_.inside_.store(0, std::memory_order_release);
-  }
+  explicit Turn(UcxTurn& turn) ACQUIRE(turn) : turn_(turn) { turn_.acquire(); }
+  ~Turn() RELEASE() { turn_.release(); }
   Turn(const Turn&) = delete;
   Turn& operator=(const Turn&) = delete;
-  [[nodiscard]] bool held() const { return lock_.owns_lock(); }
 
  private:
-  void enter() {
-    if (d_.inside_.exchange(this_thread_id(), std::memory_order_acq_rel) != 0) {
-      d_.overlaps_.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  UcxDriver& d_;
-  std::unique_lock<std::mutex> lock_;
+  UcxTurn& turn_;
 };
 
 UcxDriver::UcxDriver(std::string agent_name, const std::map<std::string, std::string>& overrides)
@@ -111,8 +105,8 @@ void UcxDriver::set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg
 }
 
 bool UcxDriver::check_turn() {
-  if (inside_.load(std::memory_order_acquire) == this_thread_id()) return true;
-  if (overlaps_.fetch_add(1, std::memory_order_relaxed) == 0) {
+  if (turn_.here()) return true;
+  if (turn_.count_overlap()) {
     log().error("kvxfer ucx {}: a thread without the driver's turn is inside the worker",
                 agent_name_);
   }
@@ -122,7 +116,7 @@ bool UcxDriver::check_turn() {
 void UcxDriver::submit(Command command) {
   bool wake_thread = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     queue_.push_back(command);
     queued_.store(true, std::memory_order_relaxed);
     wake_thread = std::exchange(idle_, false);
@@ -140,7 +134,7 @@ void UcxDriver::wake() {
 
 bool UcxDriver::run_queue() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     idle_ = false;
     queued_.store(false, std::memory_order_relaxed);
     if (queue_.empty()) return false;
@@ -153,16 +147,16 @@ bool UcxDriver::run_queue() {
 
 bool UcxDriver::drive(std::chrono::nanoseconds budget) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (thread_running_ || !worker_) return false;
   }
-  Turn turn(*this, std::try_to_lock);
-  if (!turn.held()) return false;
+  if (!turn_.try_acquire()) return false;
   run_queue();
   const auto end = Clock::now() + budget;
   for (unsigned n = 1; ucp_worker_progress(worker_.get()) != 0; ++n) {
     if (n % 8 == 0 && Clock::now() > end) break;
   }
+  turn_.release();
   return true;
 }
 
@@ -181,7 +175,7 @@ void UcxDriver::start_thread() {
     }
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = false;
     thread_running_ = true;
   }
@@ -200,7 +194,7 @@ void UcxDriver::loop() {
     bool busy = false;
     ucs_status_t armed = UCS_OK;
     {
-      Turn turn(*this);
+      Turn turn(turn_);
       worked = run_queue();
       const auto end = Clock::now() + kThreadBudget;
       for (unsigned n = 1; ucp_worker_progress(worker_.get()) != 0; ++n) {
@@ -215,7 +209,7 @@ void UcxDriver::loop() {
     }
     empty_wakeups = worked || !worker_woke ? 0 : empty_wakeups + 1;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stop_) return;
       // More to do, events since the arm, or commands: go round.
       if (busy || armed == UCS_ERR_BUSY || !queue_.empty()) continue;
@@ -247,14 +241,14 @@ void UcxDriver::loop() {
 void UcxDriver::stop_thread() {
   if (thread_.joinable()) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
     wake();
     thread_.join();
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     thread_running_ = false;
     idle_ = false;
   }
@@ -264,7 +258,7 @@ void UcxDriver::stop_thread() {
 void UcxDriver::destroy() {
   stop_thread();
   if (worker_) {
-    Turn turn(*this);
+    Turn turn(turn_);
     run_queue();
     // UCX 1.13 asserts in ucp_worker_destroy when a wireup message (the
     // reply to a peer that just connected) is still pending: a flush first

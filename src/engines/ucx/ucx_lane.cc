@@ -107,7 +107,7 @@ Status UcxLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   }
   live_peers_.fetch_add(1, std::memory_order_relaxed);
   out->peer = job.ep.get();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   peers_.emplace(job.ep.get(), std::move(job.ep));
   return Status::kSuccess;
 }
@@ -122,7 +122,7 @@ void UcxLane::run_connect(void* arg) {
     job.reason = std::move(why);
     lane.driver_.finish([&] { job.done = true; });
   };
-  const auto abandon = [&] {
+  const auto abandon = [&]() REQUIRES(lane.driver_.turn()) {
     ep.keep = job.ep;
     if (!ep.close(&UcxLane::on_closed, &ep)) lane.end_close(ep);
   };
@@ -153,7 +153,7 @@ void UcxLane::run_connect(void* arg) {
 Status UcxLane::disconnect(LanePeer* handle) {
   std::shared_ptr<Endpoint> ep;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto it = peers_.find(handle);
     if (it == peers_.end()) return Status::kNotFound;
     ep = std::move(it->second);
@@ -208,7 +208,7 @@ Status UcxLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   if (ep->error() != UCS_OK) return Status::kRemoteDisconnect;
   Xfer* x = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (free_xfers_.empty()) {
       x = &xfers_.emplace_back(this);
       x->slot = static_cast<std::uint32_t>(xfers_.size() - 1);
@@ -237,7 +237,7 @@ Status UcxLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
 void UcxLane::unref(Xfer* x) {
   if (x->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   x->ep.reset();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   free_xfers_.push_back(x);
 }
 
@@ -378,7 +378,7 @@ void UcxLane::fail_awaiting(Endpoint& ep, ucs_status_t status) {
 void UcxLane::add_live(HandleCounts& counts) const {
   counts.memory_registrations += memh_ != nullptr ? 1 : 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     counts.peers += peers_.size();
   }
   counts.remote_keys += live_peers_.load(std::memory_order_relaxed);
@@ -419,7 +419,7 @@ void UcxLane::stop_accepting() {
 void UcxLane::disconnect_left() {
   std::vector<LanePeer*> left;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [handle, ep] : peers_) left.push_back(handle);
   }
   disconnect_all(left, agent_name_);
@@ -435,7 +435,7 @@ void UcxLane::run_unmap(void* arg) {
 }
 
 void UcxLane::release_pool() {
-  if (memh_ == nullptr || driver_.worker() == nullptr) return;
+  if (memh_ == nullptr || !driver_.has_worker()) return;
   // The last sends and acks end first (bounded).
   if (!driver_.wait([&] { return live_requests_.load(std::memory_order_relaxed) == 0; },
                     Clock::now() + kCloseTimeout)) {

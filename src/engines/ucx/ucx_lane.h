@@ -28,11 +28,12 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "engine.h"
 #include "engines/fence_table.h"
 #include "engines/inbox.h"
@@ -68,25 +69,27 @@ class UcxLane final : public Lane {
   // The peer runs the lane too, and both sides have an RDMA device, or the
   // tcp lane cannot serve it (ours does not run, or it has none): forcing
   // UCX's tcp transport stays possible for tests.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote,
-                               const wire::PeerBlob& blob) const override;
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
+  // connect, disconnect and stop wait for the driver, so never run in its
+  // turn (a UCX callback).
   [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
-                               Connected* out) override;
-  [[nodiscard]] Status disconnect(LanePeer* peer) override;
-  [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
-  void take_notifications(std::vector<Notification>* out) override;
+                               Connected* out) override EXCLUDES(mu_, driver_.turn());
+  [[nodiscard]] Status disconnect(LanePeer* peer) override EXCLUDES(mu_, driver_.turn());
+  [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override
+      EXCLUDES(mu_);
+  void take_notifications(std::vector<Notification>* out) override EXCLUDES(mu_);
   // Without a progress thread: the caller's turn at driving UCX.
-  void progress() override;
+  void progress() override EXCLUDES(driver_.turn());
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
-  [[nodiscard]] Status release(XferHandle xfer) override;
+  [[nodiscard]] Status release(XferHandle xfer) override EXCLUDES(mu_);
   [[nodiscard]] const char* detail(XferHandle xfer) const override;
-  void add_live(HandleCounts& counts) const override;
+  void add_live(HandleCounts& counts) const override EXCLUDES(mu_);
   void add_counters(std::map<std::string, std::uint64_t>& counters) const override;
 
   // kRefuse: refuse messages and stop the thread; kDisconnect: the peers
   // left; kQuiesce: drain requests (bounded) and unmap the pool; kRelease:
   // destroy the worker and the context.
-  void stop(StopStage stage) override;
+  void stop(StopStage stage) override EXCLUDES(mu_, driver_.turn());
 
  private:
   using Op = TransferOp;
@@ -135,37 +138,42 @@ class UcxLane final : public Lane {
     std::array<std::uint8_t, wire::kAckLen> bytes{};
   };
 
-  // Callers' side.
-  void unref(Xfer* xfer);
+  // Callers' side (and the driver's, for the last reference).
+  void unref(Xfer* xfer) EXCLUDES(mu_);
   static Xfer* from_handle(XferHandle handle) { return static_cast<Xfer*>(lane_xfer(handle)); }
   // Shutdown's steps (stop()).
-  void stop_accepting();
-  void disconnect_left();
-  void release_pool();
+  void stop_accepting() EXCLUDES(driver_.turn());
+  void disconnect_left() EXCLUDES(mu_, driver_.turn());
+  void release_pool() EXCLUDES(driver_.turn());
 
-  // The driver's side: commands, UCX calls and callbacks.
+  // The driver's side: commands, UCX calls and callbacks. The commands
+  // (run_*) and callbacks (on_*) are called through pointers, which the
+  // analysis cannot follow: each starts with driver_.check_turn(). What
+  // they call says REQUIRES(driver_.turn()).
   // ucx_lane.cc: endpoints opened and closed, a transfer's puts or gets and
   // flush, its end.
   static void run_connect(void* job);
   static void run_post(void* xfer);
   static void run_close(void* endpoint);
   static void run_unmap(void* lane);
-  void complete(Xfer* xfer, ucs_status_t status);
-  void fail_awaiting(Endpoint& ep, ucs_status_t status);
-  void end_close(Endpoint& ep);
+  void complete(Xfer* xfer, ucs_status_t status) REQUIRES(driver_.turn());
+  void fail_awaiting(Endpoint& ep, ucs_status_t status) REQUIRES(driver_.turn());
+  void end_close(Endpoint& ep) REQUIRES(driver_.turn());
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void on_flush(void* request, ucs_status_t status, void* xfer);
   static void on_closed(void* request, ucs_status_t status, void* endpoint);
   // ucx_messages.cc: the fences, notifications and acks we send, and the
   // handlers of those peers send us.
-  ucs_status_t send_fence(Endpoint& ep);
-  void send_note(Xfer* xfer);
-  void send_ack(ucp_ep_h to, Fences::Entry* entry, const wire::NotifyAck& ack);
-  [[nodiscard]] Fences::Entry* admit(std::uint64_t lineage, std::uint64_t epoch, ucp_ep_h from);
+  ucs_status_t send_fence(Endpoint& ep) REQUIRES(driver_.turn());
+  void send_note(Xfer* xfer) REQUIRES(driver_.turn());
+  void send_ack(ucp_ep_h to, Fences::Entry* entry, const wire::NotifyAck& ack)
+      REQUIRES(driver_.turn());
+  [[nodiscard]] Fences::Entry* admit(std::uint64_t lineage, std::uint64_t epoch, ucp_ep_h from)
+      REQUIRES(driver_.turn());
   static void on_note_sent(void* request, ucs_status_t status, void* xfer);
   static void on_sent(void* request, ucs_status_t status, void* lane);
   static void on_ack_sent(void* request, ucs_status_t status, void* ack);
-  static UcxLane& received(void* arg, void* data, const ucp_am_recv_param_t* param);
+  void received(void* data, const ucp_am_recv_param_t* param) ASSERT_CAPABILITY(driver_.turn());
   static ucs_status_t on_fence(void* arg, const void* header, std::size_t header_length, void* data,
                                std::size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_note(void* arg, const void* header, std::size_t header_length, void* data,
@@ -181,22 +189,24 @@ class UcxLane final : public Lane {
   const bool tcp_lane_here_;
   std::atomic<bool> accepting_{true};  // false from stop(): messages refused
 
-  // Peers and the transfer pool.
-  mutable std::mutex mu_;
-  std::unordered_map<LanePeer*, std::shared_ptr<Endpoint>> peers_;
-  std::deque<Xfer> xfers_;
-  std::vector<Xfer*> free_xfers_;
-  // Notifications peers sent, per lineage; none has a share of its own.
+  // Peers and the transfer pool. Taken by callers and inside a turn (the
+  // last unref), never across a UCX call; nothing is taken under it.
+  mutable Mutex mu_ ACQUIRED_AFTER(driver_.turn());
+  std::unordered_map<LanePeer*, std::shared_ptr<Endpoint>> peers_ GUARDED_BY(mu_);
+  std::deque<Xfer> xfers_ GUARDED_BY(mu_);
+  std::vector<Xfer*> free_xfers_ GUARDED_BY(mu_);
+  // Notifications peers sent, per lineage; none has a share of its own
+  // (engines/inbox.h, its own lock).
   Inbox<std::uint64_t> inbox_{kMaxQueuedNotificationsPerSender, kMaxQueuedNotifications};
 
   Lineages lineages_;  // our registrations of each target (engines/lineages.h)
-  // Driver only: transfers by slot (for acks), the fences peers sent us, and
-  // the acks in flight.
-  std::vector<Xfer*> slots_;
-  Fences fences_{{wire::kMaxFences, 0, kFenceLinger}};
-  std::deque<AckMsg> acks_;
-  std::vector<AckMsg*> free_acks_;
-  std::size_t acks_in_flight_ = 0;
+  // The driver's alone: transfers by slot (for acks), the fences peers sent
+  // us, and the acks in flight.
+  std::vector<Xfer*> slots_ GUARDED_BY(driver_.turn());
+  Fences fences_ GUARDED_BY(driver_.turn()){{wire::kMaxFences, 0, kFenceLinger}};
+  std::deque<AckMsg> acks_ GUARDED_BY(driver_.turn());
+  std::vector<AckMsg*> free_acks_ GUARDED_BY(driver_.turn());
+  std::size_t acks_in_flight_ GUARDED_BY(driver_.turn()) = 0;
 
   std::atomic<std::uint64_t> live_peers_{0};
   std::atomic<std::uint64_t> live_transfers_{0};

@@ -106,22 +106,21 @@ void UcxLane::on_sent(void* request, ucs_status_t /*status*/, void* arg) {
   lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// Every message handler's start: the lane, in the driver's turn, with a
-// rendezvous payload (our peers send eagerly) let go at once.
-UcxLane& UcxLane::received(void* arg, void* data, const ucp_am_recv_param_t* param) {
-  auto& lane = *static_cast<UcxLane*>(arg);
-  lane.driver_.check_turn();
+// Every message handler's start: in the driver's turn, with a rendezvous
+// payload (our peers send eagerly) let go at once.
+void UcxLane::received(void* data, const ucp_am_recv_param_t* param) {
+  driver_.check_turn();
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    ucp_am_data_release(lane.driver_.worker(), data);
+    ucp_am_data_release(driver_.worker(), data);
   }
-  return lane;
 }
 
 // Target: a fence binds its lineage's newest registration to the endpoint
 // it came on, under the name it carries.
 ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header_length, void* data,
                                std::size_t /*length*/, const ucp_am_recv_param_t* param) {
-  UcxLane& lane = received(arg, data, param);
+  UcxLane& lane = *static_cast<UcxLane*>(arg);
+  lane.received(data, param);
   lane.count(kFencesReceived);
   wire::Fence fence;
   const ucp_ep_h from = reply_ep(param);
@@ -168,7 +167,8 @@ UcxLane::Fences::Entry* UcxLane::admit(std::uint64_t lineage, std::uint64_t epoc
 // says which.
 ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_length, void* data,
                               std::size_t length, const ucp_am_recv_param_t* param) {
-  UcxLane& lane = received(arg, data, param);
+  UcxLane& lane = *static_cast<UcxLane*>(arg);
+  lane.received(data, param);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   wire::NotifyHeader h;
   const ucp_ep_h from = reply_ep(param);
@@ -244,7 +244,8 @@ void UcxLane::on_ack_sent(void* request, ucs_status_t /*status*/, void* arg) {
 // endpoint the notification went out on and echoes its sequence.
 ucs_status_t UcxLane::on_ack(void* arg, const void* header, std::size_t header_length, void* data,
                              std::size_t /*length*/, const ucp_am_recv_param_t* param) {
-  UcxLane& lane = received(arg, data, param);
+  UcxLane& lane = *static_cast<UcxLane*>(arg);
+  lane.received(data, param);
   wire::NotifyAck ack;
   Xfer* x = nullptr;
   if (wire::decode_ack(bytes_of(header, header_length), &ack) && ack.slot < lane.slots_.size()) {
