@@ -45,17 +45,23 @@ Identity::Identity() : key_(std::make_unique<Pkey>()) {
 
 Identity::~Identity() = default;
 
-bool Identity::connection_key(const IdentityKey& peer_public, bool we_initiate,
-                              IdentityKey* out) const {
+bool Identity::shared_secret(const IdentityKey& peer_public,
+                             std::array<std::uint8_t, 32>* out) const {
   std::unique_ptr<EVP_PKEY, PkeyFree> peer(EVP_PKEY_new_raw_public_key(
       EVP_PKEY_X25519, nullptr, peer_public.data(), peer_public.size()));
   if (!peer) return false;
   std::unique_ptr<EVP_PKEY_CTX, CtxFree> ctx(EVP_PKEY_CTX_new(key_->key.get(), nullptr));
+  std::size_t len = out->size();
+  return ctx && EVP_PKEY_derive_init(ctx.get()) == 1 &&
+         EVP_PKEY_derive_set_peer(ctx.get(), peer.get()) == 1 &&
+         EVP_PKEY_derive(ctx.get(), out->data(), &len) == 1 && len == out->size();
+}
+
+bool Identity::connection_key(const IdentityKey& peer_public, bool we_initiate,
+                              IdentityKey* out) const {
   std::array<std::uint8_t, 32> secret{};
-  std::size_t len = secret.size();
-  if (!ctx || EVP_PKEY_derive_init(ctx.get()) != 1 ||
-      EVP_PKEY_derive_set_peer(ctx.get(), peer.get()) != 1 ||
-      EVP_PKEY_derive(ctx.get(), secret.data(), &len) != 1 || len != secret.size()) {
+  if (!shared_secret(peer_public, &secret)) {
+    OPENSSL_cleanse(secret.data(), secret.size());
     return false;
   }
   const IdentityKey& initiator = we_initiate ? public_ : peer_public;

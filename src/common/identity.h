@@ -39,6 +39,12 @@ class Identity {
   [[nodiscard]] bool connection_key(const IdentityKey& peer_public, bool we_initiate,
                                     IdentityKey* out) const;
 
+  // The raw X25519 secret we share with the holder of `peer_public`, for a
+  // key schedule to extract keys from (engines/tcp/tcp_handshake.h); the
+  // caller wipes it. False for a public key no secret comes of.
+  [[nodiscard]] bool shared_secret(const IdentityKey& peer_public,
+                                   std::array<std::uint8_t, 32>* out) const;
+
  private:
   struct Pkey;
   std::unique_ptr<Pkey> key_;
