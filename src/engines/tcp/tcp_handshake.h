@@ -41,14 +41,15 @@
 #include <span>
 
 #include "common/identity.h"
+#include "wire/tcp_frame.h"
 
 struct evp_cipher_ctx_st;
 
 namespace kvxfer::internal::tcp {
 
-inline constexpr std::size_t kNonceLen = 32;
-inline constexpr std::size_t kProofLen = 32;
-inline constexpr std::size_t kTagLen = 16;
+inline constexpr std::size_t kNonceLen = wire::kNonceLen;
+inline constexpr std::size_t kProofLen = wire::kHelloProofLen;
+inline constexpr std::size_t kTagLen = wire::kTagLen;
 using Nonce = std::array<std::uint8_t, kNonceLen>;
 using Proof = std::array<std::uint8_t, kProofLen>;
 using FrameKey = std::array<std::uint8_t, 32>;
