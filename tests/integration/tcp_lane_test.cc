@@ -933,6 +933,30 @@ TEST(TcpHostile, AFrameWithAChangedRunIsRefused) {
   EXPECT_TRUE(pool_is_zero(t.pool()));
 }
 
+// Issue 46, item 4: a same-host peer registered over the cma lane publishes
+// no tcp key; its name is still its own on the tcp lane.
+TEST(TcpHostile, APeerOnAnotherLaneCannotBeImpersonatedOverTcp) {
+  Options both;
+  both.engine_config = {{"KVXFER_LANES", "cma,tcp"}};
+  TcpTarget t(both);
+  MappedPool carol_pool(kBlocks, kBlockLen, kGuard);
+  Options cma_only;
+  cma_only.engine_config = {{"KVXFER_LANES", "cma"}};
+  Transport carol("carol", Region{carol_pool.base(), kBlocks, kBlockLen}, cma_only);
+  t.transport().add_remote_peer("carol", carol.agent_metadata(),
+                                reinterpret_cast<std::uintptr_t>(carol_pool.base()), kBlocks,
+                                kBlockLen);
+  Client impostor(t.port());
+  impostor.send_bytes(hello(impostor, t, t.token(), 7, 1, 11, "carol"));
+  impostor.send_bytes(notify_frame(1, "forged"));
+  const auto refusal = impostor.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, wire::kStatusNotYours);
+  EXPECT_TRUE(impostor.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
+  EXPECT_EQ(t.transport().get_notifications().count("carol"), 0u);
+}
+
 // The inodes of the TCP sockets this process has listening.
 std::set<std::string> listening_socket_inodes() {
   std::set<std::string> mine;

@@ -467,9 +467,12 @@ void TcpLane::take_notifications(std::vector<Notification>* out) {
 }
 
 void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
-  if (blob.tcp_port == 0) return;
+  // Every registered name is reserved, whatever lane serves its peer: one
+  // that runs no tcp lane (port 0) has no key here, and no connection can
+  // present its name.
   std::lock_guard lock(vouched_mu_);
-  vouched_[remote.agent_name][handle] = blob.tcp_key;
+  vouched_[remote.agent_name][handle] =
+      blob.tcp_port != 0 ? std::optional<IdentityKey>(blob.tcp_key) : std::nullopt;
   vouched_names_[handle] = remote.agent_name;
 }
 
@@ -490,7 +493,7 @@ TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKe
   auto it = vouched_.find(agent_name);
   if (it == vouched_.end()) return Claim::kUnregistered;
   for (const auto& [handle, k] : it->second) {
-    if (k == key) return Claim::kRegistered;
+    if (k.has_value() && *k == key) return Claim::kRegistered;
   }
   return Claim::kImpostor;
 }

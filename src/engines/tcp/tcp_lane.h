@@ -39,7 +39,8 @@
 // keys that tag every later frame in each direction (tcp_handshake.h), so a
 // recorded hello or frame is worth nothing on another connection or later
 // on its own. The peers our owner registered (through any lane: lanes.cc
-// vouches for them) are known by agent name and key, so a connection that
+// vouches for them) are known by agent name and key (none for a peer that
+// runs no tcp lane: its name is still reserved), so a connection that
 // presents a registered peer's name with another key is refused, a
 // registered peer's notifications are queued in a share nobody else can
 // use up, and the target's tables (lineages, connections) keep room for
@@ -57,6 +58,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -126,9 +128,10 @@ class TcpLane final : public Lane {
   // The peer publishes a tcp lane.
   [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
 
-  // The peers our owner registered (any lane) whose metadata names a tcp
-  // key: `handle` is the registration's, `remote.agent_name` the peer's. A
-  // connection presenting that name must present that key; its
+  // The peers our owner registered (any lane): `handle` is the
+  // registration's, `remote.agent_name` the peer's. A connection presenting
+  // that name must present the tcp key its metadata names (none, for a peer
+  // that runs no tcp lane: then no connection may present it); its
   // notifications have the peer's own share. unvouch() when the
   // registration goes; unknown handles are ignored.
   void vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) override;
@@ -222,7 +225,9 @@ class TcpLane final : public Lane {
 
   // Registrations vouched for: by agent name, each registration's key.
   mutable std::mutex vouched_mu_;
-  std::map<std::string, std::map<PeerHandle, IdentityKey>> vouched_;
+  // No key: the registration's peer runs no tcp lane, and its name is
+  // nobody's here (no connection can prove it).
+  std::map<std::string, std::map<PeerHandle, std::optional<IdentityKey>>> vouched_;
   std::unordered_map<PeerHandle, std::string> vouched_names_;
 
   // Notifications taken from peers, oldest first, with the key of the
