@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -728,6 +729,13 @@ class Peer {
                                reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks,
                                kBlockLen);
   }
+  // We register `t` as "target" with `metadata` (its own, or one a test
+  // changed).
+  void register_target(const std::vector<std::uint8_t>& metadata, TcpTarget& t) {
+    transport_.add_remote_peer("target", metadata,
+                               reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks,
+                               kBlockLen);
+  }
   // Writes block 0 to the target's block `remote` with `message`; true once
   // done.
   bool write_with_note(std::int64_t remote, std::string_view message) {
@@ -931,6 +939,67 @@ TEST(TcpHostile, AFrameWithAChangedRunIsRefused) {
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_tag", 1));
   EXPECT_TRUE(pool_is_zero(t.pool()));
+}
+
+// The initiator's side of the same: someone who answers in the target's
+// place (on the path, or at the target's published address) without the
+// target's private key cannot welcome it. A listener of ours sends a
+// well-formed challenge and answers every hello with a welcome it cannot
+// tag; the metadata is the real target's but for the port.
+TEST(TcpHostile, AWelcomeTheTargetsKeyDidNotTagIsNotTrusted) {
+  TcpTarget t;
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  std::atomic<bool> done{false};
+  std::thread fake([listener, &done] {
+    const int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
+    std::array<std::uint8_t, wire::kNonceLen> nonce{};
+    nonce.fill(7);
+    wire::encode_challenge(challenge.data(), nonce);
+    (void)::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+    std::array<std::uint8_t, 4096> hello{};
+    (void)::recv(fd, hello.data(), hello.size(), 0);  // the hello (or part of it)
+    std::array<std::uint8_t, wire::kHeaderLen> welcome{};
+    wire::encode_header(welcome.data(), {wire::FrameType::kWelcome, 0, 0, wire::kStatusOk, 0, 0});
+    (void)::send(fd, welcome.data(), welcome.size(), MSG_NOSIGNAL);
+    // Until the initiator closes, or the test is over (had it trusted us).
+    std::array<std::uint8_t, 64> rest{};
+    while (!done.load()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1 && ::recv(fd, rest.data(), rest.size(), 0) <= 0) break;
+    }
+    close(fd);
+  });
+  wire::AgentMetadata m = wire::decode(t.transport().agent_metadata());
+  wire::PeerBlob blob;
+  ASSERT_TRUE(wire::decode_blob(m.engine_blob, &blob));
+  blob.tcp_port = ntohs(sa.sin_port);
+  wire::TcpAddress loopback;
+  loopback.bytes = {127, 0, 0, 1};
+  blob.tcp_addresses = {loopback};
+  m.engine_blob = wire::encode_blob(blob);
+  const std::vector<std::uint8_t> forged = wire::encode(m);
+  Peer alice("alice");
+  std::string what;
+  try {
+    alice.register_target(forged, t);
+  } catch (const std::runtime_error& e) {
+    what = e.what();
+  }
+  done.store(true);
+  fake.join();
+  close(listener);
+  EXPECT_NE(what.find("not tagged with the key its metadata names"), std::string::npos)
+      << (what.empty() ? "the forged welcome was trusted" : what);
 }
 
 // Issue 46, item 4: a same-host peer registered over the cma lane publishes
