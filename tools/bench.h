@@ -151,10 +151,12 @@ struct CaseResult {
   // --pool shared, writes: GB/s of the untimed write of every block before
   // the timed part (BenchInitiator::warm_mapping()); unset when none ran.
   std::optional<double> mapping_warm_gbps;
-  // Writes (unless --no-warm-pass): the case's first pass, before the
-  // steady-state part that gbps times. Every block of the initiator's pool
-  // written once, block i into the target's block i, in the case's batch
-  // and depth, through a Transport of its own (BenchInitiator::first_pass()).
+  // Unless --no-warm-pass: the case's first pass, before the steady-state
+  // part that gbps times. Every block of the initiator's pool written once
+  // into the target's (or read once from it), block i into block i, in the
+  // case's batch and depth, through a Transport of its own
+  // (BenchInitiator::first_pass()), timed once both sides' registrations
+  // have finished their pre-touch of their pools (first_pass_settle_s).
   // first_pass_gbps only when a sample of its blocks verified;
   // first_pass_fresh when no earlier transfer or warm-up of this run had
   // touched the target's pool (a target's first case), as a server's first
@@ -162,6 +164,10 @@ struct CaseResult {
   std::optional<double> first_pass_gbps;
   double first_pass_measured_gbps = 0;  // what the clock said, verified or not
   bool first_pass_fresh = false;
+  // Seconds from the first pass's registrations (the target's open, ours)
+  // until both pools' pre-touch had finished: the time a server's first
+  // transfers must come after its start-up to meet touched pools.
+  double first_pass_settle_s = 0;
   double loadavg = 0;  // 1-minute load average when the case started
   std::string error;
 

@@ -17,6 +17,7 @@
 #include "lane_counts.h"
 #include "machine.h"
 #include "pattern.h"
+#include "pretouch_wait.h"
 
 namespace kvxfer::tools {
 namespace {
@@ -295,10 +296,10 @@ void BenchInitiator::warm_mapping(CaseResult& result, Transport& transport, std:
 }
 
 // `count` writes of spec.batch blocks, our block i into the target's block
-// i (i wrapping at num_blocks), spec.depth in flight; returns their GB/s.
-// Throws when one fails.
+// i (i wrapping at num_blocks), spec.depth in flight; with `read`, reads of
+// the target's block i into ours. Returns their GB/s. Throws when one fails.
 double BenchInitiator::write_every_block(const CaseSpec& spec, std::uint64_t num_blocks,
-                                         Transport& transport, std::uint64_t count) {
+                                         Transport& transport, std::uint64_t count, bool read) {
   std::vector<std::int64_t> blocks(spec.batch);
   std::vector<TransferId> ids;
   const auto start = Clock::now();
@@ -308,8 +309,9 @@ double BenchInitiator::write_every_block(const CaseSpec& spec, std::uint64_t num
       for (std::uint64_t k = 0; k < spec.batch; ++k) {
         blocks[k] = static_cast<std::int64_t>((w * spec.batch + k) % num_blocks);
       }
-      const auto id = transport.write_blocks(kPeer, blocks, blocks);
-      if (!id) throw std::runtime_error("a pass over every block: write_blocks failed to post");
+      const auto id = read ? transport.read_blocks(kPeer, blocks, blocks)
+                           : transport.write_blocks(kPeer, blocks, blocks);
+      if (!id) throw std::runtime_error("a pass over every block: a transfer failed to post");
       ids.push_back(*id);
     }
     std::string error;
@@ -322,34 +324,46 @@ double BenchInitiator::write_every_block(const CaseSpec& spec, std::uint64_t num
 }
 
 bool BenchInitiator::runs_first_pass(const CaseSpec& spec, std::uint64_t num_blocks) const {
-  return args_.warm_pass && !spec.is_reg() && !reading() && spec.batch >= 1 && spec.depth >= 1 &&
+  return args_.warm_pass && !spec.is_reg() && spec.batch >= 1 && spec.depth >= 1 &&
          spec.batch <= num_blocks;
 }
 
 // The case's first pass, timed: every block of our pool written once into
-// the target's (block i into block i), with the case's batch and depth,
-// through a Transport and peer of its own, then a sample of the blocks
-// checked on the target. Its own Transport because the target's check ends
-// its region's writes. Before the steady-state part, which it warms the way
-// the untimed warm-up did: a first copy into pages never written runs
-// several times slower on some VMs, and that is what a server's first
-// transfers into a fresh pool meet. Written with ~seed, so that none of its
-// blocks passes for a timed write's.
+// the target's (block i into block i), or read once from it, with the
+// case's batch and depth, through a Transport and peer of its own, then a
+// sample of the blocks checked (on the target after writes, here after
+// reads). Its own Transport because the target's check ends its region's
+// writes. Before the steady-state part, which it warms the way the untimed
+// warm-up did: on some VMs the kernel's first copy from or into a page
+// costs 8-40 us, and that is what a server's first transfers meet. Timed
+// once both sides' pre-touch of their pools has finished (the target's
+// open() waits for its own): a server's first transfers come after its
+// start-up, and first_pass_settle_s says how long after they must come.
+// Written (or filled on the target) with ~seed, so that none of its blocks
+// passes for a timed transfer's.
 void BenchInitiator::first_pass(CaseResult& result, std::uint64_t seed) {
   const CaseSpec& spec = result.spec;
   const std::uint64_t n = result.num_blocks;
-  const std::uint64_t writes = (n + spec.batch - 1) / spec.batch;
+  const std::uint64_t transfers = (n + spec.batch - 1) / spec.batch;
   result.first_pass_fresh = std::find(warmed_.begin(), warmed_.end(), target_) == warmed_.end() &&
                             std::find(touched_.begin(), touched_.end(), target_) == touched_.end();
-  fill_blocks(source().data(), spec.block_len, n, ~seed);
+  // Reads: our blocks hold another pattern, so a block no read reached
+  // never passes for one it did.
+  fill_blocks(source().data(), spec.block_len, n, reading() ? seed : ~seed);
   CaseResult pass;
   pass.spec = spec;
   pass.num_blocks = n;
   pass.lane = result.lane;
-  auto transport = connect(pass, writes);
-  result.first_pass_measured_gbps = write_every_block(spec, n, *transport, writes);
-  check_counts(pass, *transport, writes, 0, spec.batch * spec.block_len);
-  check_lane(pass, *transport, writes);
+  const auto settle_start = Clock::now();
+  auto transport = connect(pass, transfers);
+  static_cast<void>(wait_for_pretouch(*transport));
+  result.first_pass_settle_s = micros(Clock::now() - settle_start) / 1e6;
+  if (reading()) target_->fill(~seed);
+  result.first_pass_measured_gbps = write_every_block(spec, n, *transport, transfers, reading());
+  check_counts(pass, *transport, transfers, 0, spec.batch * spec.block_len);
+  check_lane(pass, *transport, transfers);
+  // Closing joins the engine's threads: every byte they copied into our
+  // pool is ordered before the checks below.
   transport->close();
   // The same sample size as the case's own check, spread over the pool.
   const std::uint64_t count = std::min(
@@ -361,7 +375,18 @@ void BenchInitiator::first_pass(CaseResult& result, std::uint64_t seed) {
     const auto i = static_cast<std::int64_t>(k * n / count);
     sampled.emplace_back(i, i);
   }
-  const auto [good, bad] = target_->verify(~seed, sampled);
+  std::uint64_t good = 0;
+  std::uint64_t bad = 0;
+  if (reading()) {
+    for (const auto& [r, l] : sampled) {
+      const bool ok =
+          block_matches(source().data() + static_cast<std::uint64_t>(r) * spec.block_len,
+                        spec.block_len, ~seed, static_cast<std::uint64_t>(l));
+      ++(ok ? good : bad);
+    }
+  } else {
+    std::tie(good, bad) = target_->verify(~seed, sampled);
+  }
   target_->close_region();
   if (!pass.error.empty()) throw std::runtime_error("first pass: " + pass.error);
   if (bad != 0 || good != sampled.size() || good == 0) {

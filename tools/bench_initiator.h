@@ -69,7 +69,7 @@ class BenchInitiator {
   [[nodiscard]] bool runs_first_pass(const CaseSpec& spec, std::uint64_t num_blocks) const;
   void first_pass(CaseResult& result, std::uint64_t seed);
   double write_every_block(const CaseSpec& spec, std::uint64_t num_blocks, Transport& transport,
-                           std::uint64_t count);
+                           std::uint64_t count, bool read = false);
   void write_into(pid_t pid, std::uintptr_t base, std::uint64_t len);
   void warm_mapping(CaseResult& result, Transport& transport, std::uint64_t count);
   void check_counts(CaseResult& result, Transport& transport, std::uint64_t done,
@@ -100,7 +100,7 @@ class BenchInitiator {
   std::string lane_;                 // of the case running
   // ucx_perftest per case (name/block_len), run once for every lane.
   std::map<std::string, PerftestResult> perftest_runs_;
-  std::vector<const TargetProcess*> warmed_;  // by warm_pools()
+  std::vector<const TargetProcess*> warmed_;   // by warm_pools()
   std::vector<const TargetProcess*> touched_;  // by a case's transfers
   std::string warm_kind_;
   double warm_gbps_ = 0;

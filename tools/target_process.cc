@@ -17,6 +17,7 @@
 #include "notify_probe.h"
 #include "pattern.h"
 #include "pool.h"
+#include "pretouch_wait.h"
 #include "raw_stream.h"
 #include "subprocess.h"
 #include "timing.h"
@@ -142,6 +143,11 @@ class TargetSession {
           Region{pool_->data(), region / block_len, block_len}, options);
       num_blocks_ = region / block_len;
       block_len_ = block_len;
+      // Ready once the registration's pre-touch of the pool is done, as a
+      // server's pool is by the time its first transfers come (the
+      // initiator times open() and reports it).
+      // At most half the initiator's reply timeout (kReplyTimeout).
+      static_cast<void>(wait_for_pretouch(*transport_, std::chrono::seconds(60)));
     } catch (const std::exception& e) {
       refuse(fmt::format("cannot register a pool of {} bytes: {}", region, e.what()));
       return;

@@ -53,8 +53,22 @@ TransportState::Registration TransportState::validate_peer(
         "(base {:#x}, {} blocks of {})",
         peer_id, base_addr, num_blocks, block_len, m.base_addr, m.num_blocks, m.block_len));
   }
-  if (!m.config_fingerprint.empty() && !fingerprint_.empty() &&
-      m.config_fingerprint != fingerprint_) {
+  // A tier must not take blocks from an engine whose configuration it
+  // cannot check: one side declaring config fields and the other none is a
+  // mismatch too.
+  if (m.config_fingerprint != fingerprint_) {
+    if (m.config_fingerprint.empty()) {
+      throw std::invalid_argument(fmt::format(
+          "peer {} declares no config fields while we declare fingerprint {}: its configuration "
+          "cannot be checked against ours (declare the same config fields on both sides)",
+          peer_id, fingerprint_));
+    }
+    if (fingerprint_.empty()) {
+      throw std::invalid_argument(fmt::format(
+          "peer {} declares config fingerprint {} while we declare no config fields: ours cannot "
+          "be checked against it (declare the same config fields on both sides)",
+          peer_id, m.config_fingerprint));
+    }
     throw std::invalid_argument(fmt::format("peer {} config fingerprint {} differs from ours ({})",
                                             peer_id, m.config_fingerprint, fingerprint_));
   }

@@ -25,6 +25,7 @@
 #include "common/region.h"
 #include "core/transport_state.h"
 #include "engine.h"
+#include "engines/settings.h"
 #include "wire/metadata.h"
 
 namespace kvxfer {
@@ -66,6 +67,18 @@ Options checked(Options options) {
   return options;
 }
 
+// KVXFER_PRETOUCH, by the settings module's one rule (engine_config wins,
+// then the environment, then auto). Read here, not by a lane: the pool is
+// the transport's, whichever lanes its peers get. read_settings() also
+// refuses what the engine refused already; it is not read twice otherwise.
+PretouchMode pretouch_mode(const Options& options) {
+  const EngineSettings settings = read_settings(options.engine_config, process_environment());
+  if (!settings.pretouch) return PretouchMode::kAuto;
+  const std::optional<PretouchMode> mode = pretouch_mode_named(settings.pretouch->value);
+  if (!mode) refuse("transport", *settings.pretouch, "is not auto, on or off");
+  return *mode;
+}
+
 std::string fingerprint_of(const Options& options) {
   return options.config_json.empty() ? config_fingerprint(options.config_fields)
                                      : config_fingerprint_json(options.config_json);
@@ -92,8 +105,11 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
   }
 
   const EngineConfig config{agent_name_, region_, &options_};
+  PretouchMode pretouch = PretouchMode::kOff;
   for (const auto& backend : options_.backends) {
     if (backend == "UCX") {
+      // Before the engine, so that a bad value throws with nothing started.
+      pretouch = pretouch_mode(options_);
       engine_ = make_ucx_engine(config);
     } else if (backend == "LOOPBACK") {
       engine_ = make_loopback_engine(config);
@@ -109,6 +125,13 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
   }
   log().info("kvxfer {}: backend={} registered {} blocks of {} bytes", agent_name_, engine_->name(),
              region_.num_blocks, region_.block_len);
+  // Last, once nothing here can throw: the thread reads the pool while the
+  // caller goes on, and this costs the caller one thread start. The
+  // LOOPBACK engine copies with memcpy, which never pays a first touch.
+  if (pretouch != PretouchMode::kOff) {
+    pretouch_ = std::make_unique<Pretouch>(region_.base, region_.num_blocks * region_.block_len,
+                                           pretouch, agent_name_);
+  }
 }
 
 TransportState::~TransportState() { close(); }
@@ -152,6 +175,8 @@ void TransportState::close() {
     if (closing_) return;
     closing_ = true;
   }
+  // The pre-touch stops within one of its calls (milliseconds).
+  if (pretouch_) pretouch_->stop();
   // Stop taking registrations; a running one finishes (and is discarded).
   worker_.stop();
   std::vector<std::pair<PeerHandle, std::string>> peers;
@@ -208,7 +233,14 @@ HandleCounts TransportState::engine_live() const {
 }
 
 std::map<std::string, std::uint64_t> TransportState::engine_counters() const {
-  return shutting_down_ ? shutdown_counters_ : engine_->counters();
+  std::map<std::string, std::uint64_t> counters =
+      shutting_down_ ? shutdown_counters_ : engine_->counters();
+  // The pool's pre-touch, beside the engine's own (unstable: docs/metrics.md).
+  if (pretouch_) {
+    counters["pretouch_pages"] = pretouch_->pages_touched();
+    counters["pretouch_running"] = pretouch_->running() ? 1 : 0;
+  }
+  return counters;
 }
 
 Stats TransportState::stats() const {

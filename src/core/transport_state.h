@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/pretouch.h"
 #include "common/thread_annotations.h"
 #include "core/index_set.h"
 #include "core/peer_policy.h"
@@ -331,6 +332,10 @@ class TransportState {
   std::vector<std::tuple<Peer*, Status, const char*>> scratch_failures_ GUARDED_BY(mu_);
   std::vector<Inflight*> scratch_finished_ GUARDED_BY(mu_);
   RegistrationWorker worker_;
+  // The kernel's first touch of our pool, paid on a thread of its own from
+  // construction (backend "UCX", KVXFER_PRETOUCH): set once, stopped first
+  // by close(). Null for the LOOPBACK backend, whose copies are memcpy.
+  std::unique_ptr<Pretouch> pretouch_;
 };
 
 }  // namespace kvxfer::internal

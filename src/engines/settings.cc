@@ -23,6 +23,8 @@ constexpr const char* kPage = "docs/configuration.md";
 constexpr KnownKey kKnownKeys[] = {
     {"KVXFER_LANES", "engine", "a comma list of distinct lanes among cma, ucx, tcp", "cma,ucx,tcp",
      kPage, [](EngineSettings& s) { return &s.lanes; }},
+    {"KVXFER_PRETOUCH", "engine", "auto, on or off", "auto", kPage,
+     [](EngineSettings& s) { return &s.pretouch; }},
     {"KVXFER_CMA_MAP", "cma", "on, populate or off", "on", kPage,
      [](EngineSettings& s) { return &s.cma.map; }},
     {"KVXFER_CMA_SLICE", "cma", "a size: 0 or 4K..1M", "64K", kPage,
@@ -31,6 +33,8 @@ constexpr KnownKey kKnownKeys[] = {
      [](EngineSettings& s) { return &s.tcp.address; }},
     {"KVXFER_TCP_PORTS", "tcp", "N or LOW-HIGH, 1 <= LOW <= HIGH <= 65535", nullptr, kPage,
      [](EngineSettings& s) { return &s.tcp.ports; }},
+    {"KVXFER_TCP_STALL_MS", "tcp", "milliseconds, 100..3600000", "30000", kPage,
+     [](EngineSettings& s) { return &s.tcp.stall; }},
     {"KVXFER_RMA", "ucx", "auto, on or off", "auto", kPage,
      [](EngineSettings& s) { return &s.ucx.rma; }},
     // Read by others, from the environment alone.

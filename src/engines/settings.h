@@ -51,6 +51,7 @@ struct CmaKeys {
 struct TcpKeys {
   std::optional<Setting> address;  // KVXFER_TCP_ADDRESS
   std::optional<Setting> ports;    // KVXFER_TCP_PORTS
+  std::optional<Setting> stall;    // KVXFER_TCP_STALL_MS
 };
 
 // The UCX lane's keys (ucx/ucx_config.h reads them).
@@ -66,6 +67,9 @@ struct UcxKeys {
 
 struct EngineSettings {
   std::optional<Setting> lanes;  // KVXFER_LANES (lanes.cc parses it)
+  // KVXFER_PRETOUCH: the transport's, not a lane's (core/transport.cc
+  // parses it; the lanes leave it alone).
+  std::optional<Setting> pretouch;
   CmaKeys cma;
   TcpKeys tcp;
   UcxKeys ucx;
@@ -74,11 +78,11 @@ struct EngineSettings {
 // A KVXFER_* name kvxfer knows.
 struct KnownKey {
   const char* name;
-  // "engine" (lanes.cc), "cma", "tcp" or "ucx": a setting of the engine,
-  // taken from engine_config or the environment. Otherwise what reads it
-  // from the environment alone ("the library's logger", "kvxfer bench",
-  // a test): not the engine's, refused in engine_config, left alone in the
-  // environment.
+  // "engine" (lanes.cc, or the core for KVXFER_PRETOUCH), "cma", "tcp" or
+  // "ucx": a setting of the engine, taken from engine_config or the
+  // environment. Otherwise what reads it from the environment alone ("the
+  // library's logger", "kvxfer bench", a test): not the engine's, refused
+  // in engine_config, left alone in the environment.
   const char* owner;
   const char* values;         // what it takes
   const char* default_value;  // nullptr: unset

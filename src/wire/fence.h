@@ -45,7 +45,7 @@ inline constexpr std::size_t kFenceFixedLen = 40;
 inline constexpr std::size_t kMaxFenceName = 256;
 // How many initiator lineages a target remembers. A full table refuses new
 // lineages; it forgets only one that has been silent a long while with no
-// reply in flight, never one that still talks (engines/ucx/ucx_fences.h).
+// reply in flight, never one that still talks (engines/fence_table.h).
 inline constexpr std::size_t kMaxFences = 4096;
 
 struct Fence {

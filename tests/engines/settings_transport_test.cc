@@ -6,12 +6,16 @@
 // Public API only.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvxfer/transport.h"
@@ -84,6 +88,75 @@ TEST(TransportSettingsTest, TheEnvironmentAppliesToEveryLanesKeys) {
   EXPECT_EQ(transport_error({{"KVXFER_LANES", "tcp"}}),
             "kvxfer cma: environment KVXFER_CMA_MAP=sometimes is not one of on, populate, off");
   EXPECT_EQ(transport_error({{"KVXFER_LANES", "tcp"}, {"KVXFER_CMA_MAP", "off"}}), "");
+}
+
+TEST(TransportSettingsTest, PretouchTakesAutoOnOffFromEngineConfigOverTheEnvironment) {
+  const ScopedEnv env("KVXFER_PRETOUCH", "sometimes");
+  EXPECT_EQ(transport_error({}),
+            "kvxfer transport: environment KVXFER_PRETOUCH=sometimes is not auto, on or off");
+  for (const char* mode : {"auto", "on", "off"}) {
+    EXPECT_EQ(transport_error({{"KVXFER_PRETOUCH", mode}}), "") << mode;
+  }
+}
+
+// Threads of this process named `name`.
+int threads_named(const std::string& name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
+  return n;
+}
+
+TEST(TransportSettingsTest, PretouchOffStartsNoThreadAndReportsNoCounters) {
+  std::vector<std::uint8_t> pool(16 * 4096, 1);
+  Options options;
+  options.engine_config = {{"KVXFER_PRETOUCH", "off"}};
+  const int before = threads_named("kvxfer-touch");
+  Transport t("pretouch-off", Region{pool.data(), 16, 4096}, options);
+  EXPECT_EQ(threads_named("kvxfer-touch"), before);
+  const auto counters = t.stats().engine_counters;
+  EXPECT_FALSE(counters.contains("pretouch_pages"));
+  EXPECT_FALSE(counters.contains("pretouch_running"));
+}
+
+TEST(TransportSettingsTest, PretouchOnReadsEveryPageOfThePoolAndChangesNone) {
+  constexpr std::size_t kPage = 4096;
+  std::vector<std::uint8_t> pool(64 * kPage);
+  for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<std::uint8_t>(i * 7);
+  const std::vector<std::uint8_t> before = pool;
+  Options options;
+  options.engine_config = {{"KVXFER_PRETOUCH", "on"}};
+  Transport t("pretouch-on", Region{pool.data(), 64, kPage}, options);
+  while (t.stats().engine_counters.at("pretouch_running") != 0) std::this_thread::yield();
+  // 64 pages, 65 when the vector's storage does not start on a page.
+  const std::uint64_t pages = t.stats().engine_counters.at("pretouch_pages");
+  EXPECT_TRUE(pages == 64 || pages == 65) << pages;
+  t.close();
+  EXPECT_EQ(pool, before);
+}
+
+// 16 GiB reserved and never written: reading every page takes seconds, so
+// close() finds the pre-touch running, and must stop it, not wait for it.
+TEST(TransportSettingsTest, CloseDuringThePretouchStopsIt) {
+  const std::size_t bytes = std::size_t{16} << 30;
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  {
+    Options options;
+    options.engine_config = {{"KVXFER_PRETOUCH", "on"}};
+    Transport t("pretouch-close", Region{static_cast<std::uint8_t*>(p), bytes >> 20, 1 << 20},
+                options);
+    while (t.stats().engine_counters.at("pretouch_pages") == 0) std::this_thread::yield();
+    t.close();
+    const auto counters = t.stats().engine_counters;
+    EXPECT_EQ(counters.at("pretouch_running"), 0u);
+    EXPECT_LT(counters.at("pretouch_pages"), bytes / 4096);
+    EXPECT_EQ(threads_named("kvxfer-touch"), 0);
+  }
+  ::munmap(p, bytes);
 }
 
 }  // namespace

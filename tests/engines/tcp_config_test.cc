@@ -37,6 +37,16 @@ TEST(TcpConfigTest, DefaultsAreEveryInterfaceAndAKernelPickedPort) {
   EXPECT_EQ(s.port_high, 0);
 }
 
+TEST(TcpConfigTest, StallIsMillisecondsFrom100ToAnHour) {
+  EXPECT_EQ(settings_of({}, {}).stall_ms, 30000u);
+  EXPECT_EQ(settings_of({{"KVXFER_TCP_STALL_MS", "100"}}, {}).stall_ms, 100u);
+  EXPECT_EQ(settings_of({}, {{"KVXFER_TCP_STALL_MS", "3600000"}}).stall_ms, 3600000u);
+  for (const char* bad : {"99", "3600001", "", "1s", "-5", "30000 "}) {
+    const std::string e = error_of({{"KVXFER_TCP_STALL_MS", bad}});
+    EXPECT_NE(e.find("KVXFER_TCP_STALL_MS"), std::string::npos) << bad << ": " << e;
+  }
+}
+
 TEST(TcpConfigTest, AddressIsADottedIpv4AddressOrEmpty) {
   EXPECT_EQ(settings_of({{"KVXFER_TCP_ADDRESS", "10.1.2.3"}}, {}).address, "10.1.2.3");
   EXPECT_EQ(settings_of({{"KVXFER_TCP_ADDRESS", "127.0.0.1"}}, {}).address, "127.0.0.1");

@@ -38,8 +38,8 @@
 #include "it_pool.h"
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
-#include "wire/tcp_frame.h"
 #include "wire/peer_blob.h"
+#include "wire/tcp_frame.h"
 
 namespace kvxfer::it {
 namespace {
@@ -1112,8 +1112,7 @@ TEST(TcpLane, UcxTlsDoesNotChooseTheLane) {
     MappedPool initiator_pool(kBlocks, kBlockLen);
     Transport target("target", Region{target_pool.base(), kBlocks, kBlockLen}, options);
     Transport initiator("initiator", Region{initiator_pool.base(), kBlocks, kBlockLen}, options);
-    initiator.add_remote_peer("t", target.agent_metadata(), target.base_addr(), kBlocks,
-                              kBlockLen);
+    initiator.add_remote_peer("t", target.agent_metadata(), target.base_addr(), kBlocks, kBlockLen);
     const std::vector<std::int64_t> blocks{1, 2};
     const auto id = initiator.write_blocks("t", std::span<const std::int64_t>(blocks),
                                            std::span<const std::int64_t>(blocks));
@@ -1166,6 +1165,65 @@ TEST(TcpLane, RegistrationsThatComeAndGoLeaveNoDescriptorBehind) {
   std::this_thread::sleep_for(200ms);
   EXPECT_LE(open_descriptors(), settled + 2);
   EXPECT_EQ(initiator.stats().live.peers, 0u);
+}
+
+// A peer that stops in the middle of a frame, or asks for reads it never
+// takes, holds its connection no longer than KVXFER_TCP_STALL_MS (issue 46:
+// it held it forever, with the bytes received so far unacked).
+Options stall_options() {
+  Options options = tcp_options();
+  options.engine_config["KVXFER_TCP_STALL_MS"] = "300";
+  return options;
+}
+
+TEST(TcpHostile, AWriteWhosePayloadStopsIsClosedAfterTheStall) {
+  TcpTarget t(stall_options());
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  auto frame = write_frame(1, 0, 2 * kBlockLen, 0x61);
+  frame.resize(frame.size() - kBlockLen);  // half the payload, then nothing
+  ASSERT_TRUE(c.send_bytes(frame));
+  EXPECT_TRUE(c.closed_by_target(5s));
+  EXPECT_TRUE(t.wait_counter("tcp_refused_frame", 1));
+}
+
+TEST(TcpHostile, AHeaderThatStopsHalfwayIsClosedAfterTheStall) {
+  TcpTarget t(stall_options());
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  auto frame = write_frame(1, 0, kBlockLen, 0x62);
+  frame.resize(wire::kHeaderLen / 2);
+  ASSERT_TRUE(c.send_raw(frame));  // (send_bytes holds a frame until it is whole)
+  EXPECT_TRUE(c.closed_by_target(5s));
+}
+
+TEST(TcpHostile, AReaderThatTakesNoRepliesIsClosedAfterTheStall) {
+  TcpTarget t(stall_options());
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  // Read requests for the whole pool, many times over, never read: the
+  // replies fill the socket's send queue and stop.
+  std::vector<std::uint8_t> requests;
+  for (std::uint64_t seq = 1; seq <= 64; ++seq) {
+    auto r = header({wire::FrameType::kReadReq, 0, 1, 0, seq, kBlocks * kBlockLen});
+    r.resize(wire::kHeaderLen + wire::kRunLen);
+    wire::put_run_at(r.data() + wire::kHeaderLen, 0, kBlocks * kBlockLen);
+    requests.insert(requests.end(), r.begin(), r.end());
+  }
+  ASSERT_TRUE(c.send_bytes(requests));
+  EXPECT_TRUE(t.wait_counter("tcp_refused_frame", 1));
+}
+
+TEST(TcpHostile, AnIdleWelcomedConnectionIsNotAStall) {
+  TcpTarget t(stall_options());
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  std::this_thread::sleep_for(1s);  // three stalls' worth, between frames
+  ASSERT_TRUE(c.send_bytes(write_frame(1, 0, kBlockLen, 0x63)));
+  const auto ack = c.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, wire::kStatusOk);
+  EXPECT_EQ(t.counter("tcp_refused_frame"), 0u);
 }
 
 }  // namespace

@@ -77,3 +77,15 @@ def test_peers_with_different_fingerprints_are_refused(make_agent):
     connect(a, same, "same")
     with pytest.raises(ValueError, match="fingerprint"):
         connect(a, other, "other")
+
+
+def test_a_peer_without_config_fields_is_refused_either_way(make_agent):
+    # A tier must not take blocks from an engine whose configuration it
+    # cannot check: one side declaring fields and the other none is refused,
+    # and the message says which side declared what.
+    declared = make_agent(config_fields={"model": "x"})
+    silent = make_agent()
+    with pytest.raises(ValueError, match="declares no config fields while we declare fingerprint"):
+        connect(declared, silent, "silent")
+    with pytest.raises(ValueError, match="while we declare no config fields"):
+        connect(silent, declared, "declared")

@@ -134,6 +134,36 @@ TEST(FingerprintJsonTest, PeerWithOtherJsonFieldsIsRefused) {
   EXPECT_THROW(add_peer(a.transport, "b", b.transport), std::invalid_argument);
 }
 
+// Either side declaring fields the other does not is a mismatch, and the
+// message says which side declared what.
+TEST(FingerprintTest, APeerWithoutFieldsIsRefusedByOneWithThemAndTheReverse) {
+  Options fields = loopback_options();
+  fields.config_fields = {{"model", "llama"}};
+  Agent with{"agent-with", fields};
+  Agent without{"agent-without"};
+  try {
+    add_peer(with.transport, "w", without.transport);
+    ADD_FAILURE() << "a peer without config fields was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("declares no config fields while we declare fingerprint " +
+                                         with.transport.config_fingerprint()),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    add_peer(without.transport, "w", with.transport);
+    ADD_FAILURE() << "a peer with config fields was accepted by one without";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("declares config fingerprint " +
+                                         with.transport.config_fingerprint() +
+                                         " while we declare no config fields"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(with.transport.peers().empty());
+  EXPECT_TRUE(without.transport.peers().empty());
+}
+
 TEST(FingerprintJsonTest, SettingBothFormsIsRefused) {
   Options options = loopback_options();
   options.config_fields = {{"model", "llama"}};

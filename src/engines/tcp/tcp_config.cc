@@ -49,6 +49,15 @@ TcpSettings compute_tcp_settings(const TcpKeys& keys) {
     out.port_low = low;
     out.port_high = high;
   }
+  if (const auto& stall = keys.stall) {
+    const std::string_view text(stall->value);
+    std::uint32_t ms = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+    if (ec != std::errc{} || end != text.data() + text.size() || ms < 100 || ms > 3'600'000) {
+      refuse("tcp", *stall, "is not a number of milliseconds in 100..3600000");
+    }
+    out.stall_ms = ms;
+  }
   return out;
 }
 

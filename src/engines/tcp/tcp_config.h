@@ -21,13 +21,18 @@ struct TcpSettings {
   // tried in order. 0 (the default): a port the kernel picks.
   std::uint16_t port_low = 0;
   std::uint16_t port_high = 0;
+  // KVXFER_TCP_STALL_MS: how long a target waits on a connection that owes
+  // it the rest of a frame, or does not read the answers it asked for,
+  // before it closes it (30 s: Options::stall_timeout's default).
+  std::uint32_t stall_ms = 30000;
 
   friend bool operator==(const TcpSettings&, const TcpSettings&) = default;
 };
 
 // Throws std::runtime_error, naming the setting and where it came from, for
 // an address that is not a dotted IPv4 address (or is 0.0.0.0), and a port
-// range that is not N or LOW-HIGH with 1 <= LOW <= HIGH <= 65535.
+// range that is not N or LOW-HIGH with 1 <= LOW <= HIGH <= 65535, and a
+// stall outside 100..3600000 milliseconds.
 [[nodiscard]] TcpSettings compute_tcp_settings(const TcpKeys& keys);
 
 }  // namespace kvxfer::internal::tcp

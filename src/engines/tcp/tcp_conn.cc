@@ -77,6 +77,7 @@ void TcpLane::Io::receive(Conn* c) {
       return;
     }
     const auto got = static_cast<std::size_t>(n);
+    c->moved = now_;
     budget -= std::min<std::uint64_t>(budget, got);
     lane_.counters_->bytes_received.fetch_add(got, std::memory_order_relaxed);
     bool ok = true;
@@ -143,6 +144,7 @@ void TcpLane::Io::send(Conn* c) {
       return;
     }
     lane_.counters_->bytes_sent.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
+    c->moved = now_;
     auto left = static_cast<std::size_t>(n);
     while (!c->out.empty()) {
       Conn::Out& o = c->out.front();
@@ -176,6 +178,13 @@ void TcpLane::Io::send(Conn* c) {
 // answer, then read and drop whatever the peer still sends until it closes
 // (kClosingGrace at most: expire()). Nothing it sends is looked at.
 void TcpLane::Io::begin_closing(Conn* c) {
+  if (closing_conns_ >= lane_.limits_.closing) {
+    // As many refused connections wait to close as may: this one is reset
+    // now, so refusals cannot take the room registered peers need.
+    close_conn(c, "refused");
+    return;
+  }
+  ++closing_conns_;
   c->close_after_out = false;
   c->closing = true;
   c->closing_deadline = Clock::now() + kClosingGrace;

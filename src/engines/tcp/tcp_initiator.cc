@@ -90,9 +90,8 @@ bool TcpLane::Io::on_read_data(Conn* c) {
   c->rx_drain = x->released.load(std::memory_order_acquire) ||
                 x->result.load(std::memory_order_acquire) != Status::kInProgress;
   if (!c->rx_drain) {
-    c->rx_iov.assign(
-        x->read_iov.begin() + static_cast<std::ptrdiff_t>(part.first),
-        x->read_iov.begin() + static_cast<std::ptrdiff_t>(part.first + part.count));
+    c->rx_iov.assign(x->read_iov.begin() + static_cast<std::ptrdiff_t>(part.first),
+                     x->read_iov.begin() + static_cast<std::ptrdiff_t>(part.first + part.count));
   }
   c->rx = Conn::Rx::kPayload;
   return true;

@@ -6,16 +6,19 @@
 // the notification queue and the transfers' atomics. A connection's bytes
 // are tcp_conn.cc, the frames a target receives tcp_target.cc, those an
 // initiator receives tcp_initiator.cc.
+#include "engines/tcp/tcp_io.h"
+
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "common/log.h"
-#include "engines/tcp/tcp_io.h"
 #include "engines/tcp/tcp_socket.h"
 
 namespace kvxfer::internal::tcp {
@@ -30,11 +33,12 @@ void TcpLane::Io::run() {
     // again at once.
     bool queued = false;
     {
-      std::lock_guard lock(lane_.commands_mu_);
+      MutexLock lock(lane_.commands_mu_);
       queued = !lane_.commands_.empty();
     }
     const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()),
-                             queued ? 0 : 1000);
+                             queued ? 0 : (listener_resting_ ? 10 : 1000));
+    now_ = Clock::now();
     for (int i = 0; i < n; ++i) {
       void* tag = events[static_cast<std::size_t>(i)].data.ptr;
       if (tag == &lane_.wake_fd_) {
@@ -43,13 +47,20 @@ void TcpLane::Io::run() {
       } else if (tag == &lane_.listen_fd_) {
         accept_all();
       } else {
-        auto* c = static_cast<Conn*>(tag);
-        if (conns_.count(c) != 0) on_ready(c, events[static_cast<std::size_t>(i)].events);
+        // A connection closed earlier in this batch is still allocated
+        // (reap()); its fd is -1 and on_ready() does nothing with it.
+        on_ready(static_cast<Conn*>(tag), events[static_cast<std::size_t>(i)].events);
       }
     }
     drain_commands();
     if (stopping_) return;
-    expire();
+    const auto now = now_;
+    wake_listener(now);
+    if (now >= next_expire_) {
+      expire();
+      next_expire_ = now + kExpireEvery;
+    }
+    reap();
   }
 }
 
@@ -58,7 +69,7 @@ void TcpLane::Io::drain_commands() {
   std::vector<Command>& commands = drained_;
   lane_.wake_pending_.store(false, std::memory_order_release);
   {
-    std::lock_guard lock(lane_.commands_mu_);
+    MutexLock lock(lane_.commands_mu_);
     commands.swap(lane_.commands_);
   }
   for (Command& cmd : commands) {
@@ -92,9 +103,9 @@ void TcpLane::Io::drain_commands() {
         break;
       }
       case Command::Kind::kPost:
-        // The connection must still be this peer's (a closed one's address
-        // may have been reused).
-        if (conns_.count(cmd.conn) != 0 && cmd.conn->peer == cmd.xfer->peer) {
+        // The connection must still be open and this peer's (a closed one's
+        // address may have been reused).
+        if (conns_.count(cmd.conn) != 0 && cmd.conn->fd >= 0 && cmd.conn->peer == cmd.xfer->peer) {
           queue_transfer(cmd.conn, cmd.xfer);
         } else {
           cmd.xfer->io_ref = true;
@@ -112,15 +123,11 @@ void TcpLane::Io::drain_commands() {
   }
   commands.clear();
   // Send what the posts queued now rather than wait for EPOLLOUT.
-  for (auto& [c, conn] : conns_) {
-    if (!conn->out.empty() && !conn->waiting_out) send(c);
+  for (Conn* c : ready_) {
+    c->in_ready = false;
+    if (c->fd >= 0 && !c->out.empty() && !c->waiting_out) send(c);
   }
-  // send() may have closed connections; drop them.
-  std::vector<Conn*> dead;
-  for (auto& [c, conn] : conns_) {
-    if (conn->fd < 0) dead.push_back(c);
-  }
-  for (Conn* c : dead) conns_.erase(c);
+  ready_.clear();
 }
 
 void TcpLane::Io::queue_transfer(Conn* c, Xfer* x) {
@@ -146,6 +153,10 @@ void TcpLane::Io::queue_transfer(Conn* c, Xfer* x) {
   o.xfer = x;
   c->out.push_back(std::move(o));
   ++x->io_uses;
+  if (!c->in_ready) {
+    c->in_ready = true;
+    ready_.push_back(c);
+  }
   // The answers this transfer will get, in order.
   if (x->read) {
     for (std::size_t p = 0; p < x->parts.size(); ++p) c->awaiting.push_back({x, p});
@@ -180,20 +191,28 @@ void TcpLane::Io::unuse(Xfer* x) {
 void TcpLane::Io::accept_all() {
   for (;;) {
     const int fd = accept4(lane_.listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    if (stopping_ || conns_.size() >= kMaxConnections) {
+    if (fd < 0) {
+      // Out of descriptors: the connection stays in the listener's queue,
+      // which stays readable, so the listener rests instead of spinning.
+      if (errno == EMFILE || errno == ENFILE) rest_listener(errno);
+      return;
+    }
+    const std::size_t open = conns_.size() - closed_.size();
+    if (stopping_ || open >= lane_.limits_.total) {
       lane_.counters_->refused_full.fetch_add(1, std::memory_order_relaxed);
       if (log_limit_.allow()) {
-        log().warn("kvxfer tcp {}: refused a connection: {} open, {} without a hello yet",
-                   lane_.agent_name_, conns_.size(), pending_hellos_);
+        log().warn(
+            "kvxfer tcp {}: refused a connection: {} open (at most {}: half of "
+            "RLIMIT_NOFILE, at most {}), {} without a hello yet",
+            lane_.agent_name_, open, lane_.limits_.total, kMaxConnections, pending_hellos_);
       }
       close(fd);
       continue;
     }
-    if (pending_hellos_ >= kMaxPendingHellos) {
+    if (pending_hellos_ >= lane_.limits_.pending) {
       // The oldest connection still without a hello goes, not the new one:
       // silent connections cannot keep a peer that says hello at once out.
-      // (It holds no state; drain_commands() drops it from conns_.)
+      // (It holds no state; reap() frees it at the end of this turn.)
       Conn* oldest = nullptr;
       for (auto& [c, conn] : conns_) {
         if (conn->fd >= 0 && !conn->hello_done &&
@@ -225,7 +244,8 @@ void TcpLane::Io::accept_all() {
       continue;
     }
     c->fd = fd;
-    c->hello_deadline = Clock::now() + kHelloTimeout;
+    c->hello_deadline = now_ + kHelloTimeout;
+    c->moved = now_;
     c->body.reserve(wire::kMaxRuns * wire::kRunLen);
     conns_.emplace(c, std::move(conn));
     ++pending_hellos_;
@@ -237,10 +257,36 @@ void TcpLane::Io::accept_all() {
   }
 }
 
+void TcpLane::Io::rest_listener(int error) {
+  lane_.counters_->refused_full.fetch_add(1, std::memory_order_relaxed);
+  if (log_limit_.allow()) {
+    rlimit r{};
+    getrlimit(RLIMIT_NOFILE, &r);
+    log().warn(
+        "kvxfer tcp {}: cannot accept a connection: {} (this process: RLIMIT_NOFILE {}, "
+        "{} connections open here); not accepting for {} ms",
+        lane_.agent_name_, std::strerror(error), static_cast<std::uint64_t>(r.rlim_cur),
+        conns_.size() - closed_.size(), kAcceptRest.count());
+  }
+  epoll_event ev{};
+  ev.data.ptr = &lane_.listen_fd_;
+  epoll_ctl(lane_.epoll_fd_, EPOLL_CTL_MOD, lane_.listen_fd_, &ev);
+  listener_resting_ = true;
+  listener_back_ = Clock::now() + kAcceptRest;
+}
+
+void TcpLane::Io::wake_listener(Clock::time_point now) {
+  if (!listener_resting_ || now < listener_back_) return;
+  listener_resting_ = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &lane_.listen_fd_;
+  epoll_ctl(lane_.epoll_fd_, EPOLL_CTL_MOD, lane_.listen_fd_, &ev);
+}
+
 void TcpLane::Io::on_ready(Conn* c, std::uint32_t events) {
-  if ((events & EPOLLOUT) != 0) send(c);
+  if (c->fd >= 0 && (events & EPOLLOUT) != 0) send(c);
   if (c->fd >= 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !c->paused) receive(c);
-  if (c->fd < 0) conns_.erase(c);
 }
 
 void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
@@ -252,17 +298,21 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
   setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lin, sizeof lin);
   close(c->fd);
   c->fd = -1;
+  closed_.push_back(c);
   if (!c->hello_done) --pending_hellos_;
+  if (c->closing) --closing_conns_;
   if (c->counted_unregistered) {
     c->counted_unregistered = false;
     --unregistered_conns_;
   }
   if (c->lineage != 0) {
-    auto it = fences_.find(c->lineage);
-    if (it != fences_.end()) {
-      auto& v = it->second.conns;
-      v.erase(std::remove(v.begin(), v.end(), c), v.end());
-      if (v.empty()) it->second.idle_since = Clock::now();
+    if (auto* f = fences_.find(c->lineage)) {
+      auto& v = f->extra;
+      const auto at = std::find(v.begin(), v.end(), c);
+      if (at != v.end()) {
+        v.erase(at);
+        fences_.release(*f, Clock::now());
+      }
     }
   }
   if (c->peer) {
@@ -287,42 +337,51 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
 }
 
 void TcpLane::Io::expire() {
-  const auto now = Clock::now();
+  const auto now = now_;
   std::vector<Conn*> late;
+  std::vector<Conn*> stalled;
   for (auto& [c, conn] : conns_) {
-    if (!conn->hello_done && conn->fd >= 0 && now > conn->hello_deadline) late.push_back(c);
-  }
-  for (Conn* c : late) {
-    refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
-    close_conn(c, "no hello in time");
-    conns_.erase(c);
-  }
-  late.clear();
-  for (auto& [c, conn] : conns_) {
-    if (conn->closing && conn->fd >= 0 && now > conn->closing_deadline) late.push_back(c);
-  }
-  for (Conn* c : late) {
-    close_conn(c, "refused, and the peer did not close within the grace");
-    conns_.erase(c);
-  }
-  for (auto it = fences_.begin(); it != fences_.end();) {
-    if (it->second.conns.empty() && now - it->second.idle_since > kLineageLinger) {
-      auto k = lineages_per_key_.find(it->second.key);
-      if (k != lineages_per_key_.end() && --k->second == 0) lineages_per_key_.erase(k);
-      it = fences_.erase(it);
-    } else {
-      ++it;
+    if (conn->fd < 0) continue;
+    if (!conn->hello_done && now > conn->hello_deadline) {
+      late.push_back(c);
+    } else if (conn->closing && now > conn->closing_deadline) {
+      late.push_back(c);
+    } else if (!conn->initiator && !conn->closing && now - conn->moved > lane_.stall_ &&
+               (!conn->out.empty() || conn->rx != Conn::Rx::kHeader || conn->head_have > 0)) {
+      stalled.push_back(c);
     }
   }
+  for (Conn* c : late) {
+    if (c->closing) {
+      close_conn(c, "refused, and the peer did not close within the grace");
+    } else {
+      refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
+      close_conn(c, "no hello in time");
+    }
+  }
+  for (Conn* c : stalled) {
+    refuse(c, lane_.counters_->refused_frame,
+           c->out.empty() ? "a connection that stopped in the middle of a frame"
+                          : "a connection that does not take the answers it asked for");
+    close_conn(c, "stalled");
+  }
+  fences_.expire(now);
+}
+
+void TcpLane::Io::reap() {
+  for (Conn* c : closed_) conns_.erase(c);
+  closed_.clear();
 }
 
 void TcpLane::Io::close_all() {
   for (auto& [c, conn] : conns_) close_conn(c, "the transport is closing");
+  closed_.clear();
+  ready_.clear();
   conns_.clear();
   // Transfers posted but never taken by the thread.
   std::vector<Command> commands;
   {
-    std::lock_guard lock(lane_.commands_mu_);
+    MutexLock lock(lane_.commands_mu_);
     commands.swap(lane_.commands_);
   }
   for (Command& cmd : commands) {

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engines/fence_table.h"
 #include "engines/tcp/tcp_handshake.h"
 #include "engines/tcp/tcp_lane.h"
 
@@ -172,6 +173,7 @@ struct TcpLane::Conn {
   };
   std::deque<Out> out;
   bool waiting_out = false;  // EPOLLOUT armed
+  bool in_ready = false;     // in Io::ready_
   bool paused = false;       // target: not reading (answers queued)
   bool close_after_out = false;
   // Target: the last answer (a refusal) is out and our side is shut down
@@ -180,6 +182,10 @@ struct TcpLane::Conn {
   // before any reset (Io::begin_closing).
   bool closing = false;
   Clock::time_point closing_deadline{};
+  // Target: when bytes last moved either way (the turn's clock). A
+  // connection that owes us the rest of a frame, or does not take the
+  // answers queued for it, is closed once this is older than the stall.
+  Clock::time_point moved{};
 
   // Initiator: answers we wait for, in the order they come.
   struct Await {
@@ -228,21 +234,36 @@ class TcpLane::Io {
   void rearm(Conn* c);
   void begin_closing(Conn* c);
   void expire();
+  // Frees the connections closed this turn.
+  void reap();
+  // accept() found no descriptor left (EMFILE/ENFILE): the listener stops
+  // waking the thread for kAcceptRest; wake_listener() rearms it after.
+  void rest_listener(int error);
+  void wake_listener(Clock::time_point now);
 
   TcpLane& lane_;
   std::unordered_map<Conn*, std::unique_ptr<Conn>> conns_;
+  // Connections a turn's posts queued transfers on, to be sent before the
+  // thread waits again; and connections closed this turn, freed at its end
+  // (so no pointer the turn still holds, in ready_ or in epoll's batch,
+  // outlives its connection).
+  std::vector<Conn*> ready_;
+  std::vector<Conn*> closed_;
+  // expire() looks at deadlines of seconds: at most every kExpireEvery,
+  // not on every turn of a busy loop.
+  static constexpr std::chrono::milliseconds kExpireEvery{100};
+  Clock::time_point next_expire_{};
+  Clock::time_point now_{};  // this turn's clock, read once after epoll_wait
+  bool listener_resting_ = false;
+  Clock::time_point listener_back_{};
+  std::size_t closing_conns_ = 0;  // refused, waiting for the peer to close
   std::size_t pending_hellos_ = 0;
-  struct Lineage {
-    std::uint64_t gen = 0;
-    std::uint64_t epoch = 0;
-    IdentityKey key{};         // a lineage is one identity's: another key is refused
-    std::vector<Conn*> conns;  // open connections of this lineage
-    Clock::time_point idle_since{};
-  };
-  std::unordered_map<std::uint64_t, Lineage> fences_;
-  // Lineages per identity key, and welcomed connections whose key was no
-  // registered peer's when they said hello.
-  std::map<IdentityKey, std::size_t> lineages_per_key_;
+  // Per initiator lineage: its newest registration, the identity key it
+  // is bound to and its open connections (engines/fence_table.h).
+  FenceTable<IdentityKey, std::vector<Conn*>> fences_{
+      {kMaxLineages, kMaxLineagesPerPeer, kLineageLinger}};
+  // Welcomed connections whose key was no registered peer's when they said
+  // hello.
   std::size_t unregistered_conns_ = 0;
   RateLimit log_limit_;
   std::vector<iovec> scratch_iov_;

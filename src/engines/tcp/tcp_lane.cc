@@ -9,10 +9,12 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <future>
 #include <stdexcept>
@@ -48,10 +50,27 @@ const char* hello_refusal(std::uint32_t status) {
 
 static_assert(wire::kMaxMessage == kMaxNotificationBytes, "the frame bound is the public bound");
 
+std::uint64_t nofile_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  return r.rlim_cur;
+}
+
 }  // namespace
+
+TcpLane::ConnLimits TcpLane::conn_limits(std::uint64_t nofile) {
+  ConnLimits l;
+  l.total = std::clamp<std::uint64_t>(nofile / 2, 16, kMaxConnections);
+  l.unregistered = std::min(l.total / 2, kMaxUnregisteredConnections);
+  l.pending = std::clamp<std::size_t>(l.total / 4, 2, kMaxPendingHellos);
+  l.closing = std::max<std::size_t>(l.total / 8, 2);
+  return l;
+}
 
 TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings& settings)
     : agent_name_(std::move(agent_name)),
+      limits_(conn_limits(nofile_limit())),
+      stall_(settings.stall_ms),
       region_(region),
       pool_len_(region.num_blocks * region.block_len),
       token_(fresh_random()),
@@ -101,10 +120,11 @@ void TcpLane::stop() {
 void TcpLane::submit(Command command) {
   const Peer* post_to = command.kind == Command::Kind::kPost ? command.xfer->peer.get() : nullptr;
   {
-    std::lock_guard lock(commands_mu_);
+    MutexLock lock(commands_mu_);
     commands_.push_back(std::move(command));
     // The next post's transfer, taken while the lock is held anyway.
-    if (post_to != nullptr && !xfer_pool_.empty() && spare_.load(std::memory_order_relaxed) == nullptr) {
+    if (post_to != nullptr && !xfer_pool_.empty() &&
+        spare_.load(std::memory_order_relaxed) == nullptr) {
       Xfer* expected = nullptr;
       if (spare_.compare_exchange_strong(expected, xfer_pool_.back(), std::memory_order_acq_rel)) {
         xfer_pool_.pop_back();
@@ -138,7 +158,7 @@ void TcpLane::stop(StopStage stage) {
   if (stage == StopStage::kDisconnect) {
     std::vector<LanePeer*> left;
     {
-      std::lock_guard lock(peers_mu_);
+      MutexLock lock(peers_mu_);
       for (const auto& [handle, peer] : peers_) left.push_back(handle);
     }
     disconnect_all(left, agent_name_);
@@ -189,8 +209,9 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   hello.name = name.empty() ? std::string_view("?") : name;
   std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() +
                                   wire::kHelloProofLen);
-  wire::encode_header(frame.data(), wire::FrameHeader{wire::FrameType::kHello, 0,
-                                     static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
+  wire::encode_header(frame.data(),
+                      wire::FrameHeader{wire::FrameType::kHello, 0,
+                                        static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
   wire::encode_hello_body(frame.data() + wire::kHeaderLen, hello);
   const auto sent = std::span<const std::uint8_t>(frame);
   auto keys = std::make_shared<HandshakeKeys>();
@@ -248,7 +269,7 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
     return fail(fmt::format("the tcp lane is stopping; peer {} not added", remote.agent_name));
   }
   out->peer = peer.get();
-  std::lock_guard lock(peers_mu_);
+  MutexLock lock(peers_mu_);
   peers_.emplace(peer.get(), std::move(peer));
   return Status::kSuccess;
 }
@@ -256,7 +277,7 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
 Status TcpLane::disconnect(LanePeer* handle) {
   std::shared_ptr<Peer> peer;
   {
-    std::lock_guard lock(peers_mu_);
+    MutexLock lock(peers_mu_);
     auto it = peers_.find(handle);
     if (it == peers_.end()) return Status::kNotFound;
     peer = std::move(it->second);
@@ -298,10 +319,11 @@ void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_r
   std::uint64_t frame_bytes = 0;
   std::uint32_t frame_runs = 0;
   const auto close_frame = [&](bool last) {
-    const std::uint16_t flags =
-        last ? (x->has_notify && !read ? wire::kNotifyFollows : 0) : static_cast<std::uint16_t>(wire::kMore);
-    wire::encode_header(frame_start, wire::FrameHeader{read ? wire::FrameType::kReadReq : wire::FrameType::kWrite, flags,
-                                      frame_runs, 0, x->seq, frame_bytes});
+    const std::uint16_t flags = last ? (x->has_notify && !read ? wire::kNotifyFollows : 0)
+                                     : static_cast<std::uint16_t>(wire::kMore);
+    wire::encode_header(
+        frame_start, wire::FrameHeader{read ? wire::FrameType::kReadReq : wire::FrameType::kWrite,
+                                       flags, frame_runs, 0, x->seq, frame_bytes});
     if (read) {
       Xfer::Part& part = x->parts.back();
       part.bytes = frame_bytes;
@@ -336,7 +358,8 @@ void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_r
   }
   if (frame_start != nullptr) close_frame(true);
   if (x->has_notify) {
-    wire::encode_header(at, wire::FrameHeader{wire::FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
+    wire::encode_header(
+        at, wire::FrameHeader{wire::FrameType::kNotify, 0, 0, 0, x->seq, notify.size()});
     std::memcpy(at + wire::kHeaderLen, notify.data(), notify.size());
     x->iov.push_back(iovec{at, wire::kHeaderLen + notify.size()});
   }
@@ -404,7 +427,7 @@ TcpLane::Xfer* TcpLane::take_xfer() {
   // first post after a burst), else a new one.
   if (Xfer* x = spare_.exchange(nullptr, std::memory_order_acq_rel); x != nullptr) return x;
   {
-    std::lock_guard lock(commands_mu_);
+    MutexLock lock(commands_mu_);
     if (!xfer_pool_.empty()) {
       Xfer* x = xfer_pool_.back();
       xfer_pool_.pop_back();
@@ -415,8 +438,8 @@ TcpLane::Xfer* TcpLane::take_xfer() {
 }
 
 void TcpLane::recycle(Xfer* x) {
-  const std::size_t held = x->wire.capacity() + (x->iov.capacity() + x->read_iov.capacity()) *
-                                                    sizeof(iovec) +
+  const std::size_t held = x->wire.capacity() +
+                           (x->iov.capacity() + x->read_iov.capacity()) * sizeof(iovec) +
                            x->parts.capacity() * sizeof(Xfer::Part);
   if (held > kPooledBytes) {
     delete x;
@@ -439,7 +462,7 @@ void TcpLane::recycle(Xfer* x) {
   x->io_uses = 0;
   x->io_ref = true;
   {
-    std::lock_guard lock(commands_mu_);
+    MutexLock lock(commands_mu_);
     if (xfer_pool_.size() < kPooledXfers) {
       xfer_pool_.push_back(x);
       return;
@@ -449,35 +472,26 @@ void TcpLane::recycle(Xfer* x) {
 }
 
 void TcpLane::take_notifications(std::vector<Notification>* out) {
-  std::lock_guard lock(notes_mu_);
-  while (!notes_.empty()) {
-    Queued& q = notes_.front();
-    auto it = notes_per_sender_.find({q.note.agent, q.key});
-    if (it != notes_per_sender_.end() && --it->second == 0) notes_per_sender_.erase(it);
-    if (!q.registered) --unregistered_notes_;
-    // Queued before our owner registered a peer of that name with another
-    // key: not that peer's, so not handed out under its name.
-    if (claim_of(q.note.agent, q.key) == Claim::kImpostor) {
-      counters_->refused_identity.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      out->push_back(std::move(q.note));
-    }
-    notes_.pop_front();
-  }
+  // Queued before our owner registered a peer of that name with another
+  // key: not that peer's, so not handed out under its name.
+  const std::size_t dropped = inbox_.take(out, [this](const Notification&, const Sender& from) {
+    return claim_of(from.first, from.second) != Claim::kImpostor;
+  });
+  if (dropped > 0) counters_->refused_identity.fetch_add(dropped, std::memory_order_relaxed);
 }
 
 void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
   // Every registered name is reserved, whatever lane serves its peer: one
   // that runs no tcp lane (port 0) has no key here, and no connection can
   // present its name.
-  std::lock_guard lock(vouched_mu_);
+  MutexLock lock(vouched_mu_);
   vouched_[remote.agent_name][handle] =
       blob.tcp_port != 0 ? std::optional<IdentityKey>(blob.tcp_key) : std::nullopt;
   vouched_names_[handle] = remote.agent_name;
 }
 
 void TcpLane::unvouch(PeerHandle handle) {
-  std::lock_guard lock(vouched_mu_);
+  MutexLock lock(vouched_mu_);
   auto it = vouched_names_.find(handle);
   if (it == vouched_names_.end()) return;
   auto name = vouched_.find(it->second);
@@ -489,7 +503,7 @@ void TcpLane::unvouch(PeerHandle handle) {
 }
 
 TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKey& key) const {
-  std::lock_guard lock(vouched_mu_);
+  MutexLock lock(vouched_mu_);
   auto it = vouched_.find(agent_name);
   if (it == vouched_.end()) return Claim::kUnregistered;
   for (const auto& [handle, k] : it->second) {
@@ -502,7 +516,7 @@ void TcpLane::add_live(HandleCounts& counts) const {
   // The pool is this lane's to receive into from creation until stop().
   if (!stopped_.load(std::memory_order_relaxed)) ++counts.memory_registrations;
   {
-    std::lock_guard lock(peers_mu_);
+    MutexLock lock(peers_mu_);
     counts.peers += peers_.size();
   }
   counts.transfers += live_xfers_.load(std::memory_order_relaxed);

@@ -52,12 +52,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,12 +64,15 @@
 #include <vector>
 
 #include "common/identity.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "engine.h"
+#include "engines/inbox.h"
 #include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/tcp/tcp_config.h"
-#include "wire/tcp_frame.h"
 #include "wire/peer_blob.h"
+#include "wire/tcp_frame.h"
 
 namespace kvxfer::internal::tcp {
 
@@ -109,6 +110,24 @@ class TcpLane final : public Lane {
   // registered peer's may hold once welcomed; the rest stays for registered
   // peers.
   static constexpr std::size_t kMaxUnregisteredConnections = kMaxConnections / 2;
+  // What a target's connections may hold, sized once from the process's
+  // file descriptor limit (RLIMIT_NOFILE's soft limit) so the lane can
+  // never take every descriptor: accepted connections at most half of it
+  // (the rest stays its owner's: files, UCX, its own outgoing
+  // connections), and of those, welcomed connections of no registered
+  // peer at most half (the rest stays for registered peers), connections
+  // without a hello yet a quarter, and refused ones waiting to close an
+  // eighth (past that a refused connection is reset at once, so refusals
+  // cannot crowd out registered peers). The k* bounds above cap each.
+  struct ConnLimits {
+    std::size_t total = kMaxConnections;
+    std::size_t unregistered = kMaxUnregisteredConnections;
+    std::size_t pending = kMaxPendingHellos;
+    std::size_t closing = kMaxConnections / 8;
+  };
+  [[nodiscard]] static ConnLimits conn_limits(std::uint64_t nofile);
+  // How long the listener rests after accept() found no descriptor left.
+  static constexpr std::chrono::milliseconds kAcceptRest{100};
 
   // Opens the listener (throws std::runtime_error saying why it cannot) and
   // starts the I/O thread.
@@ -126,7 +145,8 @@ class TcpLane final : public Lane {
   // Our token, identity key, port and addresses.
   void publish(wire::PeerBlob& blob) const override;
   // The peer publishes a tcp lane.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote,
+                               const wire::PeerBlob& blob) const override;
 
   // The peers our owner registered (any lane): `handle` is the
   // registration's, `remote.agent_name` the peer's. A connection presenting
@@ -191,6 +211,8 @@ class TcpLane final : public Lane {
              std::span<const std::uint8_t> notify);
 
   std::string agent_name_;
+  const ConnLimits limits_;
+  const std::chrono::milliseconds stall_;  // KVXFER_TCP_STALL_MS
   Region region_;
   std::uint64_t pool_len_ = 0;
   std::uint64_t token_ = 0;
@@ -201,48 +223,40 @@ class TcpLane final : public Lane {
   int wake_fd_ = -1;
   int epoll_fd_ = -1;
 
-
   // Initiator: our registrations of each target (engines/lineages.h).
   Lineages lineages_;
 
   // Commands for the I/O thread (new connections, transfers, closes).
   // `wake_pending_`: the thread was woken and has not drained the queue yet,
   // so a burst of posts wakes it once.
-  std::mutex commands_mu_;
-  std::vector<Command> commands_;
+  Mutex commands_mu_;
+  std::vector<Command> commands_ GUARDED_BY(commands_mu_);
   // Ended transfers whose buffers the next posts reuse (at most
   // kPooledXfers, each holding at most kPooledBytes), under commands_mu_;
   // and the one the next post takes without a lock, refilled from the pool
   // when a post is queued. So a post takes one lock of this lane.
-  std::vector<Xfer*> xfer_pool_;
+  std::vector<Xfer*> xfer_pool_ GUARDED_BY(commands_mu_);
   std::atomic<Xfer*> spare_{nullptr};
   std::atomic<bool> wake_pending_{false};
 
   // Connected peers (initiator side); a post finds its peer through its
   // handle, this is for counts and for stop().
-  mutable std::mutex peers_mu_;
-  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_;
+  mutable Mutex peers_mu_;
+  std::unordered_map<LanePeer*, std::shared_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
 
   // Registrations vouched for: by agent name, each registration's key.
-  mutable std::mutex vouched_mu_;
+  mutable Mutex vouched_mu_;
   // No key: the registration's peer runs no tcp lane, and its name is
   // nobody's here (no connection can prove it).
-  std::map<std::string, std::map<PeerHandle, std::optional<IdentityKey>>> vouched_;
-  std::unordered_map<PeerHandle, std::string> vouched_names_;
+  std::map<std::string, std::map<PeerHandle, std::optional<IdentityKey>>> vouched_
+      GUARDED_BY(vouched_mu_);
+  std::unordered_map<PeerHandle, std::string> vouched_names_ GUARDED_BY(vouched_mu_);
 
-  // Notifications taken from peers, oldest first, with the key of the
-  // connection each came on and whether it was queued as a registered
-  // peer's; how many each sender (name and key) has queued, and how many
-  // all unregistered senders together.
-  struct Queued {
-    Notification note;
-    IdentityKey key{};
-    bool registered = false;
-  };
-  std::mutex notes_mu_;
-  std::deque<Queued> notes_;
-  std::map<std::pair<std::string, IdentityKey>, std::size_t> notes_per_sender_;
-  std::size_t unregistered_notes_ = 0;
+  // Notifications taken from peers, per sender (the name and key its
+  // connection's hello proved): a registered peer's share is its own, the
+  // others share kMaxQueuedNotifications.
+  using Sender = std::pair<std::string, IdentityKey>;
+  Inbox<Sender> inbox_{kMaxQueuedPerSender, kMaxQueuedNotifications};
 
   std::atomic<std::uint64_t> live_xfers_{0};
   struct Counters;

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -129,7 +130,20 @@ int connect_any(const std::vector<wire::TcpAddress>& addresses, std::uint16_t po
   for (const wire::TcpAddress& a : addresses) {
     if (a.family != 4 || (is_loopback(a) && !same_host)) continue;
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;
+    if (fd < 0) {
+      // Our own process is out of descriptors (or memory): no address of the
+      // peer's is at fault, so say what is.
+      const int err = errno;
+      if (why != nullptr) {
+        rlimit r{};
+        getrlimit(RLIMIT_NOFILE, &r);
+        *why = fmt::format("this process cannot open a socket: {}{}", strerror(err),
+                           err == EMFILE ? fmt::format(" (RLIMIT_NOFILE {})",
+                                                       static_cast<std::uint64_t>(r.rlim_cur))
+                                         : std::string());
+      }
+      return -1;
+    }
     const sockaddr_in sa = to_sockaddr(a, port);
     int err = 0;
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {

@@ -48,7 +48,8 @@ bool TcpLane::Io::on_header(Conn* c) {
     return false;
   }
   // What an initiator may receive, and what a target may.
-  const bool for_initiator = h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
+  const bool for_initiator =
+      h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
   // (A challenge and a welcome come only before a connection is the I/O
   // thread's: TcpLane::connect.)
   if (c->initiator != for_initiator || (c->hello_done && h.type == wire::FrameType::kHello) ||
@@ -117,8 +118,8 @@ bool TcpLane::Io::on_runs(Conn* c) {
   if (!runs_fit(h, c->body, lane_.pool_len_)) {
     refuse(c, counters.refused_runs, "runs outside this pool");
     return answer_and_close(
-        c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData, h.seq,
-        wire::kStatusRefused);
+        c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData,
+        h.seq, wire::kStatusRefused);
   }
   auto* base = static_cast<std::uint8_t*>(lane_.region_.base);
   const wire::RunList list{c->body};
@@ -151,30 +152,16 @@ bool TcpLane::Io::on_notify(Conn* c) {
   // removed peers since its hello).
   const Claim claim = lane_.claim_of(c->sender, c->key);
   if (claim == Claim::kImpostor) {
-    refuse(c, counters.refused_identity,
-           fmt::format("a notification under registered peer {}'s name from another key",
-                       c->sender));
+    refuse(
+        c, counters.refused_identity,
+        fmt::format("a notification under registered peer {}'s name from another key", c->sender));
     return answer_and_close(c, wire::FrameType::kAck, h.seq, wire::kStatusNotYours);
   }
   const bool registered = claim == Claim::kRegistered;
-  bool queued = false;
-  {
-    // A registered peer's share is its own; the others share
-    // kMaxQueuedNotifications besides their own share each.
-    std::lock_guard lock(lane_.notes_mu_);
-    const auto sender = std::make_pair(c->sender, c->key);
-    std::size_t& mine = lane_.notes_per_sender_[sender];
-    if (mine < kMaxQueuedPerSender &&
-        (registered || lane_.unregistered_notes_ < kMaxQueuedNotifications)) {
-      ++mine;
-      if (!registered) ++lane_.unregistered_notes_;
-      lane_.notes_.push_back(Queued{Notification{c->sender, std::vector<std::uint8_t>(c->body)},
-                                    c->key, registered});
-      queued = true;
-    } else if (mine == 0) {
-      lane_.notes_per_sender_.erase(sender);
-    }
-  }
+  // A registered peer's share is its own; the others share
+  // kMaxQueuedNotifications besides their own share each.
+  const bool queued = lane_.inbox_.offer(
+      {c->sender, c->key}, registered, Notification{c->sender, std::vector<std::uint8_t>(c->body)});
   if (!queued) {
     counters.refused_notify.fetch_add(1, std::memory_order_relaxed);
     if (log_limit_.allow()) {
@@ -230,49 +217,47 @@ bool TcpLane::Io::on_hello(Conn* c) {
     return refuse_hello(c, wire::kStatusNotYours);
   }
   const bool registered = claim == Claim::kRegistered;
-  if (!registered && unregistered_conns_ >= kMaxUnregisteredConnections) {
+  if (!registered && unregistered_conns_ >= lane_.limits_.unregistered) {
     refuse(c, counters.refused_full,
            "a connection of no registered peer while their share is full");
     return refuse_hello(c, wire::kStatusTableFull);
   }
-  auto it = fences_.find(hello.lineage);
-  if (it == fences_.end()) {
-    // Full means refusal, never forgetting; a registered peer still has
-    // room of its own (a few lineages per key).
-    const std::size_t of_key = lineages_per_key_[hello.key];
-    if (fences_.size() >= kMaxLineages && !(registered && of_key < kMaxLineagesPerPeer)) {
-      if (of_key == 0) lineages_per_key_.erase(hello.key);
+  // Full means refusal, never forgetting early; a registered peer still
+  // has room of its own (a few lineages per key).
+  using Verdict = decltype(fences_)::Verdict;
+  const auto presented =
+      fences_.present(hello.lineage, hello.gen, hello.epoch, hello.key, registered, Clock::now());
+  switch (presented.verdict) {
+    case Verdict::kFull:
       refuse(c, counters.refused_full, "a new initiator while the fence table is full");
       return refuse_hello(c, wire::kStatusTableFull);
-    }
-    ++lineages_per_key_[hello.key];
-    it = fences_.emplace(hello.lineage, Lineage{hello.gen, hello.epoch, hello.key, {}, {}}).first;
+    case Verdict::kNotYours:
+      refuse(c, counters.refused_identity, "a hello of another identity's lineage");
+      return refuse_hello(c, wire::kStatusNotYours);
+    case Verdict::kStale:
+      refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
+      return refuse_hello(c, wire::kStatusStaleFence);
+    case Verdict::kNew:
+    case Verdict::kNewer:
+    case Verdict::kSame:
+      break;
   }
-  Lineage& f = it->second;
-  if (f.key != hello.key) {
-    refuse(c, counters.refused_identity, "a hello of another identity's lineage");
-    return refuse_hello(c, wire::kStatusNotYours);
-  }
-  if (hello.gen < f.gen || (hello.gen == f.gen && hello.epoch != f.epoch)) {
-    refuse(c, counters.refused_stale_fence, "a hello of a registration already replaced");
-    return refuse_hello(c, wire::kStatusStaleFence);
-  }
-  if (hello.gen == f.gen && f.conns.size() >= kMaxConnectionsPerLineage) {
+  auto& f = *presented.entry;
+  if (presented.verdict == Verdict::kSame && f.extra.size() >= kMaxConnectionsPerLineage) {
     refuse(c, counters.refused_full, "one connection too many for one registration");
     return refuse_hello(c, wire::kStatusTableFull);
   }
-  if (hello.gen > f.gen) {
+  if (presented.verdict == Verdict::kNewer) {
     // A newer registration: the older connections go, with whatever they
     // still hold, before anything of the new one is read.
-    const std::vector<Conn*> older = f.conns;
+    const std::vector<Conn*> older = f.extra;
     for (Conn* o : older) {
       counters.fences_superseded.fetch_add(1, std::memory_order_relaxed);
       close_conn(o, "a newer registration of its initiator replaced it");
     }
-    f.gen = hello.gen;
-    f.epoch = hello.epoch;
   }
-  f.conns.push_back(c);
+  f.extra.push_back(c);
+  fences_.hold(f);
   c->hello_done = true;
   --pending_hellos_;
   c->lineage = hello.lineage;

@@ -282,10 +282,7 @@ const char* UcxLane::detail(XferHandle handle) const {
 }
 
 void UcxLane::take_notifications(std::vector<Notification>* out) {
-  std::lock_guard lock(mu_);
-  for (Notification& n : notes_) out->push_back(std::move(n));
-  notes_.clear();
-  queued_per_lineage_.clear();
+  inbox_.take(out, [](const Notification&, std::uint64_t) { return true; });
 }
 
 void UcxLane::run_post(void* arg) {

@@ -14,29 +14,34 @@
 //
 // This room uses UCX, src/wire/ and src/common/, and knows nothing of the
 // other lanes or of src/core/. It is one Lane (engines/lane.h). Rooms:
-// ucx_config, ucx_driver, ucx_endpoint, ucx_fences (the target's fence
-// table), and this one: ucx_lane.cc (the lane's calls, endpoints, transfers)
-// and ucx_messages.cc (fences, notifications, acks).
+// ucx_config, ucx_driver, ucx_endpoint, and this one: ucx_lane.cc (the
+// lane's calls, endpoints, transfers) and ucx_messages.cc (fences,
+// notifications, acks). The target's fence table and notification inbox
+// are the ones the tcp lane keeps too (engines/fence_table.h, inbox.h).
 #pragma once
 
 #include <ucp/api/ucp.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <unordered_map>
 
 #include "engine.h"
+#include "engines/fence_table.h"
+#include "engines/inbox.h"
 #include "engines/lane.h"
 #include "engines/lineages.h"
 #include "engines/ucx/ucx_config.h"
 #include "engines/ucx/ucx_driver.h"
 #include "engines/ucx/ucx_endpoint.h"
-#include "engines/ucx/ucx_fences.h"
+#include "wire/fence.h"
 #include "wire/notify.h"
 #include "wire/peer_blob.h"
 
@@ -63,7 +68,8 @@ class UcxLane final : public Lane {
   // The peer runs the lane too, and both sides have an RDMA device, or the
   // tcp lane cannot serve it (ours does not run, or it has none): forcing
   // UCX's tcp transport stays possible for tests.
-  [[nodiscard]] bool qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const override;
+  [[nodiscard]] bool qualifies(const RemoteRegion& remote,
+                               const wire::PeerBlob& blob) const override;
   [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
                                Connected* out) override;
   [[nodiscard]] Status disconnect(LanePeer* peer) override;
@@ -110,10 +116,22 @@ class UcxLane final : public Lane {
   };
   static constexpr std::size_t kNotAwaiting = ~std::size_t{0};
   struct ConnectJob;
+  // The target's fences (engines/fence_table.h): per initiator lineage, its
+  // newest registration, the endpoint its fence came on and the sender's
+  // name from it. UCX proves no identity (a token holder's fence is taken),
+  // so every lineage is one anonymous identity's and none has room of its
+  // own. A lineage unused for kFenceLinger (no notification, no ack in
+  // flight) may be forgotten.
+  struct Fenced {
+    ucp_ep_h from = nullptr;
+    std::string name;
+  };
+  using Fences = FenceTable<Anonymous, Fenced>;
+  static constexpr std::chrono::seconds kFenceLinger{60};
   // An ack on its way to an initiator (UCX holds its bytes until sent).
   struct AckMsg {
     UcxLane* lane = nullptr;
-    FenceTable::Entry* entry = nullptr;  // its sender's, if fenced
+    Fences::Entry* entry = nullptr;  // its sender's, if fenced
     std::array<std::uint8_t, wire::kAckLen> bytes{};
   };
 
@@ -142,7 +160,8 @@ class UcxLane final : public Lane {
   // handlers of those peers send us.
   ucs_status_t send_fence(Endpoint& ep);
   void send_note(Xfer* xfer);
-  void send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::NotifyAck& ack);
+  void send_ack(ucp_ep_h to, Fences::Entry* entry, const wire::NotifyAck& ack);
+  [[nodiscard]] Fences::Entry* admit(std::uint64_t lineage, std::uint64_t epoch, ucp_ep_h from);
   static void on_note_sent(void* request, ucs_status_t status, void* xfer);
   static void on_sent(void* request, ucs_status_t status, void* lane);
   static void on_ack_sent(void* request, ucs_status_t status, void* ack);
@@ -162,19 +181,19 @@ class UcxLane final : public Lane {
   const bool tcp_lane_here_;
   std::atomic<bool> accepting_{true};  // false from stop(): messages refused
 
-  // Peers, the transfer pool and the queued notifications.
+  // Peers and the transfer pool.
   mutable std::mutex mu_;
   std::unordered_map<LanePeer*, std::shared_ptr<Endpoint>> peers_;
   std::deque<Xfer> xfers_;
   std::vector<Xfer*> free_xfers_;
-  std::deque<Notification> notes_;
-  std::unordered_map<std::uint64_t, std::size_t> queued_per_lineage_;
+  // Notifications peers sent, per lineage; none has a share of its own.
+  Inbox<std::uint64_t> inbox_{kMaxQueuedNotificationsPerSender, kMaxQueuedNotifications};
 
   Lineages lineages_;  // our registrations of each target (engines/lineages.h)
   // Driver only: transfers by slot (for acks), the fences peers sent us, and
   // the acks in flight.
   std::vector<Xfer*> slots_;
-  FenceTable fences_;
+  Fences fences_{{wire::kMaxFences, 0, kFenceLinger}};
   std::deque<AckMsg> acks_;
   std::vector<AckMsg*> free_acks_;
   std::size_t acks_in_flight_ = 0;

@@ -2,12 +2,11 @@
 // The UCX lane's active messages (ucx_lane.h), each in the driver's turn: the
 // fences, notifications and acks we send, and our handlers of those peers
 // send. Touches the fence table, the acks in flight and the queued notes.
-#include "engines/ucx/ucx_lane.h"
-
 #include <chrono>
 #include <span>
 
 #include "common/log.h"
+#include "engines/ucx/ucx_lane.h"
 #include "wire/fence.h"
 
 namespace kvxfer::internal::ucx {
@@ -58,8 +57,8 @@ ucs_status_t UcxLane::send_fence(Endpoint& ep) {
   ep.fence.resize(wire::fence_len(name.size()));
   wire::encode_fence(ep.fence.data(), wire::Fence{ep.token, ep.lineage, ep.gen, ep.epoch, name});
   const ucp_request_param_t param = am_param(&UcxLane::on_sent, this);
-  const ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep.ep, wire::kFenceAmId, ep.fence.data(), ep.fence.size(), nullptr, 0, &param);
+  const ucs_status_ptr_t request = ucp_am_send_nbx(ep.ep, wire::kFenceAmId, ep.fence.data(),
+                                                   ep.fence.size(), nullptr, 0, &param);
   if (UCS_PTR_IS_PTR(request)) live_requests_.fetch_add(1, std::memory_order_relaxed);
   return UCS_PTR_IS_ERR(request) ? UCS_PTR_STATUS(request) : UCS_OK;
 }
@@ -72,8 +71,9 @@ void UcxLane::send_note(Xfer* x) {
   // The target labels it with the fence's name, not this one.
   const std::string_view name = std::string_view(agent_name_).substr(0, wire::kMaxNotifyName);
   x->note_header.resize(wire::notify_header_len(name.size()));
-  wire::encode_notify_header(x->note_header.data(),
-                       wire::NotifyHeader{ep.token, x->sequence, x->slot, ep.lineage, ep.epoch, name});
+  wire::encode_notify_header(
+      x->note_header.data(),
+      wire::NotifyHeader{ep.token, x->sequence, x->slot, ep.lineage, ep.epoch, name});
   x->await_index = ep.awaiting.size();
   ep.awaiting.push_back(x->slot);
   count(kNotesSent);
@@ -130,15 +130,36 @@ ucs_status_t UcxLane::on_fence(void* arg, const void* header, std::size_t header
     why = "it is malformed";
   } else if (fence.token != lane.token_ || !lane.accepting_.load(std::memory_order_acquire)) {
     why = "it is not for this transport";
-  } else if (const auto verdict = lane.fences_.take(fence, from, Clock::now());
-             verdict == FenceTable::Verdict::kTaken) {
-    return UCS_OK;
-  } else if (verdict == FenceTable::Verdict::kStale) {
-    why = "a newer registration of its lineage fenced already";
+  } else {
+    const auto presented =
+        lane.fences_.present(fence.lineage, fence.gen, fence.epoch, {}, false, Clock::now());
+    switch (presented.verdict) {
+      case Fences::Verdict::kNew:
+      case Fences::Verdict::kNewer:
+        presented.entry->extra.from = from;
+        presented.entry->extra.name.assign(fence.name);
+        return UCS_OK;
+      case Fences::Verdict::kSame:
+      case Fences::Verdict::kStale:
+        why = "its registration, or a newer one of its lineage, fenced already";
+        break;
+      case Fences::Verdict::kNotYours:  // no identities here
+      case Fences::Verdict::kFull:
+        break;
+    }
   }
   lane.count(kFencesRefused);
   log().warn("kvxfer ucx {}: refused a fence: {}", lane.agent_name_, why);
   return UCS_OK;
+}
+
+// Target: the fence entry a notification of (lineage, epoch) that came on
+// `from` belongs to: the lineage's newest registration, fenced on `from`.
+UcxLane::Fences::Entry* UcxLane::admit(std::uint64_t lineage, std::uint64_t epoch, ucp_ep_h from) {
+  Fences::Entry* e = fences_.find(lineage);
+  if (e == nullptr || e->epoch != epoch || e->extra.from != from) return nullptr;
+  fences_.touch(*e, Clock::now());
+  return e;
 }
 
 // Target: a notification, queued when it belongs to the newest registration
@@ -151,28 +172,23 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   wire::NotifyHeader h;
   const ucp_ep_h from = reply_ep(param);
-  FenceTable::Entry* entry = nullptr;
+  Fences::Entry* entry = nullptr;
   ucs_status_t status = UCS_OK;
   if (from == nullptr || !wire::decode_notify_header(bytes_of(header, header_length), &h) ||
       lane.acks_in_flight_ >= kMaxAcks) {
     status = UCS_ERR_NO_RESOURCE;  // nothing to answer, or too many answers pending
   } else if (h.token != lane.token_ || !lane.accepting_.load(std::memory_order_acquire) ||
-             (entry = lane.fences_.admit(h.lineage, h.epoch, from, Clock::now())) == nullptr) {
+             (entry = lane.admit(h.lineage, h.epoch, from)) == nullptr) {
     status = UCS_ERR_CANCELED;  // a removed or replaced registration's, or another endpoint's
-  } else if (entry->acks >= kMaxAcksPerLineage) {
+  } else if (entry->users >= kMaxAcksPerLineage) {
     status = UCS_ERR_NO_RESOURCE;
   } else if (rndv || length == 0 || length > kMaxNotificationBytes) {
     status = UCS_ERR_INVALID_PARAM;  // our initiators send eagerly
   } else {
     const auto message = bytes_of(data, length);
-    std::lock_guard lock(lane.mu_);
-    std::size_t& queued = lane.queued_per_lineage_[h.lineage];
-    if (queued >= kMaxQueuedNotificationsPerSender ||
-        lane.notes_.size() >= kMaxQueuedNotifications) {
+    if (!lane.inbox_.offer(h.lineage, /*own_share=*/false,
+                           Notification{entry->extra.name, {message.begin(), message.end()}})) {
       status = UCS_ERR_NO_RESOURCE;  // the owner is not taking them
-    } else {
-      ++queued;
-      lane.notes_.push_back({entry->name, {message.begin(), message.end()}});
     }
   }
   if (status == UCS_OK) {
@@ -180,18 +196,20 @@ ucs_status_t UcxLane::on_note(void* arg, const void* header, std::size_t header_
   } else {
     lane.count(kNotesRefused);
     log().warn("kvxfer ucx {}: refused a notification from {}: {}", lane.agent_name_,
-               entry != nullptr ? entry->name : "an unknown sender", ucs_status_string(status));
+               entry != nullptr ? entry->extra.name : "an unknown sender",
+               ucs_status_string(status));
     // Past the bounds on acks, not answered at all.
     if (from == nullptr || lane.acks_in_flight_ >= kMaxAcks ||
-        (entry != nullptr && entry->acks >= kMaxAcksPerLineage)) {
+        (entry != nullptr && entry->users >= kMaxAcksPerLineage)) {
       return UCS_OK;
     }
   }
-  lane.send_ack(from, entry, wire::NotifyAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
+  lane.send_ack(from, entry,
+                wire::NotifyAck{h.slot, h.sequence, static_cast<std::int32_t>(status)});
   return UCS_OK;
 }
 
-void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::NotifyAck& ack) {
+void UcxLane::send_ack(ucp_ep_h to, Fences::Entry* entry, const wire::NotifyAck& ack) {
   AckMsg* msg = nullptr;
   if (free_acks_.empty()) {
     msg = &acks_.emplace_back();
@@ -203,12 +221,12 @@ void UcxLane::send_ack(ucp_ep_h to, FenceTable::Entry* entry, const wire::Notify
   msg->entry = entry;  // never forgotten while it has acks in flight
   wire::encode_ack(msg->bytes.data(), ack);
   const ucp_request_param_t param = am_param(&UcxLane::on_ack_sent, msg);
-  const ucs_status_ptr_t request =
-      ucp_am_send_nbx(to, wire::kNotifyAckAmId, msg->bytes.data(), msg->bytes.size(), nullptr, 0, &param);
+  const ucs_status_ptr_t request = ucp_am_send_nbx(to, wire::kNotifyAckAmId, msg->bytes.data(),
+                                                   msg->bytes.size(), nullptr, 0, &param);
   if (!UCS_PTR_IS_PTR(request)) return free_acks_.push_back(msg);
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   ++acks_in_flight_;
-  if (entry != nullptr) ++entry->acks;
+  if (entry != nullptr) fences_.hold(*entry);
 }
 
 void UcxLane::on_ack_sent(void* request, ucs_status_t /*status*/, void* arg) {
@@ -218,7 +236,7 @@ void UcxLane::on_ack_sent(void* request, ucs_status_t /*status*/, void* arg) {
   ucp_request_free(request);
   lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
   --lane.acks_in_flight_;
-  if (msg->entry != nullptr) --msg->entry->acks;
+  if (msg->entry != nullptr) lane.fences_.release(*msg->entry, Clock::now());
   lane.free_acks_.push_back(msg);
 }
 
