@@ -6,7 +6,7 @@
 // wire/bytes.h's bounds-checked reader, a length limit per field, nothing
 // may follow.
 //
-// Layout (little-endian), version 4:
+// Layout (little-endian), version 5:
 //   u32 magic "KVXU" | u16 version | u16 flags
 //   u64 pid namespace device | u64 pid namespace inode
 //   u64 cookie address | u64 cookie epoch
@@ -19,10 +19,12 @@
 //     first 4, the rest zero)
 // The tcp part says where the agent's tcp lane listens (port 0: it has none),
 // the token a connection must present first, and the public half of the
-// lane's X25519 identity (common/identity.h), with which its hellos are
-// authenticated and a target tells a registered peer's connection from
+// lane's X25519 identity (common/identity.h), from which its handshakes
+// derive their keys and a target tells a registered peer's connection from
 // anyone else's (engines/tcp/). Nothing may follow. Versions 1 to 3 (no tcp
-// part, or no tcp key) are refused.
+// part, or no tcp key) are refused, and so is version 4: the same layout,
+// but its tcp lane speaks frames of version 2 (wire/tcp_frame.h), whose
+// hellos a recording could replay and whose frames nothing authenticated.
 #pragma once
 
 #include <algorithm>
@@ -38,7 +40,7 @@
 namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kBlobMagic = 0x5558564b;  // "KVXU" as bytes
-inline constexpr std::uint16_t kBlobVersion = 4;
+inline constexpr std::uint16_t kBlobVersion = 5;
 inline constexpr std::uint32_t kNoNotifyFd = 0xffffffff;
 // Worker addresses and packed rkeys are a few hundred bytes; anything much
 // larger is not one.
@@ -106,7 +108,7 @@ inline std::vector<std::uint8_t> encode_blob(const PeerBlob& blob) {
   return out;
 }
 
-// False when `bytes` is not a well-formed version-4 blob: among others, an
+// False when `bytes` is not a well-formed version-5 blob: among others, an
 // address family other than 4 or 6, an IPv4 address with bytes past its
 // first 4, more than kMaxTcpAddresses addresses, or addresses with port 0.
 // On success the spans in *out point into `bytes`; on failure *out is left

@@ -5,25 +5,39 @@
 // is read:
 //
 //   u32 magic "KVXT" | u8 version | u8 type | u16 flags
-//   | u32 count | u32 status | u64 seq | u64 length          (kHeaderLen)
+//   | u32 count | u32 status | u64 seq | u64 length          (kFieldsLen)
+//   | 16 bytes tag                                          (kHeaderLen)
+//
+// The tag authenticates the frame: computed with the connection's key for
+// its direction over the fields, the frame's body and the frame's number in
+// its direction (engines/tcp/tcp_handshake.h); the lane checks it before it
+// acts on the frame and closes the connection when it fails. Only the two
+// frames that make the keys carry no tag (all zero): the challenge and the
+// hello. A write's or a reply's payload is not covered by any tag.
 //
 // then, by type (initiator -> target unless said otherwise):
-//   kHello     first frame of every connection, nothing else is read before
-//              it: count = name length (1..kMaxName), length = 0;
+//   kChallenge target -> initiator, the first bytes of every connection the
+//              target accepts, sent before it reads anything: everything
+//              zero but the type; body: kNonceLen random bytes, fresh for
+//              this connection.
+//   kHello     the initiator's first frame, nothing else is read before it:
+//              count = name length (1..kMaxName), length = 0;
 //              body u64 target token | u64 lineage | u64 gen | u64 epoch
-//              | 32 bytes initiator key | name | 32 bytes MAC. The token is
-//              the target's (from its metadata); lineage, gen and epoch fence
+//              | 32 bytes initiator key | kNonceLen bytes initiator nonce
+//              | name | kHelloProofLen bytes proof. The token is the
+//              target's (from its metadata); lineage, gen and epoch fence
 //              the connection (engines/tcp/tcp_lane.h); the key is the
-//              initiator's public identity key and the MAC, HMAC-SHA256 of
-//              the body before it under the key both ends derive
-//              (common/identity.h), proves the initiator holds its private
-//              half.
+//              initiator's public identity key and the proof, derived over
+//              the challenge and the hello up to it with the secret of the
+//              initiator's key and the target's, proves that the initiator
+//              holds its private half and that the hello is this
+//              connection's, not a recorded one.
 //   kWelcome   target -> initiator, the answer to a hello that carried the
-//              target's token: status kStatusOk, welcomed; any other status,
-//              refused (why: kStatusNotYours, kStatusStaleFence,
-//              kStatusTableFull, kStatusUnproven), and the target closes
-//              the connection after it. A hello without the token gets no
-//              answer.
+//              target's token, the first tagged frame: status kStatusOk,
+//              welcomed; any other status, refused (why: kStatusNotYours,
+//              kStatusStaleFence, kStatusTableFull, kStatusUnproven), and the
+//              target closes the connection after it. A hello without the
+//              token gets no answer.
 //   kWrite     count = runs (1..kMaxRuns), length = payload bytes (the sum of
 //              the runs' lengths); body: the runs (wire/runs.h), then the
 //              payload, received straight into the target's pool. flags
@@ -42,6 +56,10 @@
 // A decoder never trusts a length it did not bound: runs are checked against
 // the receiver's own pool (wire::runs_in_region) before a payload byte is
 // read.
+//
+// Version 3 added the tag, the challenge and the hello's nonce and proof
+// (version 2's hello carried a MAC a recorded hello replayed); a version-2
+// frame is refused.
 #pragma once
 
 #include <algorithm>
@@ -57,11 +75,16 @@
 namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kFrameMagic = 0x5458564b;  // "KVXT" as bytes
-inline constexpr std::uint8_t kFrameVersion = 2;
-inline constexpr std::size_t kHeaderLen = 32;
-// A hello's body: kHelloFixedLen bytes, the name, then kHelloMacLen.
-inline constexpr std::size_t kHelloFixedLen = 64;
-inline constexpr std::size_t kHelloMacLen = 32;
+inline constexpr std::uint8_t kFrameVersion = 3;
+// A header: its fields, then its tag.
+inline constexpr std::size_t kFieldsLen = 32;
+inline constexpr std::size_t kTagLen = 16;
+inline constexpr std::size_t kHeaderLen = kFieldsLen + kTagLen;
+// A challenge's body, and the nonce in a hello.
+inline constexpr std::size_t kNonceLen = 32;
+// A hello's body: kHelloFixedLen bytes, the name, then kHelloProofLen.
+inline constexpr std::size_t kHelloFixedLen = 64 + kNonceLen;
+inline constexpr std::size_t kHelloProofLen = 32;
 inline constexpr std::size_t kMaxName = 256;
 // Runs per frame: one readv/sendmsg's worth of iovecs (IOV_MAX is 1024).
 // A transfer with more runs is several frames.
@@ -79,6 +102,7 @@ enum class FrameType : std::uint8_t {
   kReadReq = 5,
   kAck = 6,
   kReadData = 7,
+  kChallenge = 8,
 };
 
 enum FrameFlags : std::uint16_t {
@@ -103,7 +127,7 @@ enum WireStatus : std::uint32_t {
   // Welcome only, each a refused hello: a newer registration of the same
   // initiator replaced this one; the target's room for initiators (or for
   // this registration's connections) is full, and it refuses rather than
-  // forgets; the hello's MAC does not prove its key.
+  // forgets; the hello's proof does not prove its key for this connection.
   kStatusStaleFence = 4,
   kStatusTableFull = 5,
   kStatusUnproven = 6,
@@ -128,14 +152,18 @@ struct Hello {
   std::uint64_t lineage = 0;
   std::uint64_t gen = 0;
   std::uint64_t epoch = 0;
-  std::string_view name;               // a view into the decoded bytes
-  std::array<std::uint8_t, 32> key{};  // the initiator's public identity key
-  std::span<const std::uint8_t> mac;   // decoded: a view of the body's MAC
+  std::string_view name;                      // a view into the decoded bytes
+  std::array<std::uint8_t, 32> key{};         // the initiator's public identity key
+  std::array<std::uint8_t, kNonceLen> nonce{};  // the initiator's, fresh per connection
+  std::span<const std::uint8_t> proof;        // decoded: a view of the body's proof
 };
 
-// Writes a header in place (kHeaderLen bytes at `out`).
+// Writes a header's fields in place (kHeaderLen bytes at `out`), its tag
+// zero: a sender then writes the tag (header_tag) unless the frame is a
+// challenge or a hello.
 inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
-  wire::ByteWriter w(std::span(out, kHeaderLen));
+  std::fill(out + kFieldsLen, out + kHeaderLen, std::uint8_t{0});
+  wire::ByteWriter w(std::span(out, kFieldsLen));
   w.u32(kFrameMagic);
   w.u8(kFrameVersion);
   w.u8(static_cast<std::uint8_t>(h.type));
@@ -146,12 +174,30 @@ inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
   w.u64(h.length);
 }
 
-// The bytes that follow a header before any payload: the hello's fixed part
-// and name, a write's or read request's runs, a notification's message.
+// A header's parts: the fields its tag covers, and the tag.
+[[nodiscard]] inline std::span<const std::uint8_t, kFieldsLen> header_fields(
+    std::span<const std::uint8_t, kHeaderLen> header) {
+  return header.first<kFieldsLen>();
+}
+[[nodiscard]] inline std::span<const std::uint8_t, kTagLen> header_tag(
+    std::span<const std::uint8_t, kHeaderLen> header) {
+  return header.last<kTagLen>();
+}
+// Where a sender writes a header's tag.
+[[nodiscard]] inline std::span<std::uint8_t, kTagLen> tag_slot(
+    std::span<std::uint8_t, kHeaderLen> header) {
+  return header.last<kTagLen>();
+}
+
+// The bytes that follow a header before any payload: the challenge's nonce,
+// the hello's fixed part, name and proof, a write's or read request's runs, a
+// notification's message. A tag covers them.
 [[nodiscard]] inline std::size_t body_len(const FrameHeader& h) {
   switch (h.type) {
+    case FrameType::kChallenge:
+      return kNonceLen;
     case FrameType::kHello:
-      return kHelloFixedLen + h.count + kHelloMacLen;
+      return kHelloFixedLen + h.count + kHelloProofLen;
     case FrameType::kWrite:
     case FrameType::kReadReq:
       return h.count * wire::kRunLen;
@@ -163,13 +209,16 @@ inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
 }
 
 // False unless `bytes` (kHeaderLen of them) is a header of a known type whose
-// counts and lengths are within this format's bounds: a hello's name
-// 1..kMaxName, a write's or read request's runs 1..kMaxRuns with a nonzero
-// length, a notification's message 1..kMaxMessage, nothing else carrying a
-// count; only writes and read requests carry flags, and only their own (a
-// write never both kMore and kNotifyFollows); a welcome is all zero. A
-// payload's length is checked against the runs later, by the lane, and
-// body_len() means something only for a header this accepted.
+// counts and lengths are within this format's bounds: a challenge all zero
+// but its type, a hello's name 1..kMaxName and seq 0 (the two with a zero
+// tag), a write's or read request's runs 1..kMaxRuns with a nonzero length,
+// a notification's message 1..kMaxMessage, nothing else carrying a count;
+// only writes and read requests carry flags, and only their own (a write
+// never both kMore and kNotifyFollows); a welcome is all zero but its
+// status. Any other tag decodes: whether it is right is the lane's to check
+// (it holds the keys). A payload's length is checked against the runs
+// later, by the lane, and body_len() means something only for a header this
+// accepted.
 [[nodiscard]] inline bool decode_header(std::span<const std::uint8_t> bytes, FrameHeader* out) {
   if (bytes.size() != kHeaderLen) return false;
   wire::ByteReader in(bytes);
@@ -181,7 +230,10 @@ inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
   const auto status = in.u32();
   const auto seq = in.u64();
   const auto length = in.u64();
+  const auto tag = in.take(kTagLen);
   if (!in.ok() || *magic != kFrameMagic || *version != kFrameVersion) return false;
+  const bool no_tag =
+      std::all_of(tag->begin(), tag->end(), [](std::uint8_t b) { return b == 0; });
   FrameHeader h;
   h.type = static_cast<FrameType>(*type);
   h.flags = *flags;
@@ -191,8 +243,12 @@ inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
   h.length = *length;
   bool ok = false;
   switch (h.type) {
+    case FrameType::kChallenge:
+      ok = h.count == 0 && h.length == 0 && h.flags == 0 && h.status == 0 && h.seq == 0 && no_tag;
+      break;
     case FrameType::kHello:
-      ok = h.count >= 1 && h.count <= kMaxName && h.length == 0 && h.flags == 0 && h.status == 0;
+      ok = h.count >= 1 && h.count <= kMaxName && h.length == 0 && h.flags == 0 && h.status == 0 &&
+           h.seq == 0 && no_tag;
       break;
     case FrameType::kWelcome:
       ok = h.count == 0 && h.length == 0 && h.flags == 0;
@@ -222,9 +278,9 @@ inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
   return true;
 }
 
-// Writes a hello's body but its MAC (kHelloFixedLen + name bytes at `out`,
-// followed by kHelloMacLen bytes the caller fills with the MAC of these);
-// the caller keeps the name 1..kMaxName bytes.
+// Writes a hello's body but its proof (kHelloFixedLen + name bytes at `out`,
+// followed by kHelloProofLen bytes the caller fills with the proof over
+// these); the caller keeps the name 1..kMaxName bytes.
 inline void encode_hello_body(std::uint8_t* out, const Hello& hello) {
   wire::ByteWriter w(std::span(out, kHelloFixedLen + hello.name.size()));
   w.u64(hello.token);
@@ -232,21 +288,23 @@ inline void encode_hello_body(std::uint8_t* out, const Hello& hello) {
   w.u64(hello.gen);
   w.u64(hello.epoch);
   w.raw(hello.key);
+  w.raw(hello.nonce);
   w.raw(wire::byte_view(hello.name));
 }
 
-// The part of a hello's body its MAC covers: all of it but the MAC.
-[[nodiscard]] inline std::span<const std::uint8_t> hello_signed_part(
+// The part of a hello's body its proof covers (with its header and the
+// challenge): all of it but the proof.
+[[nodiscard]] inline std::span<const std::uint8_t> hello_proven_part(
     std::span<const std::uint8_t> body) {
-  return body.size() < kHelloMacLen ? body.first(0) : body.first(body.size() - kHelloMacLen);
+  return body.size() < kHelloProofLen ? body.first(0) : body.first(body.size() - kHelloProofLen);
 }
 
 // False unless `body` is a hello's body whose name is `name_len` bytes and
-// whose lineage, gen and epoch are nonzero. *out's name and mac view `body`;
-// the MAC is the lane's to check.
+// whose lineage, gen and epoch are nonzero. *out's name and proof view
+// `body`; the proof is the lane's to check.
 [[nodiscard]] inline bool decode_hello_body(std::span<const std::uint8_t> body,
                                             std::size_t name_len, Hello* out) {
-  if (name_len > kMaxName || body.size() != kHelloFixedLen + name_len + kHelloMacLen) {
+  if (name_len > kMaxName || body.size() != kHelloFixedLen + name_len + kHelloProofLen) {
     return false;
   }
   wire::ByteReader in(body);
@@ -255,16 +313,36 @@ inline void encode_hello_body(std::uint8_t* out, const Hello& hello) {
   const auto gen = in.u64();
   const auto epoch = in.u64();
   const auto key = in.take(32);
+  const auto nonce = in.take(kNonceLen);
   const auto name = in.take(name_len);
-  const auto mac = in.take(kHelloMacLen);
+  const auto proof = in.take(kHelloProofLen);
   if (!in.ok() || *lineage == 0 || *gen == 0 || *epoch == 0) return false;
   out->token = *token;
   out->lineage = *lineage;
   out->gen = *gen;
   out->epoch = *epoch;
   std::copy(key->begin(), key->end(), out->key.begin());
+  std::copy(nonce->begin(), nonce->end(), out->nonce.begin());
   out->name = std::string_view(reinterpret_cast<const char*>(name->data()), name->size());
-  out->mac = *mac;
+  out->proof = *proof;
+  return true;
+}
+
+// Writes a challenge frame (kHeaderLen + kNonceLen bytes at `out`).
+inline void encode_challenge(std::uint8_t* out, std::span<const std::uint8_t, kNonceLen> nonce) {
+  encode_header(out, FrameHeader{FrameType::kChallenge, 0, 0, 0, 0, 0});
+  std::copy(nonce.begin(), nonce.end(), out + kHeaderLen);
+}
+
+// False unless `frame` is exactly a challenge frame; its nonce into *out.
+[[nodiscard]] inline bool decode_challenge(std::span<const std::uint8_t> frame,
+                                           std::array<std::uint8_t, kNonceLen>* out) {
+  FrameHeader h;
+  if (frame.size() != kHeaderLen + kNonceLen ||
+      !decode_header(frame.first(kHeaderLen), &h) || h.type != FrameType::kChallenge) {
+    return false;
+  }
+  std::copy(frame.begin() + kHeaderLen, frame.end(), out->begin());
   return true;
 }
 

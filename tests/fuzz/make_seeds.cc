@@ -7,6 +7,7 @@
 //   kvxfer_make_seeds <corpus dir>
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -160,6 +161,8 @@ void ucx_blob_seeds() {
   write_seed(t, false, "version_3", set_u16(v3, 4, 3));
   write_seed(t, false, "version_3_number", set_u16(valid, 4, 3));
   write_seed(t, false, "version_3_layout_as_4", v3);
+  // Version 4: this layout, but a tcp lane of frames version 2.
+  write_seed(t, false, "version_4_number", set_u16(valid, 4, 4));
   write_seed(t, false, "address_len_off_by_one", set_u32(valid, kAddressLenAt, 73));
   write_seed(t, false, "huge_address_len", set_u32(valid, kAddressLenAt, 0xffffffff));
   write_seed(t, false, "over_limit_address_len", set_u32(valid, kAddressLenAt, wire::kMaxBlobField + 1));
@@ -464,17 +467,37 @@ Bytes frame(const wire::FrameHeader& h, const Bytes& body = {}) {
 
 Bytes hello_frame(const std::string& name, std::uint64_t lineage = 0x0102030405060708,
                   std::uint64_t gen = 1, std::uint64_t epoch = 0xa1a2a3a4a5a6a7a8) {
-  Bytes body(wire::kHelloFixedLen + name.size() + wire::kHelloMacLen);
+  Bytes body(wire::kHelloFixedLen + name.size() + wire::kHelloProofLen);
   wire::Hello hello{0x1234567890abcdef, lineage, gen, epoch, name};
   for (std::size_t i = 0; i < hello.key.size(); ++i)
     hello.key[i] = static_cast<std::uint8_t>(i + 9);
+  for (std::size_t i = 0; i < hello.nonce.size(); ++i)
+    hello.nonce[i] = static_cast<std::uint8_t>(0x70 + i);
   wire::encode_hello_body(body.data(), hello);
-  // A MAC the wire format cannot judge (the lane checks it): any bytes.
-  for (std::size_t i = 0; i < wire::kHelloMacLen; ++i) {
-    body[body.size() - wire::kHelloMacLen + i] = static_cast<std::uint8_t>(0xc0 + i);
+  // A proof the wire format cannot judge (the lane checks it): any bytes.
+  for (std::size_t i = 0; i < wire::kHelloProofLen; ++i) {
+    body[body.size() - wire::kHelloProofLen + i] = static_cast<std::uint8_t>(0xc0 + i);
   }
-  return frame(frame_header(wire::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0),
-               body);
+  wire::FrameHeader h =
+      frame_header(wire::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0);
+  h.seq = 0;
+  return frame(h, body);
+}
+
+Bytes challenge_frame() {
+  std::array<std::uint8_t, wire::kNonceLen> nonce{};
+  for (std::size_t i = 0; i < nonce.size(); ++i) nonce[i] = static_cast<std::uint8_t>(0x30 + i);
+  Bytes b(wire::kHeaderLen + wire::kNonceLen);
+  wire::encode_challenge(b.data(), nonce);
+  return b;
+}
+
+// `b` with a tag in its header (any bytes: a decoder cannot judge a tag).
+Bytes with_tag(Bytes b) {
+  for (std::size_t i = 0; i < wire::kTagLen; ++i) {
+    b[wire::kFieldsLen + i] = static_cast<std::uint8_t>(0xd0 + i);
+  }
+  return b;
 }
 
 Bytes runs_body(const std::vector<Run>& runs) {
@@ -512,6 +535,7 @@ void tcp_frame_seeds() {
   const std::string t = "tcp_frame";
   using wire::FrameType;
   const std::vector<Run> three = {{0, 16}, {4096, 32}, {kTcpPool - 16, 16}};
+  write_seed(t, true, "challenge", challenge_frame());
   write_seed(t, true, "hello", hello_frame("agent-0"));
   write_seed(t, true, "hello_longest_name", hello_frame(std::string(wire::kMaxName, 'n')));
   write_seed(t, true, "welcome", frame(frame_header(wire::FrameType::kWelcome, 0, 0)));
@@ -534,6 +558,8 @@ void tcp_frame_seeds() {
   write_seed(t, true, "read_req", runs_frame(wire::FrameType::kReadReq, {{0, 4096}, {8192, 4096}}));
   write_seed(t, true, "read_req_more", runs_frame(wire::FrameType::kReadReq, three, wire::kMore));
   write_seed(t, true, "ack", frame(frame_header(wire::FrameType::kAck, 0, 0)));
+  write_seed(t, true, "ack_tagged", with_tag(frame(frame_header(wire::FrameType::kAck, 0, 0))));
+  write_seed(t, true, "write_tagged", with_tag(write_frame(three)));
   write_seed(t, true, "ack_refused",
              frame(frame_header(wire::FrameType::kAck, 0, 0, 0, wire::kStatusRefused)));
   write_seed(t, true, "ack_queue_full",
@@ -549,7 +575,8 @@ void tcp_frame_seeds() {
   constexpr std::size_t kStatusAt = 12;
   constexpr std::size_t kLengthAt = 24;
   write_seed(t, false, "empty", {});
-  write_seed(t, false, "truncated_header", Bytes(valid.begin(), valid.begin() + 31));
+  write_seed(t, false, "truncated_header", Bytes(valid.begin(), valid.begin() + 47));
+  write_seed(t, false, "fields_without_tag", Bytes(valid.begin(), valid.begin() + 32));
   write_seed(t, false, "bad_magic", flip(valid, 0));
   Bytes version = valid;
   version[4] = wire::kFrameVersion + 1;
@@ -557,8 +584,13 @@ void tcp_frame_seeds() {
   Bytes type = valid;
   type[kTypeAt] = 0;
   write_seed(t, false, "type_0", type);
-  type[kTypeAt] = 8;
-  write_seed(t, false, "type_8", type);
+  type[kTypeAt] = 9;
+  write_seed(t, false, "type_9", type);
+  const Bytes good_challenge = challenge_frame();
+  write_seed(t, false, "challenge_tagged", with_tag(good_challenge));
+  write_seed(t, false, "challenge_with_seq", set_u64(good_challenge, 16, 1));
+  write_seed(t, false, "challenge_with_length", set_u64(good_challenge, kLengthAt, 1));
+  write_seed(t, false, "challenge_truncated", cut(good_challenge, 1));
   const Bytes good_hello = hello_frame("agent-0");
   write_seed(t, false, "hello_no_name", set_u32(good_hello, kCountAt, 0));
   write_seed(t, false, "hello_name_too_long", hello_frame(std::string(wire::kMaxName + 1, 'n')));
@@ -568,11 +600,18 @@ void tcp_frame_seeds() {
   write_seed(t, false, "hello_zero_gen", hello_frame("agent-0", 1, 0));
   write_seed(t, false, "hello_zero_epoch", hello_frame("agent-0", 1, 1, 0));
   write_seed(t, false, "hello_truncated_name", cut(good_hello, 1));
+  write_seed(t, false, "hello_tagged", with_tag(good_hello));
+  write_seed(t, false, "hello_with_seq", set_u64(good_hello, 16, 1));
   // Version 1 frames (hellos without key and MAC): refused from the header.
   Bytes v1 = good_hello;
   v1[4] = 1;
   write_seed(t, false, "frame_version_1", v1);
-  write_seed(t, false, "hello_without_mac", cut(good_hello, wire::kHelloMacLen));
+  // Version 2 frames (32-byte headers without a tag, hellos without nonce
+  // and proof, replayable): refused from the header.
+  Bytes v2 = good_hello;
+  v2[4] = 2;
+  write_seed(t, false, "frame_version_2", v2);
+  write_seed(t, false, "hello_without_proof", cut(good_hello, wire::kHelloProofLen));
   write_seed(t, false, "welcome_with_count", frame(frame_header(wire::FrameType::kWelcome, 1, 0)));
   write_seed(t, false, "write_zero_runs", set_u32(valid, kCountAt, 0));
   write_seed(t, false, "write_too_many_runs", write_frame(runs_of(wire::kMaxRuns + 1, 16)));

@@ -1,18 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target for the tcp lane's frames (wire/tcp_frame.h), which a peer
-// sends over a connection of its own: input = a 32-byte header | the body it
-// announces (body_len) | anything (a write's payload, the next frame; not
-// read). Accepted: the header decodes, the body is all there, and it passes
-// its check: a hello's body decodes with the header's name length, a
-// write's or read request's runs fit a pool of kPool bytes (runs_fit); a
-// notification's message and the frames without a body have nothing more
-// to check. Refused: anything else, and then the output is left alone.
-// Checked on the way: a decoded header keeps its type's bounds and
-// re-encodes to the same bytes, and runs_fit agrees with a reference that
-// cannot overflow for three pool sizes (kPool, 2^64 - 1, and the header's
-// seq, a size the input chooses). A crash, an over-read or a mismatch is a
-// bug.
+// sends over a connection of its own: input = a 48-byte header (fields and
+// tag) | the body it announces (body_len) | anything (a write's payload, the
+// next frame; not read). Accepted: the header decodes, the body is all
+// there, and it passes its check: a challenge decodes (decode_challenge), a
+// hello's body decodes with the header's name length, a write's or read
+// request's runs fit a pool of kPool bytes (runs_fit); a notification's
+// message and the frames without a body have nothing more to check (a tag
+// is the lane's to verify, with keys a decoder does not have). Refused:
+// anything else, and then the output is left alone. Checked on the way: a
+// decoded header keeps its type's bounds, a challenge's or hello's tag is
+// zero, the fields re-encode to the same bytes, and runs_fit agrees with a
+// reference that cannot overflow for three pool sizes (kPool, 2^64 - 1, and
+// the header's seq, a size the input chooses). A crash, an over-read or a
+// mismatch is a bug.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -35,8 +38,9 @@ constexpr std::uint64_t kPool = 1 << 20;
 constexpr std::uint64_t kMaxU64 = ~0ull;
 // The most body a frame can announce: a hello's, a write's or a notification's.
 constexpr std::size_t kMaxBody =
-    std::max({wire::kHelloFixedLen + wire::kMaxName + wire::kHelloMacLen,
-              std::size_t{wire::kMaxRuns * kvxfer::wire::kRunLen}, wire::kMaxMessage});
+    std::max({wire::kHelloFixedLen + wire::kMaxName + wire::kHelloProofLen,
+              std::size_t{wire::kMaxRuns * kvxfer::wire::kRunLen}, wire::kMaxMessage,
+              wire::kNonceLen});
 
 bool same(const wire::FrameHeader& a, const wire::FrameHeader& b) {
   return a.type == b.type && a.flags == b.flags && a.count == b.count && a.status == b.status &&
@@ -48,8 +52,11 @@ bool same(const wire::FrameHeader& a, const wire::FrameHeader& b) {
 bool in_bounds(const wire::FrameHeader& h) {
   const bool no_flags = h.flags == 0;
   switch (h.type) {
+    case wire::FrameType::kChallenge:
+      return h.count == 0 && h.length == 0 && no_flags && h.status == 0 && h.seq == 0;
     case wire::FrameType::kHello:
-      return h.count >= 1 && h.count <= wire::kMaxName && h.length == 0 && no_flags && h.status == 0;
+      return h.count >= 1 && h.count <= wire::kMaxName && h.length == 0 && no_flags &&
+             h.status == 0 && h.seq == 0;
     case wire::FrameType::kWelcome:
       return h.count == 0 && h.length == 0 && no_flags;
     case wire::FrameType::kWrite:
@@ -103,15 +110,15 @@ bool hello_fits(const wire::FrameHeader& h, std::span<const std::uint8_t> body) 
   if (hello.lineage == 0 || hello.gen == 0 || hello.epoch == 0 || hello.name.size() != h.count) {
     std::abort();
   }
-  // The name follows the fixed part and the MAC ends the body, both views
-  // of it; everything before the MAC re-encodes to the same bytes.
+  // The name follows the fixed part and the proof ends the body, both views
+  // of it; everything before the proof re-encodes to the same bytes.
   const auto* first = reinterpret_cast<const std::uint8_t*>(hello.name.data());
   if (first != body.data() + wire::kHelloFixedLen) std::abort();
-  if (hello.mac.size() != wire::kHelloMacLen ||
-      hello.mac.data() != body.data() + body.size() - wire::kHelloMacLen) {
+  if (hello.proof.size() != wire::kHelloProofLen ||
+      hello.proof.data() != body.data() + body.size() - wire::kHelloProofLen) {
     std::abort();
   }
-  const auto signed_part = wire::hello_signed_part(body);
+  const auto signed_part = wire::hello_proven_part(body);
   std::vector<std::uint8_t> again(signed_part.size());
   wire::encode_hello_body(again.data(), hello);
   if (std::memcmp(again.data(), signed_part.data(), signed_part.size()) != 0) std::abort();
@@ -148,9 +155,14 @@ bool accepts(std::span<const std::uint8_t> input) {
     return false;
   }
   if (!in_bounds(h)) std::abort();
+  // The fields re-encode to the same bytes; the tag is zero where the type
+  // carries none (encode_header writes it zero).
   std::uint8_t again[wire::kHeaderLen];
   wire::encode_header(again, h);
-  if (std::memcmp(again, bytes.data(), wire::kHeaderLen) != 0) std::abort();
+  const bool untagged = h.type == wire::FrameType::kChallenge || h.type == wire::FrameType::kHello;
+  if (std::memcmp(again, bytes.data(), untagged ? wire::kHeaderLen : wire::kFieldsLen) != 0) {
+    std::abort();
+  }
 
   // A decoded header never announces more body than a frame can have.
   const std::size_t body = body_len(h);
@@ -159,6 +171,15 @@ bool accepts(std::span<const std::uint8_t> input) {
   if (rest.size() < body) return false;
   const auto body_bytes = rest.first(body);
   switch (h.type) {
+    case wire::FrameType::kChallenge: {
+      std::array<std::uint8_t, wire::kNonceLen> nonce{};
+      const auto frame = input.first(wire::kHeaderLen + body);
+      if (!wire::decode_challenge(frame, &nonce) ||
+          std::memcmp(nonce.data(), body_bytes.data(), nonce.size()) != 0) {
+        std::abort();
+      }
+      return true;
+    }
     case wire::FrameType::kHello:
       return hello_fits(h, body_bytes);
     case wire::FrameType::kWrite:

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "common/identity.h"
+#include "engines/tcp/tcp_handshake.h"
 #include "it_pool.h"
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
@@ -115,8 +118,86 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Sends what it can; false once the target closed the connection.
+  // The target's challenge, its first bytes on the connection (read once).
+  const std::vector<std::uint8_t>& challenge() {
+    if (challenge_.empty()) {
+      challenge_.resize(wire::kHeaderLen + wire::kNonceLen);
+      std::size_t have = 0;
+      while (have < challenge_.size()) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 5000) != 1) throw std::runtime_error("no challenge");
+        const ssize_t n = ::recv(fd_, challenge_.data() + have, challenge_.size() - have, 0);
+        if (n <= 0) throw std::runtime_error("no challenge");
+        have += static_cast<std::size_t>(n);
+      }
+    }
+    return challenge_;
+  }
+
+  // The keys of the hello we build next: they tag our frames once it is
+  // sent, and check the target's answers.
+  void expect_keys(const internal::tcp::HandshakeKeys& keys) {
+    next_tx_ = keys.to_target;
+    next_rx_ = keys.to_initiator;
+  }
+
+  // Sends `bytes` as an honest client would: every whole frame in them
+  // after our hello gets its tag, in order (a frame split across calls is
+  // held until its header and body are all there; a payload passes as it
+  // comes); bytes that do not decode as a frame go as they are. False once
+  // the target closed the connection.
   bool send_bytes(const std::vector<std::uint8_t>& bytes) {
+    last_sent_ = tagged(bytes);
+    return send_raw(last_sent_);
+  }
+
+  // `bytes` as send_bytes() would send them (the frames count as sent).
+  std::vector<std::uint8_t> tagged(const std::vector<std::uint8_t>& bytes) {
+    std::vector<std::uint8_t> out;
+    for (std::size_t i = 0; i < bytes.size();) {
+      if (raw_ || skip_ > 0) {
+        const std::size_t left = bytes.size() - i;
+        const std::size_t n = raw_ ? left : std::min<std::size_t>(skip_, left);
+        out.insert(out.end(), bytes.begin() + static_cast<long>(i),
+                   bytes.begin() + static_cast<long>(i + n));
+        if (!raw_) skip_ -= n;
+        i += n;
+        continue;
+      }
+      pending_.push_back(bytes[i++]);
+      if (pending_.size() == wire::kHeaderLen && !wire::decode_header(pending_, &pending_h_)) {
+        raw_ = true;  // not a frame: the rest goes as it is
+        out.insert(out.end(), pending_.begin(), pending_.end());
+        pending_.clear();
+        continue;
+      }
+      if (pending_.size() < wire::kHeaderLen ||
+          pending_.size() < wire::kHeaderLen + body_len(pending_h_)) {
+        continue;
+      }
+      const std::span<std::uint8_t, wire::kHeaderLen> head(pending_.data(), wire::kHeaderLen);
+      if (pending_h_.type == wire::FrameType::kHello) {
+        if (next_tx_) {
+          EXPECT_TRUE(tx_.start(*next_tx_));
+          EXPECT_TRUE(rx_.start(*next_rx_));
+          next_tx_.reset();
+        }
+      } else if (tx_.started()) {
+        EXPECT_TRUE(tx_.sign(head.first<wire::kFieldsLen>(),
+                             std::span(pending_).subspan(wire::kHeaderLen), wire::tag_slot(head)));
+      }
+      skip_ = pending_h_.type == wire::FrameType::kWrite ? pending_h_.length : 0;
+      out.insert(out.end(), pending_.begin(), pending_.end());
+      pending_.clear();
+    }
+    return out;
+  }
+
+  // What the last send_bytes() sent, tags and all.
+  [[nodiscard]] const std::vector<std::uint8_t>& last_sent() const { return last_sent_; }
+
+  // Sends `bytes` as they are.
+  bool send_raw(const std::vector<std::uint8_t>& bytes) {
     std::size_t at = 0;
     while (at < bytes.size()) {
       const ssize_t n = ::send(fd_, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
@@ -129,6 +210,7 @@ class Client {
   // The next frame header from the target, or nothing when the connection
   // closed (or nothing came within `timeout`).
   std::optional<wire::FrameHeader> next_header(std::chrono::milliseconds timeout = 5s) {
+    if (challenge_.empty()) (void)challenge();  // what the target sent first
     std::array<std::uint8_t, wire::kHeaderLen> head{};
     std::size_t have = 0;
     while (have < head.size()) {
@@ -140,8 +222,14 @@ class Client {
     }
     wire::FrameHeader h;
     if (!wire::decode_header(head, &h)) return std::nullopt;
+    last_tag_ok_ =
+        rx_.started() && rx_.verify(wire::header_fields(head), {}, wire::header_tag(head));
     return h;
   }
+
+  // Whether the last header next_header() returned carried the target's
+  // tag for its place (answers have no body).
+  [[nodiscard]] bool last_tag_ok() const { return last_tag_ok_; }
 
   // True once the target closed the connection (EOF or reset) within
   // `timeout`.
@@ -159,6 +247,17 @@ class Client {
 
  private:
   int fd_ = -1;
+  std::vector<std::uint8_t> challenge_;
+  std::optional<internal::tcp::FrameKey> next_tx_;
+  std::optional<internal::tcp::FrameKey> next_rx_;
+  internal::tcp::FrameAuth tx_;
+  internal::tcp::FrameAuth rx_;
+  std::vector<std::uint8_t> pending_;
+  wire::FrameHeader pending_h_;
+  std::uint64_t skip_ = 0;
+  bool raw_ = false;
+  bool last_tag_ok_ = false;
+  std::vector<std::uint8_t> last_sent_;
 };
 
 std::vector<std::uint8_t> header(const wire::FrameHeader& h) {
@@ -173,29 +272,34 @@ const internal::Identity& client_identity() {
   return id;
 }
 
-// A hello to target `t` presenting `token`, with `id`'s key and a MAC
-// under the key `id` and the target share; `mac_by` (when given) computes
-// the MAC instead, as a client that does not hold `id`'s private key would.
-std::vector<std::uint8_t> hello(const TcpTarget& t, std::uint64_t token, std::uint64_t lineage,
-                                std::uint64_t gen, std::uint64_t epoch, std::string_view name,
+// A hello on connection `c` to target `t` presenting `token`, with `id`'s
+// key and the proof over c's challenge that `id`'s private key gives;
+// `mac_by` (when given) computes the proof instead, as a client that does
+// not hold `id`'s private key would. c tags its frames with the keys that
+// come with it once it is sent.
+std::vector<std::uint8_t> hello(Client& c, const TcpTarget& t, std::uint64_t token,
+                                std::uint64_t lineage, std::uint64_t gen, std::uint64_t epoch,
+                                std::string_view name,
                                 const internal::Identity& id = client_identity(),
                                 const internal::Identity* mac_by = nullptr) {
   std::vector<std::uint8_t> out =
       header({wire::FrameType::kHello, 0, static_cast<std::uint32_t>(name.size()), 0, 0, 0});
-  out.resize(wire::kHeaderLen + wire::kHelloFixedLen + name.size() + wire::kHelloMacLen);
+  out.resize(wire::kHeaderLen + wire::kHelloFixedLen + name.size() + wire::kHelloProofLen);
   wire::Hello h{token, lineage, gen, epoch, name};
   h.key = id.public_key();
+  if (!internal::tcp::fresh_nonce(&h.nonce)) throw std::runtime_error("no nonce");
   wire::encode_hello_body(out.data() + wire::kHeaderLen, h);
-  internal::IdentityKey conn_key{};
-  if (!(mac_by != nullptr ? *mac_by : id).connection_key(t.key(), true, &conn_key)) {
-    throw std::runtime_error("no connection key");
+  const auto sent = std::span<const std::uint8_t>(out);
+  internal::tcp::HandshakeKeys keys;
+  if (!internal::tcp::handshake_keys(mac_by != nullptr ? *mac_by : id, t.key(), true,
+                                     c.challenge(), sent.first(wire::kHeaderLen),
+                                     wire::hello_proven_part(sent.subspan(wire::kHeaderLen)),
+                                     &keys)) {
+    throw std::runtime_error("no handshake keys");
   }
-  internal::Mac mac{};
-  const auto body = std::span<const std::uint8_t>(out).subspan(wire::kHeaderLen);
-  if (!internal::mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
-    throw std::runtime_error("no MAC");
-  }
-  std::copy(mac.begin(), mac.end(), out.end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
+  std::copy(keys.proof.begin(), keys.proof.end(),
+            out.end() - static_cast<std::ptrdiff_t>(wire::kHelloProofLen));
+  c.expect_keys(keys);
   return out;
 }
 
@@ -219,7 +323,7 @@ std::vector<std::uint8_t> notify_frame(std::uint64_t seq, std::string_view messa
 bool greet(Client& c, const TcpTarget& t, std::uint64_t lineage = 7, std::uint64_t gen = 1,
            std::uint64_t epoch = 11, std::string_view name = "mallory",
            const internal::Identity& id = client_identity()) {
-  if (!c.send_bytes(hello(t, t.token(), lineage, gen, epoch, name, id))) return false;
+  if (!c.send_bytes(hello(c, t, t.token(), lineage, gen, epoch, name, id))) return false;
   const auto h = c.next_header();
   return h && h->type == wire::FrameType::kWelcome;
 }
@@ -234,7 +338,7 @@ bool pool_is_zero(MappedPool& pool) {
 TEST(TcpHostile, AHelloWithoutTheTokenIsClosedAndCounted) {
   TcpTarget t;
   Client c(t.port());
-  ASSERT_TRUE(c.send_bytes(hello(t, t.token() ^ 1, 7, 1, 11, "mallory")));
+  ASSERT_TRUE(c.send_bytes(hello(c, t, t.token() ^ 1, 7, 1, 11, "mallory")));
   // Then a write the target must never read.
   c.send_bytes(write_frame(1, 0, kBlockLen, 0xab));
   EXPECT_TRUE(c.closed_by_target());
@@ -451,7 +555,7 @@ TEST(TcpHostile, AnOlderRegistrationArrivingLateIsRefused) {
   Client new_conn(t.port());
   ASSERT_TRUE(greet(new_conn, t, 42, 2, 200));
   Client late(t.port());
-  ASSERT_TRUE(late.send_bytes(hello(t, t.token(), 42, 1, 100, "mallory")));
+  ASSERT_TRUE(late.send_bytes(hello(late, t, t.token(), 42, 1, 100, "mallory")));
   late.send_bytes(write_frame(1, 0, kBlockLen, 0xee));
   // Told why (it held the token), then closed.
   const auto refusal = late.next_header();
@@ -511,7 +615,7 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   }
   // Full: a new lineage is refused rather than an old one forgotten.
   Client newcomer(t.port());
-  ASSERT_TRUE(newcomer.send_bytes(hello(t, t.token(), 999999, 1, 1, "newcomer")));
+  ASSERT_TRUE(newcomer.send_bytes(hello(newcomer, t, t.token(), 999999, 1, 1, "newcomer")));
   const auto refusal = newcomer.next_header();
   ASSERT_TRUE(refusal.has_value());
   EXPECT_EQ(refusal->status, wire::kStatusTableFull);
@@ -519,7 +623,7 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   EXPECT_TRUE(t.wait_counter("tcp_refused_full", 1));
   // The honest lineage's older generation is still refused...
   Client stale(t.port());
-  ASSERT_TRUE(stale.send_bytes(hello(t, t.token(), 1, 1, 11, "honest")));
+  ASSERT_TRUE(stale.send_bytes(hello(stale, t, t.token(), 1, 1, 11, "honest")));
   EXPECT_TRUE(stale.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_stale_fence", 1));
   // ...and its registration still writes.
@@ -536,7 +640,7 @@ TEST(TcpHostile, AHelloWhoseMacDoesNotProveItsKeyIsRefused) {
   // its private half: its MAC is under another key pair's connection key.
   const internal::Identity forger;
   Client c(t.port());
-  ASSERT_TRUE(c.send_bytes(hello(t, t.token(), 7, 1, 11, "mallory", client_identity(), &forger)));
+  ASSERT_TRUE(c.send_bytes(hello(c, t, t.token(), 7, 1, 11, "mallory", client_identity(), &forger)));
   c.send_bytes(write_frame(1, 0, kBlockLen, 0xee));
   const auto refusal = c.next_header();
   ASSERT_TRUE(refusal.has_value());
@@ -546,7 +650,7 @@ TEST(TcpHostile, AHelloWhoseMacDoesNotProveItsKeyIsRefused) {
   EXPECT_TRUE(pool_is_zero(t.pool()));
   // A hello with a MAC bit flipped is refused the same way.
   Client flipped(t.port());
-  auto bytes = hello(t, t.token(), 8, 1, 12, "mallory");
+  auto bytes = hello(flipped, t, t.token(), 8, 1, 12, "mallory");
   bytes.back() ^= 1;
   ASSERT_TRUE(flipped.send_bytes(bytes));
   EXPECT_TRUE(flipped.closed_by_target());
@@ -562,7 +666,7 @@ TEST(TcpHostile, AnotherIdentityCannotTakeOverALineage) {
   // connection is not superseded.
   const internal::Identity other;
   Client thief(t.port());
-  ASSERT_TRUE(thief.send_bytes(hello(t, t.token(), 42, 2, 200, "alice", other)));
+  ASSERT_TRUE(thief.send_bytes(hello(thief, t, t.token(), 42, 2, 200, "alice", other)));
   EXPECT_TRUE(thief.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
   EXPECT_EQ(t.counter("tcp_fences_superseded"), 0u);
@@ -581,7 +685,7 @@ TEST(TcpHostile, OneRegistrationHoldsAFewConnectionsAtMost) {
     ASSERT_TRUE(greet(*held.back(), t, 42, 1, 100)) << i;
   }
   Client extra(t.port());
-  ASSERT_TRUE(extra.send_bytes(hello(t, t.token(), 42, 1, 100, "mallory")));
+  ASSERT_TRUE(extra.send_bytes(hello(extra, t, t.token(), 42, 1, 100, "mallory")));
   const auto refusal = extra.next_header();
   ASSERT_TRUE(refusal.has_value());
   EXPECT_EQ(refusal->status, wire::kStatusTableFull);
@@ -625,6 +729,13 @@ class Peer {
                                reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks,
                                kBlockLen);
   }
+  // We register `t` as "target" with `metadata` (its own, or one a test
+  // changed).
+  void register_target(const std::vector<std::uint8_t>& metadata, TcpTarget& t) {
+    transport_.add_remote_peer("target", metadata,
+                               reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks,
+                               kBlockLen);
+  }
   // Writes block 0 to the target's block `remote` with `message`; true once
   // done.
   bool write_with_note(std::int64_t remote, std::string_view message) {
@@ -654,7 +765,7 @@ TEST(TcpHostile, ARegisteredPeersNameWithAnotherKeyIsRefused) {
   Peer alice("alice");
   alice.register_both_ways(t);
   Client impostor(t.port());
-  ASSERT_TRUE(impostor.send_bytes(hello(t, t.token(), 7, 1, 11, "alice")));
+  ASSERT_TRUE(impostor.send_bytes(hello(impostor, t, t.token(), 7, 1, 11, "alice")));
   const auto refusal = impostor.next_header();
   ASSERT_TRUE(refusal.has_value());
   EXPECT_EQ(refusal->status, wire::kStatusNotYours);
@@ -747,13 +858,172 @@ TEST(TcpHostile, ARegisteredPeerGetsInWhileTheLineageTableIsFull) {
     ASSERT_TRUE(greet(c, t, lineage, 1, 1)) << lineage;
   }
   Client newcomer(t.port());
-  ASSERT_TRUE(newcomer.send_bytes(hello(t, t.token(), 999999, 1, 1, "newcomer")));
+  ASSERT_TRUE(newcomer.send_bytes(hello(newcomer, t, t.token(), 999999, 1, 1, "newcomer")));
   EXPECT_TRUE(newcomer.closed_by_target());
   // A peer the target's owner registered still connects and writes.
   Peer alice("alice");
   alice.register_both_ways(t);
   ASSERT_TRUE(alice.write_with_note(4, "in"));
   EXPECT_EQ(t.pool().block(4)[0], 0x5a);
+}
+
+// Issue 46, item 2: the bytes of a hello recorded on one connection,
+// replayed on another by someone who does not hold the key they prove.
+TEST(TcpHostile, ARecordedHelloReplayedOnAnotherConnectionIsRefused) {
+  TcpTarget t;
+  Client first(t.port());
+  const std::vector<std::uint8_t> recorded = hello(first, t, t.token(), 77, 1, 11, "dave");
+  ASSERT_TRUE(first.send_bytes(recorded));
+  const auto welcome = first.next_header();
+  ASSERT_TRUE(welcome.has_value());
+  ASSERT_EQ(welcome->status, wire::kStatusOk);
+  // The attacker replays the same bytes on a connection of its own, then
+  // a notification as dave.
+  Client replay(t.port());
+  replay.send_bytes(recorded);
+  replay.send_bytes(notify_frame(1, "forged"));
+  const auto answer = replay.next_header();
+  EXPECT_TRUE(!answer.has_value() || answer->status != wire::kStatusOk)
+      << "a replayed hello was welcomed";
+  EXPECT_TRUE(replay.closed_by_target());
+  EXPECT_EQ(t.transport().get_notifications().count("dave"), 0u);
+}
+
+// Issue 46, item 2 (continued): after the handshake, a frame is the
+// connection's next one in its direction or it is refused. An on-path
+// attacker can inject bytes but not their tag.
+TEST(TcpHostile, AnInjectedFrameIsRefusedAndNothingOfItLands) {
+  TcpTarget t;
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  EXPECT_TRUE(c.last_tag_ok());  // the welcome is the target's frame 0
+  // A write frame as the peer would send it, but with no tag (zero).
+  ASSERT_TRUE(c.send_raw(write_frame(1, 0, kBlockLen, 0xab)));
+  EXPECT_TRUE(c.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_tag", 1));
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+}
+
+TEST(TcpHostile, AFrameReplayedWithinItsConnectionIsRefused) {
+  TcpTarget t;
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  ASSERT_TRUE(c.send_bytes(write_frame(1, 0, kBlockLen, 0x11)));
+  const std::vector<std::uint8_t> first = c.last_sent();
+  auto ack = c.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, wire::kStatusOk);
+  EXPECT_TRUE(c.last_tag_ok());
+  ASSERT_TRUE(c.send_bytes(write_frame(2, 0, kBlockLen, 0x22)));
+  ack = c.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, wire::kStatusOk);
+  EXPECT_TRUE(c.last_tag_ok());
+  ASSERT_EQ(t.pool().block(0)[0], 0x22);
+  // The first write again, byte for byte, tag included: its number is past.
+  ASSERT_TRUE(c.send_raw(first));
+  EXPECT_TRUE(c.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_tag", 1));
+  EXPECT_EQ(t.pool().block(0)[0], 0x22);
+}
+
+TEST(TcpHostile, AFrameWithAChangedRunIsRefused) {
+  // The runs say where the payload lands: the tag covers them.
+  TcpTarget t;
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  std::vector<std::uint8_t> frame = c.tagged(write_frame(1, 0, kBlockLen, 0x11));
+  // On the way, the run is re-aimed at block 5.
+  wire::put_run_at(frame.data() + wire::kHeaderLen, 5 * kBlockLen, kBlockLen);
+  ASSERT_TRUE(c.send_raw(frame));
+  EXPECT_TRUE(c.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_tag", 1));
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+}
+
+// The initiator's side of the same: someone who answers in the target's
+// place (on the path, or at the target's published address) without the
+// target's private key cannot welcome it. A listener of ours sends a
+// well-formed challenge and answers every hello with a welcome it cannot
+// tag; the metadata is the real target's but for the port.
+TEST(TcpHostile, AWelcomeTheTargetsKeyDidNotTagIsNotTrusted) {
+  TcpTarget t;
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  std::atomic<bool> done{false};
+  std::thread fake([listener, &done] {
+    const int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
+    std::array<std::uint8_t, wire::kNonceLen> nonce{};
+    nonce.fill(7);
+    wire::encode_challenge(challenge.data(), nonce);
+    (void)::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+    std::array<std::uint8_t, 4096> hello{};
+    (void)::recv(fd, hello.data(), hello.size(), 0);  // the hello (or part of it)
+    std::array<std::uint8_t, wire::kHeaderLen> welcome{};
+    wire::encode_header(welcome.data(), {wire::FrameType::kWelcome, 0, 0, wire::kStatusOk, 0, 0});
+    (void)::send(fd, welcome.data(), welcome.size(), MSG_NOSIGNAL);
+    // Until the initiator closes, or the test is over (had it trusted us).
+    std::array<std::uint8_t, 64> rest{};
+    while (!done.load()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1 && ::recv(fd, rest.data(), rest.size(), 0) <= 0) break;
+    }
+    close(fd);
+  });
+  wire::AgentMetadata m = wire::decode(t.transport().agent_metadata());
+  wire::PeerBlob blob;
+  ASSERT_TRUE(wire::decode_blob(m.engine_blob, &blob));
+  blob.tcp_port = ntohs(sa.sin_port);
+  wire::TcpAddress loopback;
+  loopback.bytes = {127, 0, 0, 1};
+  blob.tcp_addresses = {loopback};
+  m.engine_blob = wire::encode_blob(blob);
+  const std::vector<std::uint8_t> forged = wire::encode(m);
+  Peer alice("alice");
+  std::string what;
+  try {
+    alice.register_target(forged, t);
+  } catch (const std::runtime_error& e) {
+    what = e.what();
+  }
+  done.store(true);
+  fake.join();
+  close(listener);
+  EXPECT_NE(what.find("not tagged with the key its metadata names"), std::string::npos)
+      << (what.empty() ? "the forged welcome was trusted" : what);
+}
+
+// Issue 46, item 4: a same-host peer registered over the cma lane publishes
+// no tcp key; its name is still its own on the tcp lane.
+TEST(TcpHostile, APeerOnAnotherLaneCannotBeImpersonatedOverTcp) {
+  Options both;
+  both.engine_config = {{"KVXFER_LANES", "cma,tcp"}};
+  TcpTarget t(both);
+  MappedPool carol_pool(kBlocks, kBlockLen, kGuard);
+  Options cma_only;
+  cma_only.engine_config = {{"KVXFER_LANES", "cma"}};
+  Transport carol("carol", Region{carol_pool.base(), kBlocks, kBlockLen}, cma_only);
+  t.transport().add_remote_peer("carol", carol.agent_metadata(),
+                                reinterpret_cast<std::uintptr_t>(carol_pool.base()), kBlocks,
+                                kBlockLen);
+  Client impostor(t.port());
+  impostor.send_bytes(hello(impostor, t, t.token(), 7, 1, 11, "carol"));
+  impostor.send_bytes(notify_frame(1, "forged"));
+  const auto refusal = impostor.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, wire::kStatusNotYours);
+  EXPECT_TRUE(impostor.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_identity", 1));
+  EXPECT_EQ(t.transport().get_notifications().count("carol"), 0u);
 }
 
 // The inodes of the TCP sockets this process has listening.
@@ -923,7 +1193,7 @@ TEST(TcpHostile, AHeaderThatStopsHalfwayIsClosedAfterTheStall) {
   ASSERT_TRUE(greet(c, t));
   auto frame = write_frame(1, 0, kBlockLen, 0x62);
   frame.resize(wire::kHeaderLen / 2);
-  ASSERT_TRUE(c.send_bytes(frame));
+  ASSERT_TRUE(c.send_raw(frame));  // (send_bytes holds a frame until it is whole)
   EXPECT_TRUE(c.closed_by_target(5s));
 }
 

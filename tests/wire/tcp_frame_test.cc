@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tcp lane's frames (wire/tcp_frame.h): the header's exact bytes, round
-// trips of every frame type, each type's bounds on count, length, flags and
-// status, the hello's body, and runs_fit's check of a write's or read
-// request's runs against the receiver's pool.
+// The tcp lane's frames (wire/tcp_frame.h): the header's exact bytes (its
+// fields, then its tag), round trips of every frame type, each type's bounds
+// on count, length, flags, status and tag, the challenge, the hello's body,
+// and runs_fit's check of a write's or read request's runs against the
+// receiver's pool.
 #include "wire/tcp_frame.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,15 +65,34 @@ bool accepted(const wire::FrameHeader& h) {
 
 TEST(TcpFrameHeader, LayoutIsLittleEndianWithMagicKVXT) {
   const Bytes expected = {
-      'K',  'V',  'X',  'T',  2,    3,    0x01, 0x00,  // magic, version 2, kWrite, wire::kMore
+      'K',  'V',  'X',  'T',  3,    3,    0x01, 0x00,  // magic, version 3, kWrite, wire::kMore
       0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // count (3 runs), status
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // seq
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // length
+      0,    0,    0,    0,    0,    0,    0,    0,     // tag (the sender writes it)
+      0,    0,    0,    0,    0,    0,    0,    0,
   };
   EXPECT_EQ(bytes_of(header(wire::FrameType::kWrite, 3, 0x1112131415161718ull, wire::kMore, 0,
                             0x0102030405060708ull)),
             expected);
   EXPECT_EQ(wire::kHeaderLen, expected.size());
+  EXPECT_EQ(wire::kFieldsLen, 32u);
+}
+
+TEST(TcpFrameHeader, TheTagIsTheLast16BytesAndAnyTagDecodes) {
+  // Whether a tag is right is the lane's question (it holds the keys); the
+  // decoder only splits the header.
+  Bytes bytes = bytes_of(header(wire::FrameType::kAck, 0, 0));
+  for (std::size_t i = 0; i < wire::kTagLen; ++i) bytes[wire::kFieldsLen + i] = static_cast<std::uint8_t>(0xe0 + i);
+  wire::FrameHeader h;
+  ASSERT_TRUE(wire::decode_header(bytes, &h));
+  const std::span<const std::uint8_t, wire::kHeaderLen> view(bytes.data(), wire::kHeaderLen);
+  EXPECT_EQ(wire::header_tag(view).data(), bytes.data() + wire::kFieldsLen);
+  EXPECT_EQ(wire::header_tag(view)[0], 0xe0);
+  EXPECT_EQ(wire::header_fields(view).data(), bytes.data());
+  // encode_header clears the tag a reused buffer held.
+  wire::encode_header(bytes.data(), header(wire::FrameType::kAck, 0, 0));
+  EXPECT_EQ(bytes, bytes_of(header(wire::FrameType::kAck, 0, 0)));
 }
 
 TEST(TcpFrameHeader, TypesFlagsAndStatusesKeepTheirValues) {
@@ -81,6 +103,7 @@ TEST(TcpFrameHeader, TypesFlagsAndStatusesKeepTheirValues) {
   EXPECT_EQ(static_cast<int>(wire::FrameType::kReadReq), 5);
   EXPECT_EQ(static_cast<int>(wire::FrameType::kAck), 6);
   EXPECT_EQ(static_cast<int>(wire::FrameType::kReadData), 7);
+  EXPECT_EQ(static_cast<int>(wire::FrameType::kChallenge), 8);
   EXPECT_EQ(wire::kMore, 1);
   EXPECT_EQ(wire::kNotifyFollows, 2);
   EXPECT_EQ(wire::kStatusOk, 0u);
@@ -90,7 +113,8 @@ TEST(TcpFrameHeader, TypesFlagsAndStatusesKeepTheirValues) {
 
 TEST(TcpFrameHeader, RoundTripsEveryFrameType) {
   const std::vector<wire::FrameHeader> frames = {
-      header(wire::FrameType::kHello, 5, 0),
+      header(wire::FrameType::kChallenge, 0, 0, 0, 0, 0),
+      header(wire::FrameType::kHello, 5, 0, 0, 0, 0),
       header(wire::FrameType::kWelcome, 0, 0),
       header(wire::FrameType::kWrite, 3, 12288),
       header(wire::FrameType::kWrite, 1, 4096, wire::kMore),
@@ -112,7 +136,8 @@ TEST(TcpFrameHeader, RoundTripsEveryFrameType) {
 }
 
 TEST(TcpFrameHeader, BodyLengthFollowsTheType) {
-  EXPECT_EQ(body_len(header(wire::FrameType::kHello, 5, 0)), wire::kHelloFixedLen + 5 + wire::kHelloMacLen);
+  EXPECT_EQ(body_len(header(wire::FrameType::kChallenge, 0, 0)), wire::kNonceLen);
+  EXPECT_EQ(body_len(header(wire::FrameType::kHello, 5, 0)), wire::kHelloFixedLen + 5 + wire::kHelloProofLen);
   EXPECT_EQ(body_len(header(wire::FrameType::kWelcome, 0, 0)), 0u);
   EXPECT_EQ(body_len(header(wire::FrameType::kWrite, 3, 12288)), 3 * wire::kRunLen);
   EXPECT_EQ(body_len(header(wire::FrameType::kReadReq, wire::kMaxRuns, 1)), wire::kMaxRuns * wire::kRunLen);
@@ -140,7 +165,7 @@ TEST(TcpFrameHeader, RefusesWrongMagicOrVersion) {
     bytes[at] ^= 0x01;
     EXPECT_TRUE(refused(bytes)) << "byte " << at;
   }
-  for (const std::uint8_t version : {0, 1, 3, 0xff}) {
+  for (const std::uint8_t version : {0, 1, 2, 4, 0xff}) {
     Bytes bytes = good;
     bytes[4] = version;
     EXPECT_TRUE(refused(bytes)) << "version " << int{version};
@@ -148,22 +173,65 @@ TEST(TcpFrameHeader, RefusesWrongMagicOrVersion) {
 }
 
 TEST(TcpFrameHeader, RefusesUnknownTypes) {
-  for (const int type : {0, 8, 0x80, 0xff}) {
+  for (const int type : {0, 9, 0x80, 0xff}) {
     Bytes bytes = bytes_of(header(wire::FrameType::kAck, 0, 0));
     bytes[5] = static_cast<std::uint8_t>(type);
     EXPECT_TRUE(refused(bytes)) << "type " << type;
   }
 }
 
+// A header of `h` with its tag's last byte set.
+Bytes tagged(const wire::FrameHeader& h) {
+  Bytes bytes = bytes_of(h);
+  bytes.back() = 1;
+  return bytes;
+}
+
+TEST(TcpFrameHeader, AChallengeIsItsTypeAndNothingElse) {
+  EXPECT_TRUE(accepted(header(wire::FrameType::kChallenge, 0, 0, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kChallenge, 1, 0, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kChallenge, 0, 1, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kChallenge, 0, 0, wire::kMore, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kChallenge, 0, 0, 0, 1, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kChallenge, 0, 0, 0, 0, 1)));
+  // It comes before any key: a tag would be no one's.
+  EXPECT_TRUE(refused(tagged(header(wire::FrameType::kChallenge, 0, 0, 0, 0, 0))));
+}
+
+TEST(TcpFrameHeader, AChallengeFrameCarriesItsNonce) {
+  std::array<std::uint8_t, wire::kNonceLen> nonce{};
+  for (std::size_t i = 0; i < nonce.size(); ++i) nonce[i] = static_cast<std::uint8_t>(i + 1);
+  Bytes frame(wire::kHeaderLen + wire::kNonceLen);
+  wire::encode_challenge(frame.data(), nonce);
+  std::array<std::uint8_t, wire::kNonceLen> out{};
+  ASSERT_TRUE(wire::decode_challenge(frame, &out));
+  EXPECT_EQ(out, nonce);
+  // Anything but exactly a challenge frame is refused, *out untouched.
+  out.fill(9);
+  EXPECT_FALSE(wire::decode_challenge(std::span(frame).first(frame.size() - 1), &out));
+  Bytes longer = frame;
+  longer.push_back(0);
+  EXPECT_FALSE(wire::decode_challenge(longer, &out));
+  Bytes other = frame;
+  other[5] = static_cast<std::uint8_t>(wire::FrameType::kWelcome);
+  EXPECT_FALSE(wire::decode_challenge(other, &out));
+  Bytes old = frame;
+  old[4] = 2;
+  EXPECT_FALSE(wire::decode_challenge(old, &out));
+  EXPECT_EQ(out[0], 9);
+}
+
 TEST(TcpFrameHeader, AHelloCarriesANameOf1ToKMaxNameBytesAndNothingElse) {
-  EXPECT_TRUE(accepted(header(wire::FrameType::kHello, 1, 0)));
-  EXPECT_TRUE(accepted(header(wire::FrameType::kHello, wire::kMaxName, 0)));
-  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 0, 0)));
-  EXPECT_TRUE(refused(header(wire::FrameType::kHello, wire::kMaxName + 1, 0)));
-  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 0xffffffff, 0)));
-  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 1)));
-  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, wire::kMore)));
-  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, 0, 1)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kHello, 1, 0, 0, 0, 0)));
+  EXPECT_TRUE(accepted(header(wire::FrameType::kHello, wire::kMaxName, 0, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, 0, 0, 1)));
+  EXPECT_TRUE(refused(tagged(header(wire::FrameType::kHello, 5, 0, 0, 0, 0))));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 0, 0, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, wire::kMaxName + 1, 0, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 0xffffffff, 0, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 1, 0, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, wire::kMore, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, 0, 1, 0)));
 }
 
 TEST(TcpFrameHeader, AWelcomeCarriesOnlyItsStatus) {
@@ -243,15 +311,16 @@ TEST(TcpFrameHeader, ReadDataCarriesBytesOnlyWithStatusOk) {
 wire::Hello make_hello() {
   wire::Hello h{0x0102030405060708ull, 0x1112131415161718ull, 3, 0x2122232425262728ull, "ab"};
   for (std::size_t i = 0; i < h.key.size(); ++i) h.key[i] = static_cast<std::uint8_t>(0x40 + i);
+  for (std::size_t i = 0; i < h.nonce.size(); ++i) h.nonce[i] = static_cast<std::uint8_t>(0x60 + i);
   return h;
 }
 const wire::Hello kHello = make_hello();
 
-// The body with a MAC of 0xa0, 0xa1, ... (the lane computes the real one).
+// The body with a proof of 0xa0, 0xa1, ... (the lane computes the real one).
 Bytes hello_body(const wire::Hello& hello) {
-  Bytes out(wire::kHelloFixedLen + hello.name.size() + wire::kHelloMacLen);
+  Bytes out(wire::kHelloFixedLen + hello.name.size() + wire::kHelloProofLen);
   wire::encode_hello_body(out.data(), hello);
-  for (std::size_t i = 0; i < wire::kHelloMacLen; ++i) {
+  for (std::size_t i = 0; i < wire::kHelloProofLen; ++i) {
     out[wire::kHelloFixedLen + hello.name.size() + i] = static_cast<std::uint8_t>(0xa0 + i);
   }
   return out;
@@ -265,7 +334,7 @@ bool hello_refused(const Bytes& body, std::size_t name_len) {
          out.gen == 9 && out.epoch == 9 && out.name == "untouched";
 }
 
-TEST(TcpHello, BodyLayoutIsLittleEndianWithTheKeyThenTheNameThenTheMac) {
+TEST(TcpHello, BodyLayoutIsLittleEndianWithTheKeyAndNonceThenTheNameThenTheProof) {
   Bytes expected = {
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // target token
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // lineage
@@ -273,12 +342,13 @@ TEST(TcpHello, BodyLayoutIsLittleEndianWithTheKeyThenTheNameThenTheMac) {
       0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // epoch
   };
   for (std::uint8_t b = 0x40; b < 0x60; ++b) expected.push_back(b);  // initiator key
+  for (std::uint8_t b = 0x60; b < 0x80; ++b) expected.push_back(b);  // initiator nonce
   expected.push_back('a');                                           // name
   expected.push_back('b');
-  for (std::uint8_t b = 0xa0; b < 0xc0; ++b) expected.push_back(b);  // MAC
+  for (std::uint8_t b = 0xa0; b < 0xc0; ++b) expected.push_back(b);  // proof
   EXPECT_EQ(hello_body(kHello), expected);
-  // The MAC covers everything before it.
-  EXPECT_EQ(wire::hello_signed_part(expected).size(), wire::kHelloFixedLen + 2);
+  // The proof covers everything before it.
+  EXPECT_EQ(wire::hello_proven_part(expected).size(), wire::kHelloFixedLen + 2);
 }
 
 TEST(TcpHello, RoundTripsIntoAViewOfTheBody) {
@@ -293,9 +363,10 @@ TEST(TcpHello, RoundTripsIntoAViewOfTheBody) {
     EXPECT_EQ(out.epoch, in.epoch);
     EXPECT_EQ(out.name, in.name);
     EXPECT_EQ(out.key, in.key);
+    EXPECT_EQ(out.nonce, in.nonce);
     EXPECT_EQ(reinterpret_cast<const std::uint8_t*>(out.name.data()), body.data() + wire::kHelloFixedLen);
-    EXPECT_EQ(out.mac.data(), body.data() + wire::kHelloFixedLen + in.name.size());
-    EXPECT_EQ(out.mac.size(), wire::kHelloMacLen);
+    EXPECT_EQ(out.proof.data(), body.data() + wire::kHelloFixedLen + in.name.size());
+    EXPECT_EQ(out.proof.size(), wire::kHelloProofLen);
   }
 }
 
@@ -320,13 +391,13 @@ TEST(TcpHello, RefusesABodyOfAnotherSizeThanTheNameLengthSays) {
 }
 
 TEST(TcpHello, RefusesANameLengthThatWrapsTheSize) {
-  // wire::kHelloFixedLen + name_len + wire::kHelloMacLen wraps to one byte short of
+  // wire::kHelloFixedLen + name_len + wire::kHelloProofLen wraps to one byte short of
   // the fixed part and the MAC.
   const Bytes good = hello_body(kHello);
-  const Bytes short_body(good.begin(), good.begin() + wire::kHelloFixedLen + wire::kHelloMacLen - 1);
+  const Bytes short_body(good.begin(), good.begin() + wire::kHelloFixedLen + wire::kHelloProofLen - 1);
   EXPECT_TRUE(hello_refused(short_body, std::numeric_limits<std::size_t>::max()));
   // A name longer than any hello's, with a body to match, is refused too.
-  EXPECT_TRUE(hello_refused(Bytes(wire::kHelloFixedLen + wire::kMaxName + 1 + wire::kHelloMacLen, 1), wire::kMaxName + 1));
+  EXPECT_TRUE(hello_refused(Bytes(wire::kHelloFixedLen + wire::kMaxName + 1 + wire::kHelloProofLen, 1), wire::kMaxName + 1));
 }
 
 // -------------------------------------------------------------- runs_fit

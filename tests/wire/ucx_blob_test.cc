@@ -53,7 +53,7 @@ wire::PeerBlob golden_value() {
 // Written out by hand: peers built from other sources read and write these
 // bytes, so a change of layout must fail here, not only round trip.
 const std::vector<std::uint8_t> kGoldenBytes = {
-    'K',  'V',  'X',  'U',  0x04, 0x00, 0x09, 0x00,  // magic, version 4, flags cma|rdma
+    'K',  'V',  'X',  'U',  0x05, 0x00, 0x09, 0x00,  // magic, version 5, flags cma|rdma
     0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // pid namespace device
     0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // pid namespace inode
     0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // cookie address
@@ -215,7 +215,7 @@ TEST(UcxBlob, RefusesWrongMagic) {
 }
 
 TEST(UcxBlob, RefusesEveryOtherVersion) {
-  for (const std::uint16_t version : {0, 1, 2, 3, 5, 0x0104, 0xffff}) {
+  for (const std::uint16_t version : {0, 1, 2, 3, 4, 6, 0x0105, 0xffff}) {
     auto bytes = kGoldenBytes;
     wire::store_le(bytes.data() + 4, version);
     EXPECT_TRUE(refused(bytes)) << "version " << version;
@@ -239,6 +239,15 @@ TEST(UcxBlob, RefusesAVersion3BlobAsItsEncoderWroteIt) {
   EXPECT_TRUE(refused(v3));
   v3[4] = 0x04;
   EXPECT_TRUE(refused(v3));
+}
+
+TEST(UcxBlob, RefusesAVersion4BlobThoughItsLayoutIsTheSame) {
+  // Version 4's tcp lane spoke frames of version 2 (replayable hellos,
+  // unauthenticated frames): a peer of it could never connect to ours, so
+  // it is refused when its metadata is read, saying so, not at connect.
+  auto v4 = kGoldenBytes;
+  v4[4] = 0x04;
+  EXPECT_TRUE(refused(v4));
 }
 
 TEST(UcxBlob, RefusesAnAddressFamilyOtherThan4Or6) {

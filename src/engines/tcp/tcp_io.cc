@@ -84,6 +84,14 @@ void TcpLane::Io::drain_commands() {
           c->initiator = true;
           c->peer = cmd.peer;
           c->hello_done = true;
+          // Our frames from number 0; the target's from 1 (connect()
+          // checked its welcome).
+          if (!c->tx_auth.start(cmd.keys->to_target) ||
+              !c->rx_auth.start(cmd.keys->to_initiator, 1)) {
+            close(cmd.fd);
+            cmd.done->set_value();
+            break;
+          }
           conns_.emplace(c, std::move(conn));
           epoll_event ev{};
           ev.events = EPOLLIN;
@@ -123,6 +131,24 @@ void TcpLane::Io::drain_commands() {
 }
 
 void TcpLane::Io::queue_transfer(Conn* c, Xfer* x) {
+  // Each frame is tagged here, in the order the frames go out on this
+  // connection (posts from several threads reach it in this order, not in
+  // theirs). TcpLane::frame lays every frame's header and body out
+  // together in x->wire, one iovec each; the others are the pool's.
+  const std::uint8_t* const wire_begin = x->wire.data();
+  const std::uint8_t* const wire_end = wire_begin + x->wire.size();
+  for (const iovec& v : x->iov) {
+    auto* at = static_cast<std::uint8_t*>(v.iov_base);
+    if (at < wire_begin || at >= wire_end) continue;
+    const std::span<std::uint8_t> frame(at, v.iov_len);
+    const std::span<std::uint8_t, wire::kHeaderLen> head = frame.first<wire::kHeaderLen>();
+    if (!c->tx_auth.sign(head.first<wire::kFieldsLen>(), frame.subspan(wire::kHeaderLen),
+                         wire::tag_slot(head))) {
+      close_conn(c, "OpenSSL could not tag a frame");
+      finish(x, Status::kBackend, "OpenSSL could not tag a frame");
+      return;
+    }
+  }
   Conn::Out o;
   o.xfer = x;
   c->out.push_back(std::move(o));
@@ -203,6 +229,20 @@ void TcpLane::Io::accept_all() {
     tune(fd);
     auto conn = std::make_unique<Conn>();
     Conn* c = conn.get();
+    // Our challenge first, before anything is read: a fresh socket's send
+    // buffer takes its 80 bytes at once, or the connection is not worth
+    // keeping.
+    Nonce nonce{};
+    if (!fresh_nonce(&nonce)) {
+      close(fd);
+      continue;
+    }
+    wire::encode_challenge(c->challenge.data(), nonce);
+    if (::send(fd, c->challenge.data(), c->challenge.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(c->challenge.size())) {
+      close(fd);
+      continue;
+    }
     c->fd = fd;
     c->hello_deadline = now_ + kHelloTimeout;
     c->moved = now_;

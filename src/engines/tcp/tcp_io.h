@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engines/fence_table.h"
+#include "engines/tcp/tcp_handshake.h"
 #include "engines/tcp/tcp_lane.h"
 
 namespace kvxfer::internal::tcp {
@@ -61,6 +62,7 @@ struct TcpLane::Counters {
   std::atomic<std::uint64_t> refused_full{0};
   std::atomic<std::uint64_t> refused_notify{0};
   std::atomic<std::uint64_t> refused_identity{0};
+  std::atomic<std::uint64_t> refused_tag{0};
   std::atomic<std::uint64_t> fences_superseded{0};
 };
 
@@ -116,6 +118,9 @@ struct TcpLane::Command {
   Conn* conn = nullptr;                // kPost, kClose
   Xfer* xfer = nullptr;                // kPost
   std::promise<void>* done = nullptr;  // kClose, kAdopt: set once carried out
+  // kAdopt: the connection's frame keys (its welcome, frame 0 of the
+  // target's, was checked already).
+  std::shared_ptr<const HandshakeKeys> keys;
 };
 
 struct TcpLane::Conn {
@@ -130,6 +135,12 @@ struct TcpLane::Conn {
   std::string sender;
   IdentityKey key{};                  // the identity key its hello proved
   bool counted_unregistered = false;  // in Io::unregistered_conns_
+  // Target side: the challenge we sent first (the hello's proof covers it).
+  std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
+  // Both sides, from the handshake on: the tags of the frames we receive
+  // and of those we send, each direction numbered on its own.
+  FrameAuth rx_auth;
+  FrameAuth tx_auth;
   // What the next frame must continue (a transfer's wire::kMore or
   // wire::kNotifyFollows): its seq and type, or none.
   std::uint64_t cont_seq = 0;

@@ -41,7 +41,8 @@ const char* hello_refusal(std::uint32_t status) {
       return "its room for initiators is full (it refuses new ones rather than forget a fence); "
              "peers it registered keep room of their own";
     case wire::kStatusUnproven:
-      return "our hello's MAC did not prove our identity key against the key in its metadata";
+      return "our hello's proof did not prove our identity key on that connection (against the "
+             "key in its metadata)";
     default:
       return "a status this build does not know";
   }
@@ -180,14 +181,23 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   if (fd < 0) {
     return fail(fmt::format("cannot reach peer {}'s tcp lane: {}", remote.agent_name, why));
   }
-  IdentityKey conn_key{};
-  if (!identity_.connection_key(blob.tcp_key, /*we_initiate=*/true, &conn_key)) {
+  // The target speaks first: a challenge, fresh for this connection, that
+  // our hello's proof covers (tcp_handshake.h).
+  std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
+  Nonce target_nonce{};
+  if (!read_exactly(fd, challenge.data(), challenge.size(), kConnectTimeout) ||
+      !wire::decode_challenge(challenge, &target_nonce)) {
     close(fd);
-    *reason = fmt::format("peer {}'s metadata names a tcp key no connection key comes of",
-                          remote.agent_name);
-    return Status::kInvalidParam;
+    return fail(fmt::format(
+        "peer {}'s tcp lane sent no challenge (it closed the connection at once: it holds as "
+        "many as it may; or it does not speak tcp frames version {})",
+        remote.agent_name, wire::kFrameVersion));
   }
   wire::Hello hello;
+  if (!fresh_nonce(&hello.nonce)) {
+    close(fd);
+    return fail("OpenSSL gave no random bytes for the hello's nonce");
+  }
   hello.token = blob.tcp_token;
   hello.key = identity_.public_key();
   const Lineages::Registration registration = lineages_.next(remote.agent_name, blob.tcp_token);
@@ -198,18 +208,23 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
       std::string_view(agent_name_).substr(0, std::min(agent_name_.size(), wire::kMaxName));
   hello.name = name.empty() ? std::string_view("?") : name;
   std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() +
-                                  wire::kHelloMacLen);
+                                  wire::kHelloProofLen);
   wire::encode_header(frame.data(),
                       wire::FrameHeader{wire::FrameType::kHello, 0,
                                         static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
   wire::encode_hello_body(frame.data() + wire::kHeaderLen, hello);
-  const auto body = std::span<const std::uint8_t>(frame).subspan(wire::kHeaderLen);
-  Mac mac{};
-  if (!mac_of(conn_key, wire::hello_signed_part(body), &mac)) {
+  const auto sent = std::span<const std::uint8_t>(frame);
+  auto keys = std::make_shared<HandshakeKeys>();
+  if (!handshake_keys(identity_, blob.tcp_key, /*we_initiate=*/true, challenge,
+                      sent.first(wire::kHeaderLen),
+                      wire::hello_proven_part(sent.subspan(wire::kHeaderLen)), keys.get())) {
     close(fd);
-    return fail("OpenSSL could not compute the hello's MAC");
+    *reason = fmt::format("peer {}'s metadata names a tcp key no handshake keys come of",
+                          remote.agent_name);
+    return Status::kInvalidParam;
   }
-  std::copy(mac.begin(), mac.end(), frame.end() - static_cast<std::ptrdiff_t>(wire::kHelloMacLen));
+  std::copy(keys->proof.begin(), keys->proof.end(),
+            frame.end() - static_cast<std::ptrdiff_t>(wire::kHelloProofLen));
   std::array<std::uint8_t, wire::kHeaderLen> welcome{};
   wire::FrameHeader h;
   if (!write_all(fd, frame.data(), frame.size()) ||
@@ -219,6 +234,17 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
     return fail(fmt::format(
         "peer {}'s tcp lane closed the connection without an answer to our hello (its token is "
         "not the one in the metadata)",
+        remote.agent_name));
+  }
+  // The welcome is the target's frame 0: only the holder of the key its
+  // metadata names, answering this hello, can tag it.
+  FrameAuth welcome_auth;
+  if (!welcome_auth.start(keys->to_initiator) ||
+      !welcome_auth.verify(wire::header_fields(welcome), {}, wire::header_tag(welcome))) {
+    close(fd);
+    return fail(fmt::format(
+        "the answer to our hello on peer {}'s tcp lane is not tagged with the key its metadata "
+        "names (someone else answered, or the bytes changed on the way)",
         remote.agent_name));
   }
   if (h.status != wire::kStatusOk) {
@@ -236,6 +262,7 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   cmd.fd = fd;
   cmd.peer = peer;
   cmd.done = &adopted;
+  cmd.keys = std::move(keys);
   submit(std::move(cmd));
   adopted.get_future().wait();
   if (peer->conn == nullptr) {
@@ -454,9 +481,12 @@ void TcpLane::take_notifications(std::vector<Notification>* out) {
 }
 
 void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
-  if (blob.tcp_port == 0) return;
+  // Every registered name is reserved, whatever lane serves its peer: one
+  // that runs no tcp lane (port 0) has no key here, and no connection can
+  // present its name.
   MutexLock lock(vouched_mu_);
-  vouched_[remote.agent_name][handle] = blob.tcp_key;
+  vouched_[remote.agent_name][handle] =
+      blob.tcp_port != 0 ? std::optional<IdentityKey>(blob.tcp_key) : std::nullopt;
   vouched_names_[handle] = remote.agent_name;
 }
 
@@ -477,7 +507,7 @@ TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKe
   auto it = vouched_.find(agent_name);
   if (it == vouched_.end()) return Claim::kUnregistered;
   for (const auto& [handle, k] : it->second) {
-    if (k == key) return Claim::kRegistered;
+    if (k.has_value() && *k == key) return Claim::kRegistered;
   }
   return Claim::kImpostor;
 }
@@ -511,6 +541,7 @@ void TcpLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["tcp_refused_full"] += get(c.refused_full);
   counters["tcp_refused_notify"] += get(c.refused_notify);
   counters["tcp_refused_identity"] += get(c.refused_identity);
+  counters["tcp_refused_tag"] += get(c.refused_tag);
   counters["tcp_fences_superseded"] += get(c.fences_superseded);
 }
 

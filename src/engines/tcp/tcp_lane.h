@@ -33,14 +33,18 @@
 // connection may take to present its hello).
 //
 // Identities: the lane holds an X25519 key pair for its life and publishes
-// the public key in its metadata. A hello carries the initiator's public key
-// and a MAC that proves it holds the private half (common/identity.h). The
-// peers our owner registered (through any lane: lanes.cc vouches for them)
-// are known by agent name and key, so a connection that presents a
-// registered peer's name with another key is refused, a registered peer's
-// notifications are queued in a share nobody else can use up, and the
-// target's tables (lineages, connections) keep room for registered peers
-// however many other keys fill them.
+// the public key in its metadata. The target speaks first, a fresh
+// challenge; the hello carries the initiator's public key and a proof over
+// that challenge that it holds the private half, and both ends derive the
+// keys that tag every later frame in each direction (tcp_handshake.h), so a
+// recorded hello or frame is worth nothing on another connection or later
+// on its own. The peers our owner registered (through any lane: lanes.cc
+// vouches for them) are known by agent name and key (none for a peer that
+// runs no tcp lane: its name is still reserved), so a connection that
+// presents a registered peer's name with another key is refused, a
+// registered peer's notifications are queued in a share nobody else can
+// use up, and the target's tables (lineages, connections) keep room for
+// registered peers however many other keys fill them.
 #pragma once
 
 #include <sys/uio.h>
@@ -52,6 +56,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -143,9 +148,10 @@ class TcpLane final : public Lane {
   [[nodiscard]] bool qualifies(const RemoteRegion& remote,
                                const wire::PeerBlob& blob) const override;
 
-  // The peers our owner registered (any lane) whose metadata names a tcp
-  // key: `handle` is the registration's, `remote.agent_name` the peer's. A
-  // connection presenting that name must present that key; its
+  // The peers our owner registered (any lane): `handle` is the
+  // registration's, `remote.agent_name` the peer's. A connection presenting
+  // that name must present the tcp key its metadata names (none, for a peer
+  // that runs no tcp lane: then no connection may present it); its
   // notifications have the peer's own share. unvouch() when the
   // registration goes; unknown handles are ignored.
   void vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) override;
@@ -163,8 +169,9 @@ class TcpLane final : public Lane {
   // kSuccess once the peer welcomed it. kRemoteDisconnect when no address
   // answered, the peer refused the hello (its welcome's status says why: a
   // newer registration of ours, another key's name or lineage, no room, an
-  // unproven MAC) or closed the connection without an answer (our token is
-  // not its own); *reason says which.
+  // unproven proof), closed the connection without a challenge or an answer
+  // (our token is not its own), or answered with a welcome its key did not
+  // tag; *reason says which.
   [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
                                Connected* out) override;
   // Closes the peer's connection at once; its transfers still in flight end
@@ -239,7 +246,10 @@ class TcpLane final : public Lane {
 
   // Registrations vouched for: by agent name, each registration's key.
   mutable Mutex vouched_mu_;
-  std::map<std::string, std::map<PeerHandle, IdentityKey>> vouched_ GUARDED_BY(vouched_mu_);
+  // No key: the registration's peer runs no tcp lane, and its name is
+  // nobody's here (no connection can prove it).
+  std::map<std::string, std::map<PeerHandle, std::optional<IdentityKey>>> vouched_
+      GUARDED_BY(vouched_mu_);
   std::unordered_map<PeerHandle, std::string> vouched_names_ GUARDED_BY(vouched_mu_);
 
   // Notifications taken from peers, per sender (the name and key its

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "engines/tcp/tcp_handshake.h"
 #include "engines/tcp/tcp_io.h"
 
 namespace kvxfer::internal::tcp {
@@ -49,8 +50,10 @@ bool TcpLane::Io::on_header(Conn* c) {
   // What an initiator may receive, and what a target may.
   const bool for_initiator =
       h.type == wire::FrameType::kAck || h.type == wire::FrameType::kReadData;
+  // (A challenge and a welcome come only before a connection is the I/O
+  // thread's: TcpLane::connect.)
   if (c->initiator != for_initiator || (c->hello_done && h.type == wire::FrameType::kHello) ||
-      h.type == wire::FrameType::kWelcome) {
+      h.type == wire::FrameType::kWelcome || h.type == wire::FrameType::kChallenge) {
     refuse(c, lane_.counters_->refused_frame, "a frame of a type it may not send");
     close_conn(c, "unexpected frame");
     return false;
@@ -69,8 +72,8 @@ bool TcpLane::Io::on_header(Conn* c) {
   }
   c->h = h;
   const std::size_t len = body_len(h);
+  c->body.resize(len);  // empty for a frame without one: its tag covers none
   if (len > 0) {
-    c->body.resize(len);
     c->body_have = 0;
     c->rx = Conn::Rx::kBody;
     return true;
@@ -80,6 +83,15 @@ bool TcpLane::Io::on_header(Conn* c) {
 
 bool TcpLane::Io::on_body(Conn* c) {
   c->rx = Conn::Rx::kHeader;
+  // Every frame after the hello is this connection's next one in its
+  // direction, or it was injected, replayed, reordered or changed on the
+  // way: nothing of it is acted on, and the connection closes.
+  if (c->h.type != wire::FrameType::kHello &&
+      !c->rx_auth.verify(wire::header_fields(c->head), c->body, wire::header_tag(c->head))) {
+    refuse(c, lane_.counters_->refused_tag, "a frame whose tag fails");
+    close_conn(c, "a frame whose tag fails (injected, replayed or changed on the way)");
+    return false;
+  }
   switch (c->h.type) {
     case wire::FrameType::kHello:
       return on_hello(c);
@@ -180,13 +192,21 @@ bool TcpLane::Io::on_hello(Conn* c) {
     close_conn(c, "wrong token");
     return false;
   }
-  // The MAC proves the hello's key: whoever sent it holds the private half.
-  IdentityKey conn_key{};
-  Mac expected{};
-  if (!lane_.identity_.connection_key(hello.key, /*we_initiate=*/false, &conn_key) ||
-      !mac_of(conn_key, wire::hello_signed_part(c->body), &expected) ||
-      !same_mac(expected, hello.mac)) {
-    refuse(c, counters.refused_identity, "a hello whose MAC does not prove its key");
+  // The proof, over our challenge on this connection and the hello, shows
+  // that whoever sent it holds the private half of the hello's key now (a
+  // recorded hello names another challenge). The keys it comes with tag the
+  // frames both ways from here, a refusal included.
+  HandshakeKeys keys;
+  if (!handshake_keys(lane_.identity_, hello.key, /*we_initiate=*/false, c->challenge, c->head,
+                      wire::hello_proven_part(c->body), &keys) ||
+      !c->rx_auth.start(keys.to_target) || !c->tx_auth.start(keys.to_initiator)) {
+    refuse(c, counters.refused_identity, "a hello whose key gives no keys");
+    close_conn(c, "a hello whose key gives no keys");
+    return false;
+  }
+  if (!same_proof(keys.proof, hello.proof)) {
+    refuse(c, counters.refused_identity,
+           "a hello whose proof does not prove its key on this connection (forged or replayed)");
     return refuse_hello(c, wire::kStatusUnproven);
   }
   std::string name(hello.name);
@@ -277,6 +297,13 @@ void TcpLane::Io::answer(Conn* c, wire::FrameType type, std::uint64_t seq, std::
                          std::uint64_t length, std::vector<iovec> pool) {
   Conn::Out o;
   wire::encode_header(o.answer.data(), wire::FrameHeader{type, 0, 0, status, seq, length});
+  // Answers carry no body: the tag covers the header (a reply's payload is
+  // not covered).
+  const std::span<std::uint8_t, wire::kHeaderLen> head(o.answer);
+  if (!c->tx_auth.sign(head.first<wire::kFieldsLen>(), {}, wire::tag_slot(head))) {
+    close_conn(c, "OpenSSL could not tag an answer");
+    return;
+  }
   o.reply = !pool.empty();
   o.own.reserve(pool.size() + 1);
   c->out.push_back(std::move(o));
