@@ -17,6 +17,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -220,6 +221,7 @@ class TcpLane::Io {
   bool on_read_data(Conn* c);
   bool on_read_done(Conn* c);
   bool on_hello(Conn* c);
+  std::optional<bool> join_lineage(Conn* c, const wire::Hello& hello, bool registered);
   bool refuse_hello(Conn* c, std::uint32_t status);
   bool answer_and_close(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status);
   void send(Conn* c);

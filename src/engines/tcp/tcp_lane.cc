@@ -166,28 +166,22 @@ void TcpLane::stop(StopStage stage) {
   if (stage == StopStage::kQuiesce) stop();
 }
 
-Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
-  std::string* const reason = &out->reason;
+// The handshake on a connected socket (tcp_handshake.h): the target's
+// challenge, our hello with its proof, and the target's tagged welcome. On
+// success `*keys` holds the connection's frame keys; else `*reason` says why
+// and the caller closes the socket.
+Status TcpLane::say_hello(int fd, const wire::PeerBlob& blob, const RemoteRegion& remote,
+                          std::shared_ptr<HandshakeKeys>* keys_out, std::string* reason) {
   const auto fail = [&](std::string why) {
     *reason = std::move(why);
     return Status::kRemoteDisconnect;
   };
-  if (blob.tcp_port == 0 || blob.tcp_addresses.empty()) {
-    return fail(fmt::format("peer {} has no tcp lane in its metadata", remote.agent_name));
-  }
-  const bool same_host = !boot_id().empty() && remote.boot_id == boot_id();
-  std::string why;
-  const int fd = connect_any(blob.tcp_addresses, blob.tcp_port, same_host, kConnectTimeout, &why);
-  if (fd < 0) {
-    return fail(fmt::format("cannot reach peer {}'s tcp lane: {}", remote.agent_name, why));
-  }
   // The target speaks first: a challenge, fresh for this connection, that
   // our hello's proof covers (tcp_handshake.h).
   std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
   Nonce target_nonce{};
   if (!read_exactly(fd, challenge.data(), challenge.size(), kConnectTimeout) ||
       !wire::decode_challenge(challenge, &target_nonce)) {
-    close(fd);
     return fail(fmt::format(
         "peer {}'s tcp lane sent no challenge (it closed the connection at once: it holds as "
         "many as it may; or it does not speak tcp frames version {})",
@@ -195,7 +189,6 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   }
   wire::Hello hello;
   if (!fresh_nonce(&hello.nonce)) {
-    close(fd);
     return fail("OpenSSL gave no random bytes for the hello's nonce");
   }
   hello.token = blob.tcp_token;
@@ -218,7 +211,6 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   if (!handshake_keys(identity_, blob.tcp_key, /*we_initiate=*/true, challenge,
                       sent.first(wire::kHeaderLen),
                       wire::hello_proven_part(sent.subspan(wire::kHeaderLen)), keys.get())) {
-    close(fd);
     *reason = fmt::format("peer {}'s metadata names a tcp key no handshake keys come of",
                           remote.agent_name);
     return Status::kInvalidParam;
@@ -230,10 +222,9 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   if (!write_all(fd, frame.data(), frame.size()) ||
       !read_exactly(fd, welcome.data(), welcome.size(), kConnectTimeout) ||
       !wire::decode_header(welcome, &h) || h.type != wire::FrameType::kWelcome) {
-    close(fd);
     return fail(fmt::format(
         "peer {}'s tcp lane closed the connection without an answer to our hello (its token is "
-        "not the one in the metadata)",
+        "not the one in the metadata, or it holds as many connections as it may)",
         remote.agent_name));
   }
   // The welcome is the target's frame 0: only the holder of the key its
@@ -241,16 +232,38 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   FrameAuth welcome_auth;
   if (!welcome_auth.start(keys->to_initiator) ||
       !welcome_auth.verify(wire::header_fields(welcome), {}, wire::header_tag(welcome))) {
-    close(fd);
     return fail(fmt::format(
         "the answer to our hello on peer {}'s tcp lane is not tagged with the key its metadata "
         "names (someone else answered, or the bytes changed on the way)",
         remote.agent_name));
   }
   if (h.status != wire::kStatusOk) {
-    close(fd);
     return fail(fmt::format("peer {}'s tcp lane refused our hello: {}", remote.agent_name,
                             hello_refusal(h.status)));
+  }
+  *keys_out = std::move(keys);
+  return Status::kSuccess;
+}
+
+Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
+  std::string* const reason = &out->reason;
+  const auto fail = [&](std::string why) {
+    *reason = std::move(why);
+    return Status::kRemoteDisconnect;
+  };
+  if (blob.tcp_port == 0 || blob.tcp_addresses.empty()) {
+    return fail(fmt::format("peer {} has no tcp lane in its metadata", remote.agent_name));
+  }
+  const bool same_host = !boot_id().empty() && remote.boot_id == boot_id();
+  std::string why;
+  const int fd = connect_any(blob.tcp_addresses, blob.tcp_port, same_host, kConnectTimeout, &why);
+  if (fd < 0) {
+    return fail(fmt::format("cannot reach peer {}'s tcp lane: {}", remote.agent_name, why));
+  }
+  std::shared_ptr<HandshakeKeys> keys;
+  if (const Status s = say_hello(fd, blob, remote, &keys, reason); s != Status::kSuccess) {
+    close(fd);
+    return s;
   }
   set_nonblocking(fd, true);
   auto peer = std::make_shared<Peer>(this);

@@ -76,6 +76,8 @@
 
 namespace kvxfer::internal::tcp {
 
+struct HandshakeKeys;  // tcp_handshake.h
+
 class TcpLane final : public Lane {
  public:
   // How long an accepted connection may take to present its hello.
@@ -207,6 +209,8 @@ class TcpLane final : public Lane {
   // allocations per write before, 4.4 after, the rest the core's).
   [[nodiscard]] Xfer* take_xfer();
   void recycle(Xfer* xfer);
+  [[nodiscard]] Status say_hello(int fd, const wire::PeerBlob& blob, const RemoteRegion& remote,
+                                 std::shared_ptr<HandshakeKeys>* keys_out, std::string* reason);
   void frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_runs,
              std::span<const std::uint8_t> notify);
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <sys/uio.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -222,6 +223,27 @@ bool TcpLane::Io::on_hello(Conn* c) {
            "a connection of no registered peer while their share is full");
     return refuse_hello(c, wire::kStatusTableFull);
   }
+  if (const std::optional<bool> refused = join_lineage(c, hello, registered)) return *refused;
+  c->hello_done = true;
+  --pending_hellos_;
+  c->lineage = hello.lineage;
+  c->gen = hello.gen;
+  c->sender = std::move(name);
+  c->key = hello.key;
+  if (!registered) {
+    c->counted_unregistered = true;
+    ++unregistered_conns_;
+  }
+  answer(c, wire::FrameType::kWelcome, 0, wire::kStatusOk);
+  return c->fd >= 0;
+}
+
+// The hello's registration in the fence table: refused (stale, another
+// identity's lineage, no room, one connection too many: the refusal is
+// sent and its handler's result returned) or joined, the older
+// registration's connections closed first (nullopt).
+std::optional<bool> TcpLane::Io::join_lineage(Conn* c, const wire::Hello& hello, bool registered) {
+  auto& counters = *lane_.counters_;
   // Full means refusal, never forgetting early; a registered peer still
   // has room of its own (a few lineages per key).
   using Verdict = decltype(fences_)::Verdict;
@@ -258,18 +280,7 @@ bool TcpLane::Io::on_hello(Conn* c) {
   }
   f.extra.push_back(c);
   fences_.hold(f);
-  c->hello_done = true;
-  --pending_hellos_;
-  c->lineage = hello.lineage;
-  c->gen = hello.gen;
-  c->sender = std::move(name);
-  c->key = hello.key;
-  if (!registered) {
-    c->counted_unregistered = true;
-    ++unregistered_conns_;
-  }
-  answer(c, wire::FrameType::kWelcome, 0, wire::kStatusOk);
-  return c->fd >= 0;
+  return std::nullopt;
 }
 
 // A hello that carried our token, refused: the initiator learns why (a
