@@ -81,7 +81,13 @@ struct Outcome {
   std::set<TransferId> done;
   std::set<TransferId> failed;
   std::optional<std::string> fault;
-  [[nodiscard]] std::size_t pending() const { return posted.size() - done.size() - failed.size(); }
+  // Posted ids not yet reported. A poll may also report ids of a removed
+  // registration that this outcome never posted: they do not count.
+  [[nodiscard]] std::size_t pending() const {
+    std::size_t n = 0;
+    for (const auto id : posted) n += (done.count(id) == 0 && failed.count(id) == 0) ? 1 : 0;
+    return n;
+  }
 };
 
 // The initiator on kvx-h1: a UCX transport over TCP on kvx0, its pool
