@@ -62,18 +62,48 @@ inline std::size_t encode_runs(std::span<const std::int64_t> local,
   return static_cast<std::size_t>(at - out);
 }
 
+// What a lane moves: `len` bytes at offset `local` of our region
+// `local_region` and at offset `remote` of the peer's region
+// `remote_region` (a slot of our region table, an index into the region
+// list of the peer's metadata). The core builds them from validated
+// descriptors: in range on both sides, non-empty, no overflow.
+struct ByteRun {
+  std::uint64_t local = 0;
+  std::uint64_t remote = 0;
+  std::uint64_t len = 0;
+  std::uint32_t local_region = 0;
+  std::uint32_t remote_region = 0;
+  friend bool operator==(const ByteRun&, const ByteRun&) = default;
+};
+
+// The byte runs of block runs in the pools (region 0 on both sides), whose
+// blocks are `block_len` bytes: one per block run, into `out` (room for
+// runs.size()).
+inline void block_runs_to_bytes(std::span<const BlockRun> runs, std::uint64_t block_len,
+                                ByteRun* out) {
+  for (const BlockRun& run : runs) {
+    *out++ = ByteRun{static_cast<std::uint64_t>(run.local) * block_len,
+                     static_cast<std::uint64_t>(run.remote) * block_len, run.count * block_len, 0,
+                     0};
+  }
+}
+
 // One transfer as the core hands it to the engine.
 struct Post {
   TransferOp op = TransferOp::kWrite;
   TransferId id = 0;
-  std::span<const BlockRun> runs;  // empty for a notification alone
-  std::uint64_t blocks = 0;        // the runs' counts added up
+  std::span<const ByteRun> runs;  // empty for a notification alone
+  std::uint64_t bytes = 0;        // the runs' lengths added up
   std::span<const std::uint8_t> note;
 };
 
 class Engine {
  public:
+  // `block_len`: the pool's, for post_write() and post_read() below.
+  explicit Engine(std::uint64_t block_len = 0) : block_len_(block_len) {}
   virtual ~Engine() = default;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // "UCX" or "LOOPBACK".
   [[nodiscard]] virtual const std::string& name() const noexcept = 0;
@@ -186,8 +216,12 @@ class Engine {
     if (local.size() != remote.size() || local.empty()) return Status::kInvalidParam;
     std::vector<BlockRun> runs(local.size());
     runs.resize(encode_runs(local, remote, runs.data()));
-    return post(peer, Post{op, id, runs, local.size(), notify}, out);
+    std::vector<ByteRun> bytes(runs.size());
+    block_runs_to_bytes(runs, block_len_, bytes.data());
+    return post(peer, Post{op, id, bytes, local.size() * block_len_, notify}, out);
   }
+
+  const std::uint64_t block_len_;
 };
 
 struct EngineConfig {

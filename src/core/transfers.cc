@@ -167,7 +167,10 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
       check_no_duplicates(scratch_local_, region_.num_blocks, scratch_seen_, "local_idxs");
     }
   }
-  return post(op, peer, runs, scratch_local_.size(), message, started);
+  if (scratch_bytes_.size() < runs.size()) scratch_bytes_.resize(runs.size());
+  block_runs_to_bytes(runs, region_.block_len, scratch_bytes_.data());
+  return post(op, peer, std::span<const ByteRun>(scratch_bytes_.data(), runs.size()),
+              scratch_local_.size() * region_.block_len, message, started);
 }
 
 std::optional<TransferId> TransportState::send_notification(std::string_view peer_id,
@@ -193,8 +196,8 @@ std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::ge
   return out;
 }
 
-std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<const BlockRun> runs,
-                                               std::uint64_t blocks,
+std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<const ByteRun> runs,
+                                               std::uint64_t bytes,
                                                std::span<const std::uint8_t> notify,
                                                Ticks started) {
   // Caller holds mu_.
@@ -213,7 +216,7 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<cons
   }
   const TransferId id = next_id_;
   XferHandle handle = 0;
-  const Status st = engine_->post(peer->handle, Post{op, id, runs, blocks, notify}, &handle);
+  const Status st = engine_->post(peer->handle, Post{op, id, runs, bytes, notify}, &handle);
   if (st != Status::kSuccess) {
     const char* const call = op == Op::kWrite  ? "write_blocks"
                              : op == Op::kRead ? "read_blocks"
@@ -231,7 +234,7 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<cons
   e.id = id;
   e.handle = handle;
   e.op = op;
-  e.bytes = blocks * region_.block_len;
+  e.bytes = bytes;
   e.timed = started != 0;
   e.started = started != 0 || !telemetry_ ? started : ticks_now();
   if (policy_.watches_stalls()) e.posted = coarse_now();

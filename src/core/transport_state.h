@@ -243,10 +243,10 @@ class TransportState {
   }
   void record_into_ring(const Inflight& e, TransferResult result, Ticks& now) REQUIRES(mu_);
 
-  // Posts the runs (consecutive on both sides) of `blocks` checked pairs,
-  // or a notification alone (no runs).
-  std::optional<TransferId> post(Op op, Peer* peer, std::span<const BlockRun> runs,
-                                 std::uint64_t blocks, std::span<const std::uint8_t> notify,
+  // Posts checked byte runs (`bytes` in all), or a notification alone (no
+  // runs).
+  std::optional<TransferId> post(Op op, Peer* peer, std::span<const ByteRun> runs,
+                                 std::uint64_t bytes, std::span<const std::uint8_t> notify,
                                  Ticks started) REQUIRES(mu_);
   // Copies a caller's notification into scratch_notify_ and checks the copy
   // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
@@ -326,6 +326,7 @@ class TransportState {
   std::vector<std::int64_t> scratch_local_ GUARDED_BY(mu_);
   std::vector<std::int64_t> scratch_remote_ GUARDED_BY(mu_);
   std::vector<BlockRun> scratch_runs_ GUARDED_BY(mu_);
+  std::vector<ByteRun> scratch_bytes_ GUARDED_BY(mu_);
   std::vector<std::uint8_t> scratch_notify_ GUARDED_BY(mu_);
   IndexSet scratch_seen_ GUARDED_BY(mu_);
   // Failed transfers of a poll: peer, state, the engine's detail (or nullptr).

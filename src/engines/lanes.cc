@@ -77,7 +77,8 @@ class Lanes final : public Engine {
   // Every lane's keys are parsed, and so checked, whether or not the lane
   // starts.
   Lanes(const EngineConfig& config, const EngineSettings& settings)
-      : agent_name_(config.agent_name),
+      : Engine(config.region.block_len),
+        agent_name_(config.agent_name),
         allowed_(allowed_lanes(settings.lanes)),
         token_(fresh_random()) {
     const Options& options = *config.options;

@@ -41,6 +41,8 @@ struct LanePair {
         count_(count),
         len_(len) {}
 
+  [[nodiscard]] std::uint64_t len() const { return len_; }
+
   static std::vector<std::uint8_t> pattern(std::size_t n) {
     std::vector<std::uint8_t> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 131 + 7);
@@ -94,7 +96,7 @@ TEST(CmaLane, ProgressCopiesAtMostOneCallerSlice) {
   for (int attempt = 0; attempt < 50 && counters_of(source)["cma_caller_slices"] == 0; ++attempt) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     XferHandle xfer{};
-    ASSERT_EQ(test::post_write(source, lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.len(), lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
     ASSERT_EQ(lanes.dst, lanes.src);
   }
@@ -118,7 +120,7 @@ TEST(CmaLane, WithNoCallerSliceTheCopiersCopyEverything) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     XferHandle xfer{};
-    ASSERT_EQ(test::post_write(source, lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.len(), lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
     ASSERT_EQ(lanes.dst, lanes.src);
   }
@@ -161,7 +163,7 @@ TEST(CmaLane, CallerSlicesFromTheBackOfIrregularRunsLandExactly) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), 0);
     const std::uint64_t before = counters_of(source)["cma_bytes"];
     XferHandle xfer{};
-    ASSERT_EQ(test::post_write(source, lanes.peer, 1, local, remote_blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.len(), lanes.peer, 1, local, remote_blocks, &xfer), Status::kSuccess);
     ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
     ASSERT_TRUE(lanes.dst == want) << "attempt " << attempt;
     // Each byte was copied once: none twice by the copier and the caller.
@@ -219,7 +221,7 @@ TEST(CmaLane, ReadsInFlightTogetherLandEachByteOnceWhoeverCopiesThem) {
     const std::uint64_t before = counters_of(source)["cma_bytes"];
     std::vector<XferHandle> xfers(kReads);
     for (int r = 0; r < kReads; ++r) {
-      ASSERT_EQ(test::post_read(source, lanes.peer, static_cast<TransferId>(r + 1), local[r], remote[r],
+      ASSERT_EQ(test::post_read(source, lanes.len(), lanes.peer, static_cast<TransferId>(r + 1), local[r], remote[r],
                                  &xfers[static_cast<std::size_t>(r)]),
                 Status::kSuccess);
     }
@@ -251,7 +253,7 @@ TEST(CmaLane, ACallerThatPausesBetweenPollsGetsItsWriteCopiedOnce) {
     std::fill(lanes.dst.begin(), lanes.dst.end(), std::uint8_t{0});
     const std::uint64_t before = counters_of(source)["cma_bytes"];
     XferHandle xfer{};
-    ASSERT_EQ(test::post_write(source, lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
+    ASSERT_EQ(test::post_write(source, lanes.len(), lanes.peer, 1, blocks, blocks, &xfer), Status::kSuccess);
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     source.progress();  // after a pause
     source.progress();  // at once
@@ -276,7 +278,7 @@ TEST(CmaLane, NotificationsReachTheTargetAfterTheirBytes) {
   const std::vector<std::uint8_t> note{'h', 'i'};
   const std::vector<std::int64_t> blocks{3, 4};
   XferHandle xfer{};
-  ASSERT_EQ(test::post_write(source, peer, 1, blocks, blocks, &xfer, note), Status::kSuccess);
+  ASSERT_EQ(test::post_write(source, lanes.len(), peer, 1, blocks, blocks, &xfer, note), Status::kSuccess);
   ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);
   ASSERT_EQ(test::post_notify(source, peer, 2, std::vector<std::uint8_t>{'!'}, &xfer), Status::kSuccess);
   ASSERT_EQ(lanes.finish(xfer), Status::kSuccess);

@@ -259,8 +259,8 @@ RemoteRegion remote_of(const void* base) {
 Status run(CmaLane& lane, PeerHandle peer, bool read, std::span<const std::int64_t> local,
            std::span<const std::int64_t> remote) {
   XferHandle xfer{};
-  const Status posted = read ? test::post_read(lane, peer, 1, local, remote, &xfer)
-                             : test::post_write(lane, peer, 1, local, remote, &xfer);
+  const Status posted = read ? test::post_read(lane, kBlockLen, peer, 1, local, remote, &xfer)
+                             : test::post_write(lane, kBlockLen, peer, 1, local, remote, &xfer);
   if (posted != Status::kSuccess) return posted;
   Status state = Status::kInProgress;
   while (state == Status::kInProgress) {

@@ -35,24 +35,28 @@ inline Status disconnect_lane(Lane& lane, PeerHandle peer) {
   return lane.disconnect(lane_peer(peer));
 }
 
-inline Status post_blocks(Lane& lane, TransferOp op, PeerHandle peer, TransferId id,
+// `block_len`: the pools' (the lane does not know blocks, only byte runs).
+inline Status post_blocks(Lane& lane, std::uint64_t block_len, TransferOp op, PeerHandle peer,
+                          TransferId id,
                           std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
                           XferHandle* out, std::span<const std::uint8_t> note = {}) {
   std::vector<BlockRun> runs(local.size());
   runs.resize(encode_runs(local, remote, runs.data()));
-  return lane.post(lane_peer(peer), Post{op, id, runs, local.size(), note}, out);
+  std::vector<ByteRun> bytes(runs.size());
+  block_runs_to_bytes(runs, block_len, bytes.data());
+  return lane.post(lane_peer(peer), Post{op, id, bytes, local.size() * block_len, note}, out);
 }
 
-inline Status post_write(Lane& lane, PeerHandle peer, TransferId id,
+inline Status post_write(Lane& lane, std::uint64_t block_len, PeerHandle peer, TransferId id,
                          std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
                          XferHandle* out, std::span<const std::uint8_t> note = {}) {
-  return post_blocks(lane, TransferOp::kWrite, peer, id, local, remote, out, note);
+  return post_blocks(lane, block_len, TransferOp::kWrite, peer, id, local, remote, out, note);
 }
 
-inline Status post_read(Lane& lane, PeerHandle peer, TransferId id,
+inline Status post_read(Lane& lane, std::uint64_t block_len, PeerHandle peer, TransferId id,
                         std::span<const std::int64_t> local, std::span<const std::int64_t> remote,
                         XferHandle* out, std::span<const std::uint8_t> note = {}) {
-  return post_blocks(lane, TransferOp::kRead, peer, id, local, remote, out, note);
+  return post_blocks(lane, block_len, TransferOp::kRead, peer, id, local, remote, out, note);
 }
 
 inline Status post_notify(Lane& lane, PeerHandle peer, TransferId id,

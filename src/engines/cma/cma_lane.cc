@@ -267,13 +267,12 @@ Status CmaLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   xfer->local_iov.clear();
   xfer->remote_iov.clear();
   auto* const base = static_cast<std::uint8_t*>(region_.base);
-  const std::uint64_t block_len = region_.block_len;
-  for (const BlockRun& run : post.runs) {
+  for (const ByteRun& run : post.runs) {
     // A run longer than a copier's chunk becomes several iovecs, so that
     // copiers can share it.
-    auto* src = base + static_cast<std::uint64_t>(run.local) * block_len;
-    auto dst = peer->remote_base + static_cast<std::uint64_t>(run.remote) * peer->remote_block_len;
-    for (std::size_t left = run.count * block_len; left > 0;) {
+    auto* src = base + run.local;
+    auto dst = peer->remote_base + run.remote;
+    for (std::size_t left = run.len; left > 0;) {
       const std::size_t len = std::min(left, kChunkBytes);
       xfer->local_iov.push_back({src, len});
       xfer->remote_iov.push_back({reinterpret_cast<void*>(dst), len});

@@ -103,7 +103,7 @@ std::uint64_t random_cookie() {
 class LoopbackEngine final : public Engine {
  public:
   explicit LoopbackEngine(const EngineConfig& config)
-      : agent_name_(config.agent_name), region_(config.region) {
+      : Engine(config.region.block_len), agent_name_(config.agent_name), region_(config.region) {
     const std::uint64_t blocks = region_.num_blocks;
     const std::uint64_t len = region_.block_len;
     if (region_.base == nullptr || blocks == 0 || len == 0 ||
@@ -339,12 +339,12 @@ class LoopbackEngine final : public Engine {
     PeerHandle peer = 0;
     Op op = Op::kWrite;
     std::vector<std::uint8_t> notify;  // delivered when the bytes land
-    std::vector<BlockRun> runs;        // a held transfer's
+    std::vector<ByteRun> runs;         // a held transfer's
   };
 
   // One WRITE (our blocks into the peer's), READ (the peer's into ours) or
   // notification alone (no runs); the fault plan scripts them alike.
-  Status post_runs(Op op, PeerHandle peer, TransferId id, std::span<const BlockRun> runs,
+  Status post_runs(Op op, PeerHandle peer, TransferId id, std::span<const ByteRun> runs,
                    XferHandle* out, std::span<const std::uint8_t> notify) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (shut_down_) return Status::kNotAllowed;
@@ -365,7 +365,8 @@ class LoopbackEngine final : public Engine {
       // the post has said no. Issued and not held, those blocks landed
       // (we waited for them); held, they were still in flight: cancelled.
       if (decision.started > 0 && !decision.hold) {
-        (void)copy_blocks(op, *target.pool, runs, static_cast<std::uint64_t>(decision.started));
+        (void)copy_blocks(op, *target.pool, runs,
+                          static_cast<std::uint64_t>(decision.started) * region_.block_len);
       }
       return decision.status;
     }
@@ -451,37 +452,38 @@ class LoopbackEngine final : public Engine {
     --pending_;
   }
 
-  bool runs_fit(std::span<const BlockRun> runs, std::uint64_t remote_blocks) const {
-    const auto fits = [](std::int64_t first, std::uint64_t count, std::uint64_t blocks) {
-      return first >= 0 && count <= blocks && static_cast<std::uint64_t>(first) <= blocks - count;
+  bool runs_fit(std::span<const ByteRun> runs, std::uint64_t remote_blocks) const {
+    const auto fits = [](std::uint64_t first, std::uint64_t len, std::uint64_t size) {
+      return len > 0 && len <= size && first <= size - len;
     };
-    return std::all_of(runs.begin(), runs.end(), [&](const BlockRun& run) {
-      return fits(run.local, run.count, region_.num_blocks) &&
-             fits(run.remote, run.count, remote_blocks);
+    const std::uint64_t ours = region_.num_blocks * region_.block_len;
+    const std::uint64_t theirs = remote_blocks * region_.block_len;
+    return std::all_of(runs.begin(), runs.end(), [&](const ByteRun& run) {
+      return run.local_region == 0 && run.remote_region == 0 && fits(run.local, run.len, ours) &&
+             fits(run.remote, run.len, theirs);
     });
   }
 
   // The copy itself: our blocks into the target's (a WRITE) or the target's
-  // into ours (a READ), run by run, the first `most` blocks at most. False
+  // into ours (a READ), run by run, the first `most` bytes at most. False
   // when the target pool is gone; then nothing was touched.
-  bool copy_blocks(Op op, Pool& target, std::span<const BlockRun> runs,
+  bool copy_blocks(Op op, Pool& target, std::span<const ByteRun> runs,
                    std::uint64_t most = ~std::uint64_t{0}) {
     std::shared_lock copy_lock(target.copy_mu);
     if (!target.alive.load()) return false;
-    const std::uint64_t len = region_.block_len;
     const bool self = &target == local_.get();  // source and target may overlap
-    for (const BlockRun& run : runs) {
+    for (const ByteRun& run : runs) {
       if (most == 0) break;
-      const std::uint64_t count = std::min(run.count, most);
-      most -= count;
-      std::byte* ours = local_->base + static_cast<std::uint64_t>(run.local) * len;
-      std::byte* theirs = target.base + static_cast<std::uint64_t>(run.remote) * len;
+      const std::uint64_t len = std::min(run.len, most);
+      most -= len;
+      std::byte* ours = local_->base + run.local;
+      std::byte* theirs = target.base + run.remote;
       std::byte* to = op == Op::kWrite ? theirs : ours;
       const std::byte* from = op == Op::kWrite ? ours : theirs;
       if (self) {
-        std::memmove(to, from, count * len);
+        std::memmove(to, from, len);
       } else {
-        std::memcpy(to, from, count * len);
+        std::memcpy(to, from, len);
       }
     }
     return true;

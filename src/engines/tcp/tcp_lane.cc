@@ -312,12 +312,11 @@ Status TcpLane::disconnect(LanePeer* handle) {
 // once, so the iovecs into it stay valid), what to send in `x->iov` (for a
 // write, our pool's runs between them), and for a read where each reply
 // lands.
-void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_runs,
+void TcpLane::frame(Xfer* x, const Peer& /*peer*/, std::span<const ByteRun> byte_runs,
                     std::span<const std::uint8_t> notify) {
   const bool read = x->read;
-  const std::uint64_t block_len = region_.block_len;
   auto* base = static_cast<std::uint8_t*>(region_.base);
-  const std::size_t runs = block_runs.size();
+  const std::size_t runs = byte_runs.size();
   const std::size_t frames = (runs + wire::kMaxRuns - 1) / wire::kMaxRuns;
   x->wire.resize(frames * wire::kHeaderLen + runs * wire::kRunLen +
                  (x->has_notify ? wire::kHeaderLen + notify.size() : 0));
@@ -343,7 +342,7 @@ void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_r
     }
   };
   std::size_t header_iov = 0;
-  for (const BlockRun& run : block_runs) {
+  for (const ByteRun& run : byte_runs) {
     if (run_index % wire::kMaxRuns == 0) {
       if (frame_start != nullptr) close_frame(false);
       frame_start = at;
@@ -354,11 +353,11 @@ void TcpLane::frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_r
       x->iov.push_back(iovec{frame_start, wire::kHeaderLen});
       if (read) x->parts.push_back(Xfer::Part{x->read_iov.size(), 0, 0});
     }
-    const std::uint64_t bytes = run.count * block_len;
-    wire::put_run_at(at, static_cast<std::uint64_t>(run.remote) * peer.remote_block_len, bytes);
+    const std::uint64_t bytes = run.len;
+    wire::put_run_at(at, run.remote, bytes);
     at += wire::kRunLen;
     x->iov[header_iov].iov_len += wire::kRunLen;
-    iovec pool_iov{base + static_cast<std::uint64_t>(run.local) * block_len, bytes};
+    iovec pool_iov{base + run.local, bytes};
     if (read) {
       x->read_iov.push_back(pool_iov);
       ++x->parts.back().count;

@@ -211,7 +211,7 @@ class TcpLane final : public Lane {
   void recycle(Xfer* xfer);
   [[nodiscard]] Status say_hello(int fd, const wire::PeerBlob& blob, const RemoteRegion& remote,
                                  std::shared_ptr<HandshakeKeys>* keys_out, std::string* reason);
-  void frame(Xfer* x, const Peer& peer, std::span<const BlockRun> block_runs,
+  void frame(Xfer* x, const Peer& peer, std::span<const ByteRun> runs,
              std::span<const std::uint8_t> notify);
 
   std::string agent_name_;

@@ -307,16 +307,13 @@ void UcxLane::run_post(void* arg) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_MULTI_SEND;
   param.memh = lane.memh_;
   auto* const base = static_cast<std::uint8_t*>(lane.region_.base);
-  const std::uint64_t block_len = lane.region_.block_len;
   for (std::size_t i = 0; i < x->run_count; ++i) {
-    const BlockRun& run = x->runs[i];
-    std::uint8_t* local = base + static_cast<std::uint64_t>(run.local) * block_len;
-    const std::uint64_t remote =
-        ep.remote_base + static_cast<std::uint64_t>(run.remote) * ep.remote_block_len;
+    const ByteRun& run = x->runs[i];
+    std::uint8_t* local = base + run.local;
+    const std::uint64_t remote = ep.remote_base + run.remote;
     const ucs_status_ptr_t request =
-        x->op == Op::kWrite
-            ? ucp_put_nbx(ep.ep, local, run.count * block_len, remote, ep.rkey.get(), &param)
-            : ucp_get_nbx(ep.ep, local, run.count * block_len, remote, ep.rkey.get(), &param);
+        x->op == Op::kWrite ? ucp_put_nbx(ep.ep, local, run.len, remote, ep.rkey.get(), &param)
+                            : ucp_get_nbx(ep.ep, local, run.len, remote, ep.rkey.get(), &param);
     if (UCS_PTR_IS_ERR(request)) {
       x->error = UCS_PTR_STATUS(request);
       log().warn("kvxfer ucx {}: a {} of transfer {} to peer {} failed: {}", lane.agent_name_,

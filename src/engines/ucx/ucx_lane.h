@@ -103,7 +103,7 @@ class UcxLane final : public Lane {
     std::shared_ptr<Endpoint> ep;
     TransferId id = 0;
     Op op = Op::kWrite;
-    std::vector<BlockRun> runs;  // capacity kept
+    std::vector<ByteRun> runs;  // capacity kept
     std::size_t run_count = 0;
     std::vector<std::uint8_t> note;  // the notification (empty: none)
     std::uint64_t sequence = 0;      // the ack must echo it
