@@ -28,14 +28,34 @@ struct Notification {
   std::vector<std::uint8_t> bytes;
 };
 
+// A region of memory registered with a transport: `len` bytes from `base`
+// (an address in its owner's process). `id` is the owner's name for it:
+// the slot of its region table (low 32 bits) and that slot's generation
+// (high 32 bits), so an id is never reused. The pool is id 0, slot 0.
+struct MemRegion {
+  std::uint64_t id = 0;
+  std::uint64_t base = 0;
+  std::uint64_t len = 0;
+  friend bool operator==(const MemRegion&, const MemRegion&) = default;
+};
+
+[[nodiscard]] constexpr std::uint32_t region_slot(std::uint64_t id) noexcept {
+  return static_cast<std::uint32_t>(id);
+}
+
 // What the core knows about a peer when it asks the engine to connect.
 struct RemoteRegion {
   std::string agent_name;
-  std::uint64_t base_addr = 0;
+  std::uint64_t base_addr = 0;  // its pool (num_blocks 0: it has none)
   std::uint64_t num_blocks = 0;
   std::uint64_t block_len = 0;
   std::uint32_t pid = 0;
   std::string boot_id;  // the peer's host identity (Linux boot id)
+  // Its regions as its metadata lists them (checked by the core: each
+  // non-empty, inside the address space, none overlapping another); the
+  // pool, when it has one, first, with id 0. ByteRun::remote_region is an
+  // index into this list.
+  std::vector<MemRegion> regions;
 };
 
 // A run of blocks consecutive on both sides of a transfer: our blocks
@@ -95,6 +115,9 @@ struct Post {
   std::span<const ByteRun> runs;  // empty for a notification alone
   std::uint64_t bytes = 0;        // the runs' lengths added up
   std::span<const std::uint8_t> note;
+  // Every run is in the pools (region 0 on both sides): write_blocks and
+  // read_blocks. False for descriptor transfers, whatever their runs.
+  bool pool_only = true;
 };
 
 class Engine {
@@ -203,6 +226,22 @@ class Engine {
   // The name of the lane a connected peer's transfers take ("ucx", "cma"),
   // "" for an engine without lanes. A static string.
   [[nodiscard]] virtual const char* lane(PeerHandle /*peer*/) const { return ""; }
+
+  // Registers our region `region` (a slot the core chose, free until now;
+  // the pool is never passed here) with every lane: from now on posts may
+  // name its slot, and peers whose metadata lists it may move bytes to and
+  // from it within its bounds, checked where the lane can check. O(1) in
+  // its length (no page is touched). Called with no lock of the core held.
+  // On failure, *reason (when given) says why, and no lane keeps it.
+  [[nodiscard]] virtual Status add_region(const MemRegion& /*region*/, std::string* reason) {
+    if (reason != nullptr) *reason = "this engine takes no regions besides its pool";
+    return Status::kNotSupported;
+  }
+  // Unregisters a region add_region() took. Returns once no byte moved by
+  // this engine lands in it or is read from it any more (transfers of ours
+  // that name it have ended: the core sees to that), and peers' transfers
+  // into it are refused where a lane can refuse them. May wait.
+  [[nodiscard]] virtual Status remove_region(std::uint64_t /*id*/) { return Status::kNotFound; }
 
   // Deregisters the local pool and stops engine threads. Called once, after
   // every peer was disconnected and every transfer released.

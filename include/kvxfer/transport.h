@@ -24,6 +24,10 @@ namespace kvxfer {
 
 using TransferId = std::uint64_t;
 
+namespace internal {
+class TransportState;
+}
+
 // The local pool as a 2-D view: num_blocks blocks of block_len bytes each,
 // contiguous from base. The caller owns the memory and keeps it alive until
 // the Transport is closed.
@@ -165,6 +169,51 @@ struct Stats {
   std::map<std::string, std::uint64_t> engine_counters;
 };
 
+// A registered region of memory besides the pool (register_memory), as
+// NIXL's agent API registers them: its id, start address and length.
+using RegionId = std::uint64_t;
+struct RegionInfo {
+  RegionId id = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t len = 0;
+  friend bool operator==(const RegionInfo&, const RegionInfo&) = default;
+};
+
+// One descriptor: `len` bytes from address `addr`, in this process (a
+// local list) or in a peer's (a remote list, as its metadata lists its
+// regions).
+struct MemDesc {
+  std::uint64_t addr = 0;
+  std::uint64_t len = 0;
+  friend bool operator==(const MemDesc&, const MemDesc&) = default;
+};
+
+// A descriptor list checked once against the regions it lies in
+// (Transport::prepare): each descriptor inside one region, of ours or of a
+// peer's registration. Transfers then name descriptors by index. Cheap to
+// move; holds no lock and no handle.
+class DescList {
+ public:
+  DescList() = default;
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  [[nodiscard]] bool remote() const noexcept { return !peer_.empty(); }
+  [[nodiscard]] const std::string& peer() const noexcept { return peer_; }
+  // The descriptor at `i` as it was given.
+  [[nodiscard]] MemDesc at(std::size_t i) const;
+
+ private:
+  friend class internal::TransportState;
+  struct Entry {
+    std::uint64_t offset = 0;  // into its region
+    std::uint64_t len = 0;
+    std::uint64_t region = 0;  // local: the region id; remote: index in the peer's list
+    std::uint64_t addr = 0;    // as given
+  };
+  std::vector<Entry> entries_;
+  std::string peer_;            // "" for a local list
+  std::uint64_t generation_ = 0;  // the peer's registration it was checked against
+};
+
 // The future of an async registration fails with this when the peer was
 // removed or registered again before the registration finished.
 class SupersededError : public std::runtime_error {
@@ -174,10 +223,6 @@ class SupersededError : public std::runtime_error {
 
 namespace loopback {
 class FaultPlan;
-}
-
-namespace internal {
-class TransportState;
 }
 
 // Thread-safe: any number of threads may call any method at once.
@@ -219,6 +264,10 @@ class Transport {
                                                         std::uintptr_t base_addr,
                                                         std::uint64_t num_blocks,
                                                         std::uint64_t block_len);
+  // Registers a peer from its metadata alone, NIXL's way: its pool (if it
+  // has one) and its regions are what the metadata lists. Re-registers as
+  // add_remote_peer does. Throws as add_remote_peer does.
+  void add_remote_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata);
   void remove_remote_peer(const std::string& peer_id);
   [[nodiscard]] std::vector<std::string> peers() const;
 
@@ -280,6 +329,56 @@ class Transport {
   // false, and records nothing, when the peer is unknown. Throws
   // std::logic_error after close().
   [[nodiscard]] bool record_post_failure(std::string_view peer_id, std::string_view cause);
+
+  // ---- Regions and descriptors (the path NIXL's agent API takes) ----
+  //
+  // Registers `len` bytes from `addr` (non-empty, inside the address space,
+  // overlapping neither the pool nor another region) with every lane: from
+  // now on local descriptors may lie in it, and peers that register
+  // metadata taken after this call may move bytes to and from it, within its
+  // bounds. O(1) in len. Throws std::invalid_argument on a bad range,
+  // std::runtime_error when a lane cannot take it (nothing is registered
+  // then), std::logic_error after close().
+  [[nodiscard]] RegionId register_memory(const void* addr, std::uint64_t len);
+  // Unregisters a region. Throws std::invalid_argument for an id that is
+  // not registered, std::logic_error while transfers of ours that name
+  // registered regions are in flight (poll or cancel them first). When it
+  // returns, no transfer of ours touches the region any more, and peers'
+  // transfers into it are refused wherever a lane can refuse them.
+  void deregister_memory(RegionId id);
+  // Ours, in address order (the pool not among them).
+  [[nodiscard]] std::vector<RegionInfo> regions() const;
+  // A peer's, as the metadata it was registered from listed them (its pool
+  // not among them); throws std::invalid_argument for an unknown peer.
+  [[nodiscard]] std::vector<RegionInfo> peer_regions(std::string_view peer_id) const;
+
+  // Checks a descriptor list once: each descriptor must be non-empty and
+  // lie inside one region (with peer_id: one of that peer's registered
+  // regions or its pool; without: one of ours or our pool). Throws
+  // std::invalid_argument naming the first that does not. The list is
+  // copied before it is checked.
+  [[nodiscard]] DescList prepare(std::span<const MemDesc> descs,
+                                 std::optional<std::string_view> peer_id = std::nullopt) const;
+
+  // Posts one WRITE (local -> remote) or READ (remote -> local) of the
+  // descriptors local[local_idx[i]] and remote[remote_idx[i]] for every i
+  // (equal lengths in each pair; `local` a local list, `remote` one
+  // prepared for this peer's current registration). Descriptors next to
+  // each other on both sides travel as one run. Returns the id, reported by
+  // poll() like write_blocks'; nullopt as for write_blocks. Throws
+  // std::invalid_argument (naming the index) on a mismatch, an index out of
+  // range, a region deregistered since the list was prepared, or a remote
+  // list prepared for another peer or registration; nothing is posted then.
+  [[nodiscard]] std::optional<TransferId> transfer(TransferOp op, std::string_view peer_id,
+                                                   const DescList& local,
+                                                   std::span<const std::int64_t> local_idx,
+                                                   const DescList& remote,
+                                                   std::span<const std::int64_t> remote_idx,
+                                                   std::span<const std::uint8_t> notify = {});
+  // The same over whole lists (descriptor i with descriptor i).
+  [[nodiscard]] std::optional<TransferId> transfer(TransferOp op, std::string_view peer_id,
+                                                   const DescList& local, const DescList& remote,
+                                                   std::span<const std::uint8_t> notify = {});
 
   // Scoped to peer_id when given (costs O(that peer's in-flight)); nullopt
   // checks every peer (shutdown drain).

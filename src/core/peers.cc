@@ -20,13 +20,55 @@
 
 namespace kvxfer::internal {
 
-TransportState::Registration TransportState::validate_peer(
-    const std::string& peer_id, std::span<const std::uint8_t> metadata, std::uintptr_t base_addr,
-    std::uint64_t num_blocks, std::uint64_t block_len) const {
+namespace {
+
+// The peer's regions as the engine gets them: its pool first (id 0) when it
+// has one, then the metadata's list (decoded: sorted, none overlapping
+// another), none of which may overlap the pool.
+std::vector<MemRegion> regions_of(const std::string& peer_id, const wire::AgentMetadata& m) {
+  std::vector<MemRegion> out;
+  out.reserve(m.regions.size() + 1);
+  // An impossible pool is the engine's connect to refuse (as it always
+  // was); it overlaps nothing here.
+  const bool pool = m.num_blocks != 0;
+  const std::uint64_t pool_len =
+      pool && region_is_valid(m.base_addr, m.num_blocks, m.block_len) ? m.num_blocks * m.block_len
+                                                                      : 0;
+  if (pool) out.push_back(MemRegion{0, m.base_addr, pool_len});
+  for (const auto& r : m.regions) {
+    if (pool_len != 0 && r.addr < m.base_addr + pool_len && m.base_addr < r.addr + r.len) {
+      throw std::invalid_argument(
+          fmt::format("peer {} metadata lists region {:#x} ({:#x}, {} bytes) inside its pool",
+                      peer_id, r.id, r.addr, r.len));
+    }
+    out.push_back(MemRegion{r.id, r.addr, r.len});
+  }
+  return out;
+}
+
+}  // namespace
+
+TransportState::Registration TransportState::validate_peer(const std::string& peer_id,
+                                                           std::span<const std::uint8_t> metadata,
+                                                           const Geometry* geometry) const {
   if (peer_id.empty()) throw std::invalid_argument("peer_id must not be empty");
   // The metadata first: bytes that are not metadata at all must be reported
   // as such, not as the geometry they happen to disagree with.
   wire::AgentMetadata m = wire::decode(metadata);
+  Registration reg;
+  if (geometry != nullptr) check_geometry(peer_id, m, *geometry);
+  check_identity(peer_id, m);
+  reg.remote = RemoteRegion{m.agent_name, m.base_addr, m.num_blocks, m.block_len, m.pid, m.boot_id,
+                            regions_of(peer_id, m)};
+  reg.blob = std::move(m.engine_blob);
+  return reg;
+}
+
+void TransportState::check_geometry(const std::string& peer_id, const wire::AgentMetadata& m,
+                                    const Geometry& g) const {
+  const std::uintptr_t base_addr = g.base_addr;
+  const std::uint64_t num_blocks = g.num_blocks;
+  const std::uint64_t block_len = g.block_len;
   if (num_blocks == 0) throw std::invalid_argument("peer num_blocks must be > 0");
   if (block_len == 0) throw std::invalid_argument("peer block_len must be > 0");
   if (block_len != region_.block_len) {
@@ -39,6 +81,16 @@ TransportState::Registration TransportState::validate_peer(
   if (!region_is_valid(0, num_blocks, block_len)) {
     throw std::invalid_argument("peer num_blocks * block_len overflows");
   }
+  if (m.base_addr != base_addr || m.num_blocks != num_blocks || m.block_len != block_len) {
+    throw std::invalid_argument(fmt::format(
+        "peer {} geometry (base {:#x}, {} blocks of {}) disagrees with its metadata "
+        "(base {:#x}, {} blocks of {})",
+        peer_id, base_addr, num_blocks, block_len, m.base_addr, m.num_blocks, m.block_len));
+  }
+}
+
+void TransportState::check_identity(const std::string& peer_id,
+                                    const wire::AgentMetadata& m) const {
   if (m.engine != engine_->name()) {
     throw std::invalid_argument(fmt::format("peer {} metadata is for backend {}, this transport uses {}",
                                             peer_id, m.engine, engine_->name()));
@@ -46,12 +98,6 @@ TransportState::Registration TransportState::validate_peer(
   if (m.agent_name == agent_name_) {
     throw std::invalid_argument(
         fmt::format("peer {} has our own agent name '{}'", peer_id, agent_name_));
-  }
-  if (m.base_addr != base_addr || m.num_blocks != num_blocks || m.block_len != block_len) {
-    throw std::invalid_argument(fmt::format(
-        "peer {} geometry (base {:#x}, {} blocks of {}) disagrees with its metadata "
-        "(base {:#x}, {} blocks of {})",
-        peer_id, base_addr, num_blocks, block_len, m.base_addr, m.num_blocks, m.block_len));
   }
   // A tier must not take blocks from an engine whose configuration it
   // cannot check: one side declaring config fields and the other none is a
@@ -72,10 +118,6 @@ TransportState::Registration TransportState::validate_peer(
     throw std::invalid_argument(fmt::format("peer {} config fingerprint {} differs from ours ({})",
                                             peer_id, m.config_fingerprint, fingerprint_));
   }
-  Registration reg;
-  reg.remote = RemoteRegion{m.agent_name, m.base_addr, m.num_blocks, m.block_len, m.pid, m.boot_id};
-  reg.blob = std::move(m.engine_blob);
-  return reg;
 }
 
 std::uint64_t TransportState::begin_registration(const std::string& peer_id,
@@ -117,6 +159,8 @@ void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t
       peer->handle = handle;
       peer->num_blocks = reg.remote.num_blocks;
       peer->block_len = reg.remote.block_len;
+      peer->regions = reg.remote.regions;
+      peer->generation = gen;
       peer->counters.peer_id = peer_id;
       peer->counters.num_blocks = reg.remote.num_blocks;
       peer->shared_id = std::make_shared<const std::string>(peer_id);
@@ -144,7 +188,16 @@ void TransportState::build_and_publish(const std::string& peer_id, std::uint64_t
 void TransportState::add_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
                               std::uintptr_t base_addr, std::uint64_t num_blocks,
                               std::uint64_t block_len) {
-  Registration reg = validate_peer(peer_id, metadata, base_addr, num_blocks, block_len);
+  const Geometry geometry{base_addr, num_blocks, block_len};
+  register_peer(peer_id, validate_peer(peer_id, metadata, &geometry));
+}
+
+void TransportState::add_peer_from_metadata(const std::string& peer_id,
+                                            std::span<const std::uint8_t> metadata) {
+  register_peer(peer_id, validate_peer(peer_id, metadata, nullptr));
+}
+
+void TransportState::register_peer(const std::string& peer_id, Registration reg) {
   std::uint64_t gen = 0;
   PeerHandle old_handle = 0;
   {
@@ -163,8 +216,8 @@ std::future<void> TransportState::add_peer_async(const std::string& peer_id,
                                                  std::uintptr_t base_addr,
                                                  std::uint64_t num_blocks,
                                                  std::uint64_t block_len) {
-  auto reg = std::make_shared<Registration>(
-      validate_peer(peer_id, metadata, base_addr, num_blocks, block_len));
+  const Geometry geometry{base_addr, num_blocks, block_len};
+  auto reg = std::make_shared<Registration>(validate_peer(peer_id, metadata, &geometry));
   auto promise = std::make_shared<std::promise<void>>();
   std::future<void> future = promise->get_future();
   PeerHandle old_handle = 0;

@@ -154,6 +154,12 @@ std::optional<TransferId> TransportState::transfer(Op op, std::string_view peer_
     return std::nullopt;
   }
   if (!pairs.remote_ok) check_range(scratch_remote_, peer->num_blocks, "remote_idxs");
+  if (peer->block_len != region_.block_len) {
+    throw std::invalid_argument(fmt::format(
+        "peer {}'s pool has blocks of {} bytes and ours of {}: {} moves whole blocks of one size "
+        "(move bytes with descriptors instead: transfer())",
+        peer->id, peer->block_len, region_.block_len, call));
+  }
 
   // Two pairs landing in one block would race; refuse the transfer. The
   // blocks written are the peer's for a WRITE and ours for a READ. Runs in
@@ -199,7 +205,7 @@ std::map<std::string, std::vector<std::vector<std::uint8_t>>> TransportState::ge
 std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<const ByteRun> runs,
                                                std::uint64_t bytes,
                                                std::span<const std::uint8_t> notify,
-                                               Ticks started) {
+                                               Ticks started, bool descs) {
   // Caller holds mu_.
   // Back-pressure, not a failure: no strike, nothing posted.
   if (peer->standing.fault || peer->inflight >= kMaxInflightPerPeer) {
@@ -216,9 +222,10 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<cons
   }
   const TransferId id = next_id_;
   XferHandle handle = 0;
-  const Status st = engine_->post(peer->handle, Post{op, id, runs, bytes, notify}, &handle);
+  const Status st = engine_->post(peer->handle, Post{op, id, runs, bytes, notify, /*pool_only=*/!descs}, &handle);
   if (st != Status::kSuccess) {
-    const char* const call = op == Op::kWrite  ? "write_blocks"
+    const char* const call = descs               ? "transfer"
+                             : op == Op::kWrite  ? "write_blocks"
                              : op == Op::kRead ? "read_blocks"
                                                : "send_notification";
     log().warn("kvxfer {}: {} failed for peer={}: post {}", agent_name_, call, peer->id,
@@ -235,6 +242,7 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<cons
   e.handle = handle;
   e.op = op;
   e.bytes = bytes;
+  e.descs = descs;
   e.timed = started != 0;
   e.started = started != 0 || !telemetry_ ? started : ticks_now();
   if (policy_.watches_stalls()) e.posted = coarse_now();

@@ -96,12 +96,29 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
       policy_(agent_name_, options_.strike_limit, options_.stall_timeout, &tally_) {
   if (agent_name_.empty()) throw std::invalid_argument("agent_name must not be empty");
   if (options_.telemetry) telemetry_ = std::make_unique<TelemetryRing>(options_.telemetry_capacity);
-  if (region_.base == nullptr) throw std::invalid_argument("region base must not be null");
-  if (region_.num_blocks == 0) throw std::invalid_argument("region num_blocks must be > 0");
-  if (region_.block_len == 0) throw std::invalid_argument("region block_len must be > 0");
-  if (!region_is_valid(reinterpret_cast<std::uintptr_t>(region_.base), region_.num_blocks,
-                       region_.block_len)) {
-    throw std::invalid_argument("region num_blocks * block_len overflows");
+  // No pool at all (every field zero) is allowed: a transport of regions
+  // (register_memory) alone, as NIXL's agents are.
+  const bool pool = region_.base != nullptr || region_.num_blocks != 0 || region_.block_len != 0;
+  if (pool) {
+    if (region_.base == nullptr) throw std::invalid_argument("region base must not be null");
+    if (region_.num_blocks == 0) throw std::invalid_argument("region num_blocks must be > 0");
+    if (region_.block_len == 0) throw std::invalid_argument("region block_len must be > 0");
+    if (!region_is_valid(reinterpret_cast<std::uintptr_t>(region_.base), region_.num_blocks,
+                         region_.block_len)) {
+      throw std::invalid_argument("region num_blocks * block_len overflows");
+    }
+  }
+  {
+    // Slot 0 is the pool's, live when there is one, and never handed out.
+    MutexLock lock(mu_);
+    LocalRegion& slot0 = regions_.emplace_back();
+    slot0.used = true;
+    slot0.live = pool;
+    if (pool) {
+      slot0.base = reinterpret_cast<std::uintptr_t>(region_.base);
+      slot0.len = region_.num_blocks * region_.block_len;
+      local_by_addr_.emplace(slot0.base, 0);
+    }
   }
 
   const EngineConfig config{agent_name_, region_, &options_};
@@ -128,7 +145,7 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
   // Last, once nothing here can throw: the thread reads the pool while the
   // caller goes on, and this costs the caller one thread start. The
   // LOOPBACK engine copies with memcpy, which never pays a first touch.
-  if (pretouch != PretouchMode::kOff) {
+  if (pretouch != PretouchMode::kOff && pool) {
     pretouch_ = std::make_unique<Pretouch>(region_.base, region_.num_blocks * region_.block_len,
                                            pretouch, agent_name_);
   }
@@ -151,6 +168,13 @@ std::vector<std::uint8_t> TransportState::metadata() const {
   m.block_len = region_.block_len;
   m.pid = static_cast<std::uint32_t>(::getpid());
   m.engine_blob = engine_->local_blob();
+  {
+    MutexLock lock(mu_);
+    for (const auto& [base, slot] : local_by_addr_) {
+      const LocalRegion& r = regions_[slot];
+      if (r.live && r.id != 0) m.regions.push_back(wire::AgentMetadata::Region{r.id, r.base, r.len});
+    }
+  }
   return wire::encode(m);
 }
 
@@ -345,7 +369,56 @@ std::future<void> Transport::add_remote_peer_async(const std::string& peer_id,
   return state_->add_peer_async(peer_id, metadata, base_addr, num_blocks, block_len);
 }
 
+void Transport::add_remote_peer(const std::string& peer_id,
+                                std::span<const std::uint8_t> metadata) {
+  state_->add_peer_from_metadata(peer_id, metadata);
+}
+
 void Transport::remove_remote_peer(const std::string& peer_id) { state_->remove_peer(peer_id); }
+
+RegionId Transport::register_memory(const void* addr, std::uint64_t len) {
+  return state_->register_memory(reinterpret_cast<std::uintptr_t>(addr), len);
+}
+void Transport::deregister_memory(RegionId id) { state_->deregister_memory(id); }
+std::vector<RegionInfo> Transport::regions() const { return state_->regions(); }
+std::vector<RegionInfo> Transport::peer_regions(std::string_view peer_id) const {
+  return state_->peer_regions(peer_id);
+}
+
+DescList Transport::prepare(std::span<const MemDesc> descs,
+                            std::optional<std::string_view> peer_id) const {
+  return state_->prepare(descs, peer_id);
+}
+
+std::optional<TransferId> Transport::transfer(TransferOp op, std::string_view peer_id,
+                                              const DescList& local,
+                                              std::span<const std::int64_t> local_idx,
+                                              const DescList& remote,
+                                              std::span<const std::int64_t> remote_idx,
+                                              std::span<const std::uint8_t> notify) {
+  if (op == TransferOp::kNotify) {
+    throw std::invalid_argument("transfer: the op must be a WRITE or a READ");
+  }
+  return state_->transfer_descs(op, peer_id, local, local_idx, remote, remote_idx, notify,
+                                state_->sample_start(state_->other_calls_));
+}
+
+std::optional<TransferId> Transport::transfer(TransferOp op, std::string_view peer_id,
+                                              const DescList& local, const DescList& remote,
+                                              std::span<const std::uint8_t> notify) {
+  if (local.size() != remote.size()) {
+    throw std::invalid_argument(fmt::format("transfer: {} local descriptors but {} remote ones",
+                                            local.size(), remote.size()));
+  }
+  std::vector<std::int64_t> idx(local.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+  return transfer(op, peer_id, local, idx, remote, idx, notify);
+}
+
+MemDesc DescList::at(std::size_t i) const {
+  const Entry& e = entries_.at(i);
+  return MemDesc{e.addr, e.len};
+}
 std::vector<std::string> Transport::peers() const { return state_->peer_ids(); }
 
 std::optional<TransferId> Transport::write_blocks(std::string_view peer_id,

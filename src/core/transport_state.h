@@ -34,6 +34,7 @@
 #include "telemetry/clock.h"
 #include "telemetry/histogram.h"
 #include "telemetry/telemetry_ring.h"
+#include "wire/metadata.h"
 
 namespace kvxfer::internal {
 
@@ -56,6 +57,8 @@ struct Inflight {
   XferHandle handle = 0;
   std::uint64_t bytes = 0;
   Op op = Op::kWrite;
+  // Posted from descriptors (transfer()): deregister_memory waits on it.
+  bool descs = false;
   // Set once the transfer has counted against its peer, so a check that
   // keeps failing charges the peer once, not once per poll.
   bool struck = false;
@@ -85,6 +88,11 @@ struct Peer {
   std::string id;
   std::uint64_t num_blocks = 0;
   std::uint64_t block_len = 0;
+  // Its regions as its metadata listed them, the pool (id 0) first when it
+  // has one (ByteRun::remote_region indexes this), and the registration
+  // they belong to (DescList::generation_).
+  std::vector<MemRegion> regions;
+  std::uint64_t generation = 0;
   PeerStats counters;  // peer_id, num_blocks and post_failures
   // Telemetry: the id every record of this peer shares, and its lane.
   std::shared_ptr<const std::string> shared_id;
@@ -103,7 +111,24 @@ class TransportState {
   std::future<void> add_peer_async(const std::string& peer_id,
                                    std::span<const std::uint8_t> metadata, std::uintptr_t base_addr,
                                    std::uint64_t num_blocks, std::uint64_t block_len) EXCLUDES(mu_);
+  // `geometry` false: the pool's geometry is the metadata's (NIXL's way).
+  void add_peer_from_metadata(const std::string& peer_id, std::span<const std::uint8_t> metadata)
+      EXCLUDES(mu_);
   void remove_peer(const std::string& peer_id) EXCLUDES(mu_);
+
+  // regions.cc
+  RegionId register_memory(std::uint64_t addr, std::uint64_t len) EXCLUDES(mu_);
+  void deregister_memory(RegionId id) EXCLUDES(mu_);
+  std::vector<RegionInfo> regions() const EXCLUDES(mu_);
+  std::vector<RegionInfo> peer_regions(std::string_view peer_id) const EXCLUDES(mu_);
+  DescList prepare(std::span<const MemDesc> descs, std::optional<std::string_view> peer_id) const
+      EXCLUDES(mu_);
+  std::optional<TransferId> transfer_descs(Op op, std::string_view peer_id, const DescList& local,
+                                           std::span<const std::int64_t> local_idx,
+                                           const DescList& remote,
+                                           std::span<const std::int64_t> remote_idx,
+                                           std::span<const std::uint8_t> notify, Ticks started)
+      EXCLUDES(mu_);
   std::vector<std::string> peer_ids() const EXCLUDES(mu_);
 
   // transfers.cc (transfer is instantiated there for int64 and int32 indices)
@@ -170,9 +195,19 @@ class TransportState {
     std::vector<std::uint8_t> blob;
   };
 
+  // `geometry`: the caller's view of the peer's pool, which must agree
+  // with its metadata; nullptr: the metadata's (add_peer_from_metadata).
+  struct Geometry {
+    std::uintptr_t base_addr = 0;
+    std::uint64_t num_blocks = 0;
+    std::uint64_t block_len = 0;
+  };
   Registration validate_peer(const std::string& peer_id, std::span<const std::uint8_t> metadata,
-                             std::uintptr_t base_addr, std::uint64_t num_blocks,
-                             std::uint64_t block_len) const;
+                             const Geometry* geometry) const;
+  void check_geometry(const std::string& peer_id, const wire::AgentMetadata& m,
+                      const Geometry& geometry) const;
+  void check_identity(const std::string& peer_id, const wire::AgentMetadata& m) const;
+  void register_peer(const std::string& peer_id, Registration reg) EXCLUDES(mu_);
   // Claims the next generation for peer_id and takes out what it had (its
   // transfers released, its handle returned for disconnect_peer(), 0 if
   // none). Caller holds mu_.
@@ -247,7 +282,13 @@ class TransportState {
   // runs).
   std::optional<TransferId> post(Op op, Peer* peer, std::span<const ByteRun> runs,
                                  std::uint64_t bytes, std::span<const std::uint8_t> notify,
-                                 Ticks started) REQUIRES(mu_);
+                                 Ticks started, bool descs = false) REQUIRES(mu_);
+  // regions.cc: the region of ours (slot) or of `peer`'s (index) that holds
+  // [addr, addr + len), if any.
+  std::optional<std::uint32_t> local_region_of(std::uint64_t addr, std::uint64_t len) const
+      REQUIRES(mu_);
+  static std::optional<std::uint32_t> peer_region_of(const Peer& peer, std::uint64_t addr,
+                                                     std::uint64_t len);
   // Copies a caller's notification into scratch_notify_ and checks the copy
   // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
   std::span<const std::uint8_t> copy_notification(std::span<const std::uint8_t> message,
@@ -327,6 +368,21 @@ class TransportState {
   std::vector<std::int64_t> scratch_remote_ GUARDED_BY(mu_);
   std::vector<BlockRun> scratch_runs_ GUARDED_BY(mu_);
   std::vector<ByteRun> scratch_bytes_ GUARDED_BY(mu_);
+  // Our regions by slot (region_slot() of their ids): slot 0 is the pool,
+  // live when there is one. A slot is reserved (in local_by_addr_, not yet
+  // live) while the engine takes it, and dead while the engine lets it go.
+  struct LocalRegion {
+    RegionId id = 0;
+    std::uint64_t base = 0;
+    std::uint64_t len = 0;
+    bool live = false;
+    bool used = false;  // reserved, live or being let go
+  };
+  std::vector<LocalRegion> regions_ GUARDED_BY(mu_);
+  std::vector<std::uint32_t> free_slots_ GUARDED_BY(mu_);
+  // Every used slot's range by start address, to resolve a descriptor and
+  // to refuse an overlap.
+  std::map<std::uint64_t, std::uint32_t> local_by_addr_ GUARDED_BY(mu_);
   std::vector<std::uint8_t> scratch_notify_ GUARDED_BY(mu_);
   IndexSet scratch_seen_ GUARDED_BY(mu_);
   // Failed transfers of a poll: peer, state, the engine's detail (or nullptr).

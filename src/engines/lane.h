@@ -88,6 +88,16 @@ class Lane {
                      const wire::PeerBlob& /*blob*/) {}
   virtual void unvouch(PeerHandle /*peer*/) {}
 
+  // Regions besides the pool (engine.h's add_region/remove_region). A lane
+  // that does not take them (takes_regions() false) is never asked to; it
+  // refuses runs in any other region (kNotSupported) and does not qualify
+  // for a peer whose metadata lists regions besides its pool.
+  [[nodiscard]] virtual bool takes_regions() const { return false; }
+  [[nodiscard]] virtual Status add_region(const MemRegion& /*region*/, std::string* /*reason*/) {
+    return Status::kNotSupported;
+  }
+  [[nodiscard]] virtual Status remove_region(std::uint64_t /*id*/) { return Status::kNotFound; }
+
   // Posts one transfer (engine.h's post()) to a peer this lane connected.
   [[nodiscard]] virtual Status post(LanePeer* peer, const Post& post, XferHandle* out) = 0;
 

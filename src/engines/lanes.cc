@@ -66,8 +66,8 @@ std::vector<std::string> allowed_lanes(const std::optional<Setting>& lanes) {
 void check(const EngineConfig& config) {
   if (config.options == nullptr) throw std::runtime_error("kvxfer: no options");
   const Region& r = config.region;
-  if (r.base == nullptr ||
-      !region_is_valid(reinterpret_cast<std::uintptr_t>(r.base), r.num_blocks, r.block_len)) {
+  const bool no_pool = r.base == nullptr && r.num_blocks == 0 && r.block_len == 0;
+  if (!no_pool && !region_is_valid(reinterpret_cast<std::uintptr_t>(r.base), r.num_blocks, r.block_len)) {
     throw std::runtime_error("kvxfer: bad local region");
   }
 }
@@ -143,7 +143,8 @@ class Lanes final : public Engine {
                     fmt::format("peer {} sent a malformed engine blob ({} bytes)",
                                 remote.agent_name, bytes.size()));
     }
-    if (!region_is_valid(remote.base_addr, remote.num_blocks, remote.block_len)) {
+    if (remote.num_blocks != 0 &&
+        !region_is_valid(remote.base_addr, remote.num_blocks, remote.block_len)) {
       return refuse(
           Status::kInvalidParam,
           fmt::format("peer {} has an impossible region (base {:#x}, {} blocks of {})",
@@ -154,7 +155,11 @@ class Lanes final : public Engine {
     // after all lets the next one try.
     Status passed_over = Status::kSuccess;
     std::string passed_reason;
+    const bool other_regions =
+        std::any_of(remote.regions.begin(), remote.regions.end(),
+                    [](const MemRegion& r) { return r.id != 0; });
     for (const auto& lane : lanes_) {
+      if (other_regions && !lane->takes_regions()) continue;
       if (!lane->qualifies(remote, blob)) continue;
       Lane::Connected connected;
       const Status st = lane->connect(blob, remote, &connected);
@@ -201,8 +206,39 @@ class Lanes final : public Engine {
     return p->lane->disconnect(p);
   }
 
+  [[nodiscard]] Status add_region(const MemRegion& region, std::string* reason) override {
+    std::vector<Lane*> took;
+    for (const auto& lane : lanes_) {
+      if (!lane->takes_regions()) continue;
+      std::string why;
+      const Status st = lane->add_region(region, &why);
+      if (st != Status::kSuccess) {
+        for (Lane* undo : took) static_cast<void>(undo->remove_region(region.id));
+        if (reason != nullptr) *reason = fmt::format("the {} lane: {}", lane->name(), why);
+        return st;
+      }
+      took.push_back(lane.get());
+    }
+    return Status::kSuccess;
+  }
+
+  [[nodiscard]] Status remove_region(std::uint64_t id) override {
+    Status first = Status::kSuccess;
+    for (const auto& lane : lanes_) {
+      if (!lane->takes_regions()) continue;
+      const Status st = lane->remove_region(id);
+      if (st != Status::kSuccess && first == Status::kSuccess) first = st;
+    }
+    return first;
+  }
+
   [[nodiscard]] Status post(PeerHandle peer, const Post& post, XferHandle* out) override {
     LanePeer* p = lane_peer(peer);
+    if (!post.pool_only && !p->lane->takes_regions()) {
+      for (const ByteRun& run : post.runs) {
+        if (run.local_region != 0 || run.remote_region != 0) return Status::kNotSupported;
+      }
+    }
     return p->lane->post(p, post, out);
   }
 

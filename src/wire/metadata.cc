@@ -54,12 +54,41 @@ std::string get_string(ByteReader& in, const char* what, std::size_t max_len) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
+// The region list: at most kMaxRegions, each non-empty, inside the address
+// space, with a non-zero id, in increasing address order without overlap.
+void get_regions(ByteReader& in, std::vector<AgentMetadata::Region>& out) {
+  const auto count = get_int<std::uint32_t>(in, "region count");
+  if (count > kMaxRegions) {
+    throw std::invalid_argument(
+        fmt::format("kvxfer metadata lists {} regions, more than the limit {}", count, kMaxRegions));
+  }
+  if (in.remaining() < std::size_t{count} * 24) throw truncated(in, std::size_t{count} * 24, "regions");
+  out.resize(count);
+  std::uint64_t end = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    AgentMetadata::Region& r = out[i];
+    r.id = get_int<std::uint64_t>(in, "region id");
+    r.addr = get_int<std::uint64_t>(in, "region address");
+    r.len = get_int<std::uint64_t>(in, "region length");
+    if (r.id == 0 || r.len == 0 || r.addr > ~std::uint64_t{0} - r.len || (i > 0 && r.addr < end)) {
+      throw std::invalid_argument(fmt::format(
+          "kvxfer metadata: region {} (id {:#x}, {:#x}, {} bytes) is {}", i, r.id, r.addr, r.len,
+          r.id == 0                                 ? "id 0, which is the pool's"
+          : r.len == 0                              ? "empty"
+          : r.addr > ~std::uint64_t{0} - r.len      ? "past the end of the address space"
+                                                    : "not after the one before it"));
+    }
+    end = r.addr + r.len;
+  }
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> encode(const AgentMetadata& m) {
   std::vector<std::uint8_t> out;
   out.reserve(kPreambleLen + kFixedLen + 5 * 4 + m.engine.size() + m.agent_name.size() +
-              m.config_fingerprint.size() + m.boot_id.size() + m.engine_blob.size());
+              m.config_fingerprint.size() + m.boot_id.size() + m.engine_blob.size() + 4 +
+              24 * m.regions.size());
   ByteWriter w(out);
   w.raw(byte_view(kMagic));
   w.u16(kMetadataVersion);
@@ -75,6 +104,12 @@ std::vector<std::uint8_t> encode(const AgentMetadata& m) {
   w.prefixed(byte_view(m.config_fingerprint));
   w.prefixed(byte_view(m.boot_id));
   w.prefixed(m.engine_blob);
+  w.u32(static_cast<std::uint32_t>(m.regions.size()));
+  for (const AgentMetadata::Region& r : m.regions) {
+    w.u64(r.id);
+    w.u64(r.addr);
+    w.u64(r.len);
+  }
   store_le(out.data() + checksum_at,
            fnv1a(std::span<const std::uint8_t>(out).subspan(kPreambleLen + kFixedLen)));
   return out;
@@ -111,6 +146,7 @@ AgentMetadata decode(std::span<const std::uint8_t> bytes) {
   m.boot_id = get_string(in, "boot id", kMaxNameLen);
   const auto blob = get_bytes(in, "engine blob", kMaxBlobLen);
   m.engine_blob.assign(blob.begin(), blob.end());
+  get_regions(in, m.regions);
   if (!in.at_end()) {
     throw std::invalid_argument(
         fmt::format("kvxfer metadata has {} unexpected trailing bytes", in.remaining()));

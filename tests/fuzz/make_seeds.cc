@@ -219,6 +219,41 @@ wire::AgentMetadata agent(const std::string& engine, Bytes blob) {
   return m;
 }
 
+// Metadata with regions besides (or instead of) the pool: the list as
+// register_memory leaves it, and each way a list can be wrong.
+void region_seeds(const std::string& t) {
+  using R = wire::AgentMetadata::Region;
+  const auto with = [](std::vector<R> regions, bool pool = true) {
+    wire::AgentMetadata m = agent("UCX", ucx_blob(72, 16, wire::kBlobAcceptsCma));
+    if (!pool) {
+      m.base_addr = 0;
+      m.num_blocks = 0;
+      m.block_len = 0;
+    }
+    m.regions = std::move(regions);
+    return wire::encode(m);
+  };
+  const std::uint64_t base = 0x7f1000000000;
+  const std::uint64_t gen1 = std::uint64_t{1} << 32;
+  write_seed(t, true, "valid_regions", with({{gen1 | 1, base, 4096}, {gen1 | 2, base + 8192, 65536}}));
+  write_seed(t, true, "valid_regions_no_pool",
+             with({{gen1 | 1, base, 4096}, {(gen1 << 1) | 7, base + 4096, 1}}, false));
+  write_seed(t, false, "region_id_zero", with({{0, base, 4096}}));
+  write_seed(t, false, "region_empty", with({{gen1 | 1, base, 0}}));
+  write_seed(t, false, "region_wraps", with({{gen1 | 1, ~std::uint64_t{0} - 10, 64}}));
+  write_seed(t, false, "regions_overlap",
+             with({{gen1 | 1, base, 4096}, {gen1 | 2, base + 4095, 16}}));
+  write_seed(t, false, "regions_unsorted",
+             with({{gen1 | 1, base + 8192, 4096}, {gen1 | 2, base, 16}}));
+  Bytes count_says_more = with({{gen1 | 1, base, 4096}});
+  // The region count is the u32 before the last region's 24 bytes.
+  wire::store_le<std::uint32_t>(count_says_more.data() + count_says_more.size() - 28, 2);
+  write_seed(t, false, "region_count_says_more", count_says_more);
+  Bytes huge_count = with({});
+  wire::store_le<std::uint32_t>(huge_count.data() + huge_count.size() - 4, 0xffffffff);
+  write_seed(t, false, "region_count_huge", huge_count);
+}
+
 void metadata_seeds() {
   const std::string t = "metadata";
   const Bytes valid = wire::encode(agent("UCX", ucx_blob(72, 16, wire::kBlobAcceptsCma)));
@@ -243,6 +278,7 @@ void metadata_seeds() {
   wire::AgentMetadata long_name = agent("UCX", {});
   long_name.agent_name.assign(wire::kMaxNameLen + 1, 'a');
   write_seed(t, false, "over_limit_name", wire::encode(long_name));
+  region_seeds(t);
 }
 
 void handshake_seeds() {

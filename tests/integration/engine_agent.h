@@ -57,7 +57,10 @@ struct EngineAgent {
                                   pool.num_blocks(),
                                   pool.block_len(),
                                   static_cast<std::uint32_t>(::getpid()),
-                                  boot_id()};
+                                  boot_id(),
+                                  {internal::MemRegion{
+                                      0, reinterpret_cast<std::uintptr_t>(pool.base()),
+                                      pool.num_blocks() * pool.block_len()}}};
   }
 
   // One of the engine's counters (Engine::counters()).

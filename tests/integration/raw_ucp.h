@@ -189,7 +189,8 @@ class RawTarget {
   }
   // The region that blob describes, under `name`.
   [[nodiscard]] internal::RemoteRegion region(const std::string& name) const {
-    return {name, reinterpret_cast<std::uintptr_t>(buffer_.data()), kBlocks, kBlockLen, 0, ""};
+    const auto base = reinterpret_cast<std::uintptr_t>(buffer_.data());
+    return {name, base, kBlocks, kBlockLen, 0, "", {internal::MemRegion{0, base, kBlocks * kBlockLen}}};
   }
   [[nodiscard]] const std::vector<Note>& notes() const { return notes_; }
   [[nodiscard]] const std::vector<SeenFence>& fences() const { return fences_; }

@@ -31,67 +31,16 @@
 #include "common/thread_annotations.h"
 #include "engine.h"
 #include "engines/loopback/fault_script.h"
+#include "engines/loopback/loopback_pool.h"
 #include "kvxfer/loopback.h"
 #include "wire/loopback_blob.h"
 
 namespace kvxfer::internal {
 namespace {
 
-// A registered pool, as seen by the agents that write into it. It outlives
-// its engine (writers hold it by shared_ptr) so a writer can always ask
-// whether the pool is still there; the memory itself belongs to the user and
-// may be gone once `alive` is false.
-struct Pool {
-  std::string agent_name;
-  std::byte* base = nullptr;
-  std::uint64_t num_blocks = 0;
-  std::uint64_t block_len = 0;
-  std::uint64_t cookie = 0;
-  std::atomic<bool> alive{true};
-  // Writers copy under a shared lock; the owner's shutdown takes it
-  // exclusively, so no copy is still running once shutdown returns. It
-  // guards the pool's life (alive, and the user's memory), not a field, so
-  // it stays a plain std::shared_mutex.
-  std::shared_mutex copy_mu;
-  // Notifications delivered to the owner, until it takes them.
-  Mutex notes_mu;
-  std::deque<Notification> notes GUARDED_BY(notes_mu);
-};
-
-// The process-global directory of live loopback agents, by agent key.
-class PoolRegistry {
- public:
-  static PoolRegistry& instance() {
-    static PoolRegistry registry;
-    return registry;
-  }
-
-  std::uint64_t add(std::shared_ptr<Pool> pool) EXCLUDES(mu_) {
-    MutexLock lock(mu_);
-    const std::uint64_t key = next_key_++;
-    pools_.emplace(key, std::move(pool));
-    return key;
-  }
-
-  void remove(std::uint64_t key) EXCLUDES(mu_) {
-    MutexLock lock(mu_);
-    pools_.erase(key);
-  }
-
-  // The live pool under `key` whose cookie matches, else nullptr: a key of
-  // a closed agent never reaches a newer one.
-  std::shared_ptr<Pool> find(std::uint64_t key, std::uint64_t cookie) EXCLUDES(mu_) {
-    MutexLock lock(mu_);
-    const auto it = pools_.find(key);
-    if (it == pools_.end() || it->second->cookie != cookie) return nullptr;
-    return it->second;
-  }
-
- private:
-  Mutex mu_;
-  std::uint64_t next_key_ GUARDED_BY(mu_) = 1;
-  std::unordered_map<std::uint64_t, std::shared_ptr<Pool>> pools_ GUARDED_BY(mu_);
-};
+using loopback_engine::Pool;
+using loopback_engine::PoolRegion;
+using loopback_engine::PoolRegistry;
 
 std::uint64_t random_cookie() {
   static Mutex mu;
@@ -106,8 +55,9 @@ class LoopbackEngine final : public Engine {
       : Engine(config.region.block_len), agent_name_(config.agent_name), region_(config.region) {
     const std::uint64_t blocks = region_.num_blocks;
     const std::uint64_t len = region_.block_len;
-    if (region_.base == nullptr || blocks == 0 || len == 0 ||
-        blocks > std::numeric_limits<std::uint64_t>::max() / len) {
+    const bool pool = region_.base != nullptr || blocks != 0 || len != 0;
+    if (pool && (region_.base == nullptr || blocks == 0 || len == 0 ||
+                 blocks > std::numeric_limits<std::uint64_t>::max() / len)) {
       throw std::runtime_error("loopback engine: the local pool is not a valid region");
     }
     local_ = std::make_shared<Pool>();
@@ -115,6 +65,7 @@ class LoopbackEngine final : public Engine {
     local_->base = static_cast<std::byte*>(region_.base);
     local_->num_blocks = blocks;
     local_->block_len = len;
+    local_->regions.push_back(PoolRegion{0, local_->base, blocks * len, pool});
     local_->cookie = random_cookie();
     key_ = PoolRegistry::instance().add(local_);
     plan_.set_lander([this](TransferId id) { land(id); });
@@ -170,21 +121,25 @@ class LoopbackEngine final : public Engine {
                     fmt::format("no loopback pool of peer {} is open in this process (closed?)",
                                 remote.agent_name));
     }
-    // We copy with our block length into the pool the registry knows, so
-    // anything the metadata claims must match that pool exactly.
+    // We copy into the pool and regions the registry knows, so anything the
+    // metadata claims must match them exactly.
     if (pool->agent_name != remote.agent_name ||
         reinterpret_cast<std::uintptr_t>(pool->base) != remote.base_addr ||
         pool->num_blocks != remote.num_blocks || pool->block_len != remote.block_len ||
-        pool->block_len != region_.block_len) {
+        !regions_match(*pool, remote.regions)) {
       return refuse(Status::kMismatch,
-                    fmt::format("the metadata of peer {} does not match its loopback pool",
+                    fmt::format("the metadata of peer {} does not match its loopback pool and "
+                                "regions",
                                 remote.agent_name));
     }
+    std::vector<std::uint64_t> ids;
+    ids.reserve(remote.regions.size());
+    for (const MemRegion& r : remote.regions) ids.push_back(r.id);
 
     MutexLock lock(mu_);
     if (shut_down_) return refuse(Status::kNotAllowed, "this transport is closing");
     const PeerHandle handle = next_peer_++;
-    peers_.emplace(handle, Peer{std::move(pool), remote.agent_name});
+    peers_.emplace(handle, Peer{std::move(pool), remote.agent_name, std::move(ids)});
     *out = handle;
     log().debug("loopback {}: connected to {}", agent_name_, remote.agent_name);
     return Status::kSuccess;
@@ -219,6 +174,32 @@ class LoopbackEngine final : public Engine {
 
   [[nodiscard]] Status post(PeerHandle peer, const Post& post, XferHandle* out) override {
     return post_runs(post.op, peer, post.id, post.runs, out, post.note);
+  }
+
+  [[nodiscard]] Status add_region(const MemRegion& region, std::string* reason) override {
+    MutexLock lock(mu_);
+    if (shut_down_) {
+      if (reason != nullptr) *reason = "this transport is closing";
+      return Status::kNotAllowed;
+    }
+    const std::uint32_t slot = region_slot(region.id);
+    std::unique_lock copy_lock(local_->copy_mu);
+    if (local_->regions.size() <= slot) local_->regions.resize(std::size_t{slot} + 1);
+    local_->regions[slot] =
+        PoolRegion{region.id, reinterpret_cast<std::byte*>(region.base), region.len, true};
+    return Status::kSuccess;
+  }
+
+  [[nodiscard]] Status remove_region(std::uint64_t id) override {
+    // Copies run under copy_mu (shared): once this holds it, none is under
+    // way, and none that starts later finds the region (a held transfer
+    // that names it never lands).
+    MutexLock lock(mu_);
+    const std::uint32_t slot = region_slot(id);
+    std::unique_lock copy_lock(local_->copy_mu);
+    if (slot >= local_->regions.size() || local_->regions[slot].id != id) return Status::kNotFound;
+    local_->regions[slot].live = false;
+    return Status::kSuccess;
   }
 
   void take_notifications(std::vector<Notification>* out) override {
@@ -325,7 +306,20 @@ class LoopbackEngine final : public Engine {
   struct Peer {
     std::shared_ptr<Pool> pool;
     std::string agent_name;
+    std::vector<std::uint64_t> region_ids;  // ByteRun::remote_region -> the target's id
   };
+
+  // Whether every region the metadata lists is live in `pool`, where it says.
+  static bool regions_match(Pool& pool, const std::vector<MemRegion>& listed) {
+    std::shared_lock copy_lock(pool.copy_mu);
+    return std::all_of(listed.begin(), listed.end(), [&](const MemRegion& r) {
+      const std::uint32_t slot = region_slot(r.id);
+      if (slot >= pool.regions.size()) return false;
+      const PoolRegion& have = pool.regions[slot];
+      return have.live && have.id == r.id && reinterpret_cast<std::uintptr_t>(have.base) == r.base &&
+             have.len == r.len;
+    });
+  }
 
   // A transfer record. Slots are reused, and so are their index vectors'
   // buffers, so a steady stream of writes allocates nothing.
@@ -351,9 +345,10 @@ class LoopbackEngine final : public Engine {
     const auto it = peers_.find(peer);
     if (it == peers_.end()) return Status::kInvalidParam;  // not a handle of ours
     Peer& target = it->second;
-    // The core validated the indices; checking again is cheap next to the
-    // copies and keeps a core bug from becoming a stray write.
-    if (!runs_fit(runs, target.pool->num_blocks)) return Status::kInvalidParam;
+    // The core validated the runs; checking again (at every copy, against
+    // the regions as they are then) is cheap next to the copies and keeps a
+    // core bug from becoming a stray write.
+    if (!runs_fit(runs, target)) return Status::kInvalidParam;
 
     const FaultScript::PostDecision decision = plan_.on_post(target.agent_name);
     if (decision.status != Status::kSuccess) {
@@ -365,7 +360,7 @@ class LoopbackEngine final : public Engine {
       // the post has said no. Issued and not held, those blocks landed
       // (we waited for them); held, they were still in flight: cancelled.
       if (decision.started > 0 && !decision.hold) {
-        (void)copy_blocks(op, *target.pool, runs,
+        (void)copy_blocks(op, target, runs,
                           static_cast<std::uint64_t>(decision.started) * region_.block_len);
       }
       return decision.status;
@@ -382,7 +377,7 @@ class LoopbackEngine final : public Engine {
       slot.pending = true;
       slot.runs.assign(runs.begin(), runs.end());
       ++pending_;
-    } else if (!copy_blocks(op, *target.pool, runs)) {
+    } else if (!copy_blocks(op, target, runs)) {
       free_slot(index);
       return Status::kRemoteDisconnect;  // the pool went away under us
     } else {
@@ -452,32 +447,65 @@ class LoopbackEngine final : public Engine {
     --pending_;
   }
 
-  bool runs_fit(std::span<const ByteRun> runs, std::uint64_t remote_blocks) const {
-    const auto fits = [](std::uint64_t first, std::uint64_t len, std::uint64_t size) {
-      return len > 0 && len <= size && first <= size - len;
+  // The bytes a run names on each side, or nullptr where a side lies
+  // outside its (live) region. Our table is ours to read under mu_; the
+  // target's under its copy_mu (the caller holds it, shared).
+  struct Ends {
+    std::byte* ours = nullptr;
+    std::byte* theirs = nullptr;
+  };
+  Ends ends_of(const ByteRun& run, const Peer& target) const REQUIRES(mu_) {
+    const auto at = [](const PoolRegion* r, std::uint64_t id, std::uint64_t offset,
+                       std::uint64_t len) -> std::byte* {
+      if (r == nullptr || !r->live || r->id != id || len == 0 || len > r->len ||
+          offset > r->len - len) {
+        return nullptr;
+      }
+      return r->base + offset;
     };
-    const std::uint64_t ours = region_.num_blocks * region_.block_len;
-    const std::uint64_t theirs = remote_blocks * region_.block_len;
+    const auto& mine = local_->regions;
+    const PoolRegion* local =
+        run.local_region < mine.size() ? &mine[run.local_region] : nullptr;
+    Ends ends;
+    ends.ours = at(local, local != nullptr ? local->id : 0, run.local, run.len);
+    if (run.remote_region < target.region_ids.size()) {
+      const std::uint64_t id = target.region_ids[run.remote_region];
+      const auto& theirs = target.pool->regions;
+      const std::uint32_t slot = region_slot(id);
+      ends.theirs = at(slot < theirs.size() ? &theirs[slot] : nullptr, id, run.remote, run.len);
+    }
+    return ends;
+  }
+
+  bool runs_fit(std::span<const ByteRun> runs, const Peer& target) const REQUIRES(mu_) {
+    std::shared_lock copy_lock(target.pool->copy_mu);
     return std::all_of(runs.begin(), runs.end(), [&](const ByteRun& run) {
-      return run.local_region == 0 && run.remote_region == 0 && fits(run.local, run.len, ours) &&
-             fits(run.remote, run.len, theirs);
+      const Ends ends = ends_of(run, target);
+      return ends.ours != nullptr && ends.theirs != nullptr;
     });
   }
 
   // The copy itself: our blocks into the target's (a WRITE) or the target's
   // into ours (a READ), run by run, the first `most` bytes at most. False
-  // when the target pool is gone; then nothing was touched.
-  bool copy_blocks(Op op, Pool& target, std::span<const ByteRun> runs,
-                   std::uint64_t most = ~std::uint64_t{0}) {
+  // when the target pool is gone or a region a run names is (a held
+  // transfer's, deregistered since); then nothing was touched.
+  bool copy_blocks(Op op, const Peer& peer, std::span<const ByteRun> runs,
+                   std::uint64_t most = ~std::uint64_t{0}) REQUIRES(mu_) {
+    Pool& target = *peer.pool;
     std::shared_lock copy_lock(target.copy_mu);
     if (!target.alive.load()) return false;
+    for (const ByteRun& run : runs) {
+      const Ends ends = ends_of(run, peer);
+      if (ends.ours == nullptr || ends.theirs == nullptr) return false;
+    }
     const bool self = &target == local_.get();  // source and target may overlap
     for (const ByteRun& run : runs) {
       if (most == 0) break;
       const std::uint64_t len = std::min(run.len, most);
       most -= len;
-      std::byte* ours = local_->base + run.local;
-      std::byte* theirs = target.base + run.remote;
+      const Ends ends = ends_of(run, peer);
+      std::byte* ours = ends.ours;
+      std::byte* theirs = ends.theirs;
       std::byte* to = op == Op::kWrite ? theirs : ours;
       const std::byte* from = op == Op::kWrite ? ours : theirs;
       if (self) {
@@ -505,8 +533,13 @@ class LoopbackEngine final : public Engine {
   // Writes a held transfer's bytes now (if its target is still there).
   void land_locked(Slot& slot) REQUIRES(mu_) {
     const auto it = peers_.find(slot.peer);
-    if (it != peers_.end() && copy_blocks(slot.op, *it->second.pool, slot.runs)) {
+    if (it != peers_.end() && copy_blocks(slot.op, it->second, slot.runs)) {
       deliver(slot, *it->second.pool);
+    } else if (it != peers_.end() && it->second.pool->alive.load() &&
+               slot.forced == Status::kSuccess) {
+      // Nothing landed (a region a run names is gone since): no completion
+      // may say it did. (A target that is gone is check()'s to report.)
+      slot.forced = Status::kCanceled;
     }
     slot.pending = false;
     --pending_;
