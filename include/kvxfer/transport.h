@@ -190,27 +190,46 @@ struct MemDesc {
 
 // A descriptor list checked once against the regions it lies in
 // (Transport::prepare): each descriptor inside one region, of ours or of a
-// peer's registration. Transfers then name descriptors by index. Cheap to
-// move; holds no lock and no handle.
+// peer's registration. Transfers then name descriptors by index. Stored as
+// strided runs (descriptors of one length, evenly spaced, in one region:
+// a region's blocks), so a list of regions x blocks costs O(regions) to
+// keep, whatever its length. Cheap to move; holds no lock and no handle.
 class DescList {
  public:
   DescList() = default;
-  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool remote() const noexcept { return !peer_.empty(); }
   [[nodiscard]] const std::string& peer() const noexcept { return peer_; }
-  // The descriptor at `i` as it was given.
+  // How many strided runs hold it.
+  [[nodiscard]] std::size_t runs() const noexcept { return runs_.size(); }
+  // The descriptor at `i` as it was given (std::out_of_range past the end).
   [[nodiscard]] MemDesc at(std::size_t i) const;
 
  private:
   friend class internal::TransportState;
-  struct Entry {
-    std::uint64_t offset = 0;  // into its region
+  // Descriptors first..first+count-1: the k-th is `len` bytes at
+  // addr + k * stride, offset + k * stride into its region.
+  struct Run {
+    std::uint64_t first = 0;
+    std::uint64_t count = 0;
+    std::uint64_t addr = 0;
+    std::uint64_t stride = 0;
     std::uint64_t len = 0;
+    std::uint64_t offset = 0;
     std::uint64_t region = 0;  // local: the region id; remote: index in the peer's list
-    std::uint64_t addr = 0;    // as given
+    std::uint64_t region_len = 0;
   };
-  std::vector<Entry> entries_;
-  std::string peer_;            // "" for a local list
+  // The run that holds descriptor i (< size()), starting the search at
+  // `hint` (the last one found): inline where the hint is right.
+  [[nodiscard]] const Run& run_of(std::uint64_t i, std::size_t& hint) const {
+    const Run& r = runs_[hint];
+    if (i >= r.first && i - r.first < r.count) return r;
+    return find_run(i, hint);
+  }
+  [[nodiscard]] const Run& find_run(std::uint64_t i, std::size_t& hint) const;
+  std::vector<Run> runs_;
+  std::uint64_t size_ = 0;
+  std::string peer_;              // "" for a local list
   std::uint64_t generation_ = 0;  // the peer's registration it was checked against
 };
 

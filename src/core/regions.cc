@@ -30,6 +30,26 @@ std::string describe(std::size_t i, const MemDesc& d) {
 
 }  // namespace
 
+// Whether `d` is the next descriptor of `run`: as long, one stride further
+// on (the second one sets the stride), and inside the run's region. Then
+// the run takes it.
+bool TransportState::extends(DescList::Run& run, const MemDesc& d) {
+  if (d.len != run.len || d.addr < run.addr) return false;
+  const std::uint64_t step = d.addr - run.addr;
+  if (run.count > 1) {
+    if (run.stride == 0 ? step != 0 : (step % run.stride != 0 || step / run.stride != run.count)) {
+      return false;
+    }
+  }
+  // In the region: offset + step + len <= region_len, without overflow.
+  if (step > run.region_len - run.offset || run.len > run.region_len - run.offset - step) {
+    return false;
+  }
+  if (run.count == 1) run.stride = step;
+  ++run.count;
+  return true;
+}
+
 std::optional<std::uint32_t> TransportState::local_region_of(std::uint64_t addr,
                                                              std::uint64_t len) const {
   auto it = local_by_addr_.upper_bound(addr);
@@ -192,7 +212,7 @@ DescList TransportState::prepare(std::span<const MemDesc> descs,
   DescList list;
   // Copied first: the caller may be changing its list under us.
   std::vector<MemDesc> copy(descs.begin(), descs.end());
-  list.entries_.resize(copy.size());
+  list.size_ = copy.size();
   MutexLock lock(mu_);
   throw_if_closing();
   const Peer* peer = nullptr;
@@ -208,6 +228,7 @@ DescList TransportState::prepare(std::span<const MemDesc> descs,
   for (std::size_t i = 0; i < copy.size(); ++i) {
     const MemDesc& d = copy[i];
     if (d.len == 0) throw std::invalid_argument("prepare: " + describe(i, d) + " is empty");
+    if (!list.runs_.empty() && extends(list.runs_.back(), d)) continue;
     const auto found = peer != nullptr ? peer_region_of(*peer, d.addr, d.len)
                                        : local_region_of(d.addr, d.len);
     if (!found) {
@@ -216,16 +237,21 @@ DescList TransportState::prepare(std::span<const MemDesc> descs,
           peer != nullptr ? fmt::format("that peer {} registered", peer->id)
                           : std::string("of ours")));
     }
-    DescList::Entry& e = list.entries_[i];
-    e.addr = d.addr;
-    e.len = d.len;
+    DescList::Run& run = list.runs_.emplace_back();
+    run.first = i;
+    run.count = 1;
+    run.addr = d.addr;
+    run.len = d.len;
     if (peer != nullptr) {
-      e.region = *found;
-      e.offset = d.addr - peer->regions[*found].base;
+      const MemRegion& r = peer->regions[*found];
+      run.region = *found;
+      run.offset = d.addr - r.base;
+      run.region_len = r.len;
     } else {
       const LocalRegion& r = regions_[*found];
-      e.region = r.id;
-      e.offset = d.addr - r.base;
+      run.region = r.id;
+      run.offset = d.addr - r.base;
+      run.region_len = r.len;
     }
   }
   return list;
@@ -270,6 +296,10 @@ std::optional<TransferId> TransportState::transfer_descs(
   if (scratch_bytes_.size() < n) scratch_bytes_.resize(n);
   std::size_t runs = 0;
   std::uint64_t bytes = 0;
+  std::size_t local_hint = 0;
+  std::size_t remote_hint = 0;
+  // The last local region found live (checked once per run of pairs in it).
+  std::uint64_t live_region = ~std::uint64_t{0};
   for (std::size_t i = 0; i < n; ++i) {
     const std::int64_t li = scratch_local_[i];
     const std::int64_t ri = scratch_remote_[i];
@@ -281,27 +311,33 @@ std::optional<TransferId> TransportState::transfer_descs(
       throw std::invalid_argument(fmt::format(
           "transfer: remote index {} (at {}) is outside the list of {}", ri, i, remote.size()));
     }
-    const DescList::Entry& l = local.entries_[static_cast<std::size_t>(li)];
-    const DescList::Entry& r = remote.entries_[static_cast<std::size_t>(ri)];
+    const auto lu = static_cast<std::uint64_t>(li);
+    const auto ru = static_cast<std::uint64_t>(ri);
+    const DescList::Run& l = local.run_of(lu, local_hint);
+    const DescList::Run& r = remote.run_of(ru, remote_hint);
     if (l.len != r.len) {
       throw std::invalid_argument(fmt::format(
           "transfer: pair {} has {} local bytes and {} remote ones", i, l.len, r.len));
     }
     const std::uint32_t slot = region_slot(l.region);
-    if (slot >= regions_.size() || regions_[slot].id != l.region || !regions_[slot].live) {
+    if (l.region != live_region &&
+        (slot >= regions_.size() || regions_[slot].id != l.region || !regions_[slot].live)) {
       throw std::invalid_argument(fmt::format(
           "transfer: local descriptor {} lies in region {:#x}, deregistered since the list was "
           "prepared",
           li, l.region));
     }
+    const std::uint64_t local_offset = l.offset + (lu - l.first) * l.stride;
+    const std::uint64_t remote_offset = r.offset + (ru - r.first) * r.stride;
     const auto remote_region = static_cast<std::uint32_t>(r.region);
     ByteRun* const last = runs > 0 ? &scratch_bytes_[runs - 1] : nullptr;
     if (last != nullptr && last->local_region == slot && last->remote_region == remote_region &&
-        last->local + last->len == l.offset && last->remote + last->len == r.offset) {
+        last->local + last->len == local_offset && last->remote + last->len == remote_offset) {
       last->len += l.len;
     } else {
-      scratch_bytes_[runs++] = ByteRun{l.offset, r.offset, l.len, slot, remote_region};
+      scratch_bytes_[runs++] = ByteRun{local_offset, remote_offset, l.len, slot, remote_region};
     }
+    live_region = l.region;
     bytes += l.len;
   }
   return post(op, peer, std::span<const ByteRun>(scratch_bytes_.data(), runs), bytes, message,

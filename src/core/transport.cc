@@ -415,9 +415,26 @@ std::optional<TransferId> Transport::transfer(TransferOp op, std::string_view pe
   return transfer(op, peer_id, local, idx, remote, idx, notify);
 }
 
+const DescList::Run& DescList::find_run(std::uint64_t i, std::size_t& hint) const {
+  // Transfers mostly name descriptors in order: the run after the last one
+  // found, before a binary search.
+  for (std::size_t k = hint + 1; k < runs_.size() && k < hint + 2; ++k) {
+    if (i >= runs_[k].first && i - runs_[k].first < runs_[k].count) {
+      hint = k;
+      return runs_[k];
+    }
+  }
+  const auto it = std::upper_bound(runs_.begin(), runs_.end(), i,
+                                   [](std::uint64_t v, const Run& r) { return v < r.first; });
+  hint = static_cast<std::size_t>(std::prev(it) - runs_.begin());
+  return *std::prev(it);
+}
+
 MemDesc DescList::at(std::size_t i) const {
-  const Entry& e = entries_.at(i);
-  return MemDesc{e.addr, e.len};
+  if (i >= size_) throw std::out_of_range(fmt::format("descriptor {} of a list of {}", i, size_));
+  std::size_t hint = 0;
+  const Run& r = run_of(i, hint);
+  return MemDesc{r.addr + (i - r.first) * r.stride, r.len};
 }
 std::vector<std::string> Transport::peers() const { return state_->peer_ids(); }
 

@@ -289,6 +289,8 @@ class TransportState {
       REQUIRES(mu_);
   static std::optional<std::uint32_t> peer_region_of(const Peer& peer, std::uint64_t addr,
                                                      std::uint64_t len);
+  // Whether `d` extends the strided run `run` (which then takes it).
+  static bool extends(DescList::Run& run, const MemDesc& d);
   // Copies a caller's notification into scratch_notify_ and checks the copy
   // (at most kMaxNotificationBytes; `required`: not empty). Caller holds mu_.
   std::span<const std::uint8_t> copy_notification(std::span<const std::uint8_t> message,

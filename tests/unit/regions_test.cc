@@ -233,6 +233,46 @@ TEST_F(RegionsTest, ATargetThatDeregisteredARegionRefusesWritesIntoIt) {
   EXPECT_EQ(a.transport.stats().peers.at(0).post_failures, 1u);
 }
 
+TEST_F(RegionsTest, AListOfRegionsTimesBlocksIsKeptAsOneRunPerRegion) {
+  // b's 3 regions of 64 blocks of 64 bytes, as vLLM lists them, then the
+  // same blocks in an order that breaks the stride, then repeats.
+  constexpr std::uint64_t kBlock = 64;
+  std::vector<MemDesc> grid;
+  for (const auto& region : b.buffers) {
+    for (std::uint64_t k = 0; k < kRegionLen / kBlock; ++k) grid.push_back({addr_of(region, k * kBlock), kBlock});
+  }
+  const DescList list = a.transport.prepare(grid, "b");
+  EXPECT_EQ(list.size(), grid.size());
+  EXPECT_EQ(list.runs(), 3u);
+  for (std::size_t i = 0; i < grid.size(); ++i) ASSERT_EQ(list.at(i), grid[i]) << i;
+  EXPECT_THROW(static_cast<void>(list.at(grid.size())), std::out_of_range);
+
+  std::vector<MemDesc> odd{grid[5], grid[3], grid[3], grid[4], grid[70], {addr_of(b.buffers[1], 1), 7}};
+  const DescList mixed = a.transport.prepare(odd, "b");
+  EXPECT_EQ(mixed.size(), odd.size());
+  for (std::size_t i = 0; i < odd.size(); ++i) ASSERT_EQ(mixed.at(i), odd[i]) << i;
+
+  // Writes through the strided list by index land where the descriptors say.
+  std::vector<MemDesc> ours;
+  for (std::uint64_t k = 0; k < kRegionLen / kBlock; ++k) ours.push_back({addr_of(a.buffers[1], k * kBlock), kBlock});
+  const DescList l = a.transport.prepare(ours);
+  EXPECT_EQ(l.runs(), 1u);
+  const std::vector<std::int64_t> li{0, 1, 2, 63, 10};
+  const std::vector<std::int64_t> ri{191, 64, 65, 0, 127};
+  const auto id = a.transport.transfer(TransferOp::kWrite, "b", l, li, list, ri);
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(finish(a.transport, "b", *id));
+  for (std::size_t i = 0; i < li.size(); ++i) {
+    const MemDesc to = list.at(static_cast<std::size_t>(ri[i]));
+    const auto r = static_cast<std::size_t>(ri[i]) / 64;
+    const std::size_t at = to.addr - addr_of(b.buffers[r]);
+    EXPECT_TRUE(std::equal(b.buffers[r].begin() + static_cast<std::ptrdiff_t>(at),
+                           b.buffers[r].begin() + static_cast<std::ptrdiff_t>(at + kBlock),
+                           a.buffers[1].begin() + li[i] * 64))
+        << "pair " << i;
+  }
+}
+
 TEST(RegionsPoolTest, ATransportWithAPoolCarriesDescriptorsIntoItToo) {
   Agent a("a");
   Agent b("b");
