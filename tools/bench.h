@@ -37,6 +37,10 @@ struct BenchArgs {
   // "write" (write_blocks into the target, verified there) or "read"
   // (read_blocks from the target's pool, verified here).
   std::string op = "write";
+  // "blocks" (write_blocks/read_blocks) or "nixl": the same transfers
+  // through descriptor lists prepared once (Transport::prepare and
+  // transfer, the path NIXL's agent API takes), with the same checks.
+  std::string api = "blocks";
   // Overrides of every selected case's workload figures.
   std::optional<std::uint64_t> block_len;
   std::optional<std::uint64_t> batch;

@@ -97,11 +97,32 @@ void BenchInitiator::run_throughput(CaseResult& result) {
   // schedule.remote(w), or a READ the other way round, so that the blocks
   // written are schedule.remote(w) either way (one pool's blocks, never
   // named twice in a transfer) and hold the pattern of schedule.local(w).
-  const auto post = [&](std::uint64_t w) {
+  // With --api nixl, every block of each pool is a descriptor of a list
+  // prepared once, and transfer w names the same blocks by index.
+  const bool nixl = args_.api == "nixl";
+  DescList ours;
+  DescList theirs;
+  if (nixl) {
+    const std::uint64_t len = spec.block_len;
+    std::vector<MemDesc> descs(result.num_blocks);
+    const auto base = reinterpret_cast<std::uintptr_t>(source().data());
+    for (std::uint64_t b = 0; b < descs.size(); ++b) descs[b] = {base + b * len, len};
+    ours = transport->prepare(descs);
+    const std::uint64_t target_base = target_->geometry().base;
+    for (std::uint64_t b = 0; b < descs.size(); ++b) descs[b] = {target_base + b * len, len};
+    theirs = transport->prepare(descs, kPeer);
+  }
+  const auto post = [&](std::uint64_t w) -> std::optional<TransferId> {
+    if (nixl) {
+      return reading() ? transport->transfer(TransferOp::kRead, kPeer, ours, schedule.remote(w),
+                                             theirs, schedule.local(w))
+                       : transport->transfer(TransferOp::kWrite, kPeer, ours, schedule.local(w),
+                                             theirs, schedule.remote(w));
+    }
     return reading() ? transport->read_blocks(kPeer, schedule.remote(w), schedule.local(w))
                      : transport->write_blocks(kPeer, schedule.local(w), schedule.remote(w));
   };
-  const char* const call = reading() ? "read_blocks" : "write_blocks";
+  const char* const call = nixl ? "transfer" : reading() ? "read_blocks" : "write_blocks";
   // memcpy runs before and after the WRITEs, and the faster counts: the
   // limit is what the machine can do, and a neighbour's load on a shared
   // machine only ever slows one of them down. After connect(): a freshly

@@ -384,6 +384,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"write", "read", "notify"}))
       ->capture_default_str();
   bench_cmd
+      ->add_option("--api", bench.api,
+                   "blocks (write_blocks/read_blocks) or nixl (the same blocks as descriptor "
+                   "lists prepared once, posted with Transport::transfer: NIXL's path)")
+      ->check(CLI::IsMember({"blocks", "nixl"}))
+      ->capture_default_str();
+  bench_cmd
       ->add_option("--notifications", bench.notifications,
                    "--op notify: notifications per mode, one in flight")
       ->check(CLI::Range(1, 1'000'000))

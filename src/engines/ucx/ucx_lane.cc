@@ -43,6 +43,13 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   driver_.set_am_handler(wire::kFenceAmId, &UcxLane::on_fence, this);
   driver_.set_am_handler(wire::kNotifyAmId, &UcxLane::on_note, this);
   driver_.set_am_handler(wire::kNotifyAckAmId, &UcxLane::on_ack, this);
+  // Without a pool (a transport of regions alone) the lane has nothing to
+  // offer: it publishes no rkey and serves no peer (it carries the pool
+  // only; regions take the other lanes).
+  if (region_.num_blocks == 0) {
+    if (threaded_) driver_.start_thread();
+    return;
+  }
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   params.address = region_.base;
@@ -75,7 +82,8 @@ void UcxLane::publish(wire::PeerBlob& blob) const {
 bool UcxLane::qualifies(const RemoteRegion& /*remote*/, const wire::PeerBlob& blob) const {
   const bool both_rdma = has_rdma_ && (blob.flags & wire::kBlobHasRdma) != 0;
   const bool tcp_serves = tcp_lane_here_ && blob.tcp_port != 0;
-  return !blob.worker_address.empty() && !blob.rkey.empty() && (both_rdma || !tcp_serves);
+  return region_.num_blocks != 0 && !blob.worker_address.empty() && !blob.rkey.empty() &&
+         (both_rdma || !tcp_serves);
 }
 
 struct UcxLane::ConnectJob {
