@@ -227,7 +227,9 @@ class Transport(_kvxfer.Transport):
     """Moves fixed-size KV blocks into peers' pools with one-sided WRITEs.
 
     ``view`` is the local pool: a 2-D, C-contiguous, writable buffer of
-    bytes (num_blocks, block_len), e.g. a memoryview of a uint8 numpy array.
+    bytes (num_blocks, block_len), e.g. a memoryview of a uint8 numpy array;
+    None for a transport with no pool, which moves bytes between regions
+    only (register_memory, prepare, transfer: the path kvxfer.nixl takes).
     The transport keeps the buffer exported (alive, not resizable) while it
     exists.
 
