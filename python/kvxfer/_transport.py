@@ -161,7 +161,7 @@ class TransferRecord(NamedTuple):
     id: int
     peer: str
     op: str  # "write", "read" or "notify"
-    blocks: int
+    blocks: int  # 0 for a transfer between descriptor lists (Transport.transfer)
     bytes: int
     posted: float  # time.monotonic() seconds: when the posting call began
     completed: float  # when the call that finished it began (poll, cancel...)

@@ -110,3 +110,21 @@ def test_register_memory_checks_its_range(poolless):
         t.register_memory(4096, "10")
     with pytest.raises(ValueError, match="not a registered region"):
         t.deregister_memory(12345)
+
+
+def test_telemetry_records_a_transfer_between_lists_with_no_blocks(poolless):
+    a = kvxfer.Transport("regions-telemetry", None, backends=["LOOPBACK"], telemetry=True)
+    try:
+        b = poolless()
+        buf = np.zeros(4096, np.uint8)
+        a.register_memory(buf.ctypes.data, 2048)
+        b.register_memory(buf.ctypes.data + 2048, 2048)
+        a.add_remote_peer("b", b.get_agent_metadata())
+        local = a.prepare([(buf.ctypes.data, 100)])
+        remote = a.prepare([(buf.ctypes.data + 2048, 100)], "b")
+        tid = a.transfer("WRITE", "b", local, None, remote, None)
+        wait(a, "b", tid)
+        (record,) = a.telemetry().records
+        assert (record.id, record.blocks, record.bytes, record.result) == (tid, 0, 100, "done")
+    finally:
+        a.close()
