@@ -48,8 +48,8 @@ bool read_array_descs(py::handle obj, const char* name, std::vector<MemDesc>& ou
   const auto release = [&b] { PyBuffer_Release(&b); };
   const std::optional<bool> is_signed = int64_signedness(b);
   if (b.ndim != 2 || b.shape[1] < 2 || b.shape[1] > 4 || !is_signed) {
-    const std::string shape = b.ndim == 2 ? fmt::format("({}, {})", b.shape[0], b.shape[1])
-                                          : fmt::format("{}-D", b.ndim);
+    const std::string shape =
+        b.ndim == 2 ? fmt::format("({}, {})", b.shape[0], b.shape[1]) : fmt::format("{}-D", b.ndim);
     release();
     throw py::value_error(fmt::format(
         "{} must be an (N, 2), (N, 3) or (N, 4) array of uint64 or int64 (addr, len[, dev[, "
@@ -82,7 +82,8 @@ std::uint64_t desc_field(PyObject* value, const char* name, std::size_t i, int f
     if (!(v == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr)) return v;
     PyErr_Clear();
   }
-  const std::string where = fmt::format("{}[{}][{}] ({})", name, i, field, field == 0 ? "addr" : "len");
+  const std::string where =
+      fmt::format("{}[{}][{}] ({})", name, i, field, field == 0 ? "addr" : "len");
   return uint_arg(py::handle(value), where.c_str());
 }
 
@@ -105,9 +106,10 @@ void read_tuple_descs(py::handle obj, const char* name, std::vector<MemDesc>& ou
     }
     const Py_ssize_t size = PySequence_Fast_GET_SIZE(item);
     if (size < 2 || size > 4) {
-      throw py::value_error(fmt::format("{}[{}] must hold 2 to 4 items (addr, len[, dev[, meta]]); "
-                                        "got {}",
-                                        name, i, given(py::handle(item))));
+      throw py::value_error(
+          fmt::format("{}[{}] must hold 2 to 4 items (addr, len[, dev[, meta]]); "
+                      "got {}",
+                      name, i, given(py::handle(item))));
     }
     PyObject** fields = PySequence_Fast_ITEMS(item);
     out[i] = MemDesc{desc_field(fields[0], name, i, 0), desc_field(fields[1], name, i, 1)};
@@ -118,16 +120,16 @@ void read_tuple_descs(py::handle obj, const char* name, std::vector<MemDesc>& ou
 // after the call.
 std::vector<MemDesc> desc_arg(py::handle obj, const char* name) {
   std::vector<MemDesc> out;
-  const bool maybe_array = !PyList_Check(obj.ptr()) && !PyTuple_Check(obj.ptr()) &&
-                           PyObject_CheckBuffer(obj.ptr());
+  const bool maybe_array =
+      !PyList_Check(obj.ptr()) && !PyTuple_Check(obj.ptr()) && PyObject_CheckBuffer(obj.ptr());
   if (!maybe_array || !read_array_descs(obj, name, out)) read_tuple_descs(obj, name, out);
   return out;
 }
 
 const DescList& desc_list_arg(py::handle obj, const char* name) {
   if (!py::isinstance<DescList>(obj)) {
-    throw py::type_error(fmt::format("{} must be a kvxfer DescList (Transport.prepare); got {}",
-                                     name, given(obj)));
+    throw py::type_error(
+        fmt::format("{} must be a kvxfer DescList (Transport.prepare); got {}", name, given(obj)));
   }
   return obj.cast<const DescList&>();
 }
@@ -202,7 +204,8 @@ void add_desc_list(py::module_& m) {
       .def("__len__", &DescList::size)
       .def_property_readonly("remote", &DescList::remote,
                              "Whether it was prepared against a peer's regions.")
-      .def_property_readonly("peer", &DescList::peer, "The peer it was prepared for; \"\" if local.")
+      .def_property_readonly("peer", &DescList::peer,
+                             "The peer it was prepared for; \"\" if local.")
       .def(
           "__getitem__",
           [](const DescList& list, std::int64_t i) {
@@ -283,17 +286,17 @@ void add_memory_calls(py::class_<PyTransport>& cls) {
 
 void add_list_calls(py::class_<PyTransport>& cls) {
   cls.def(
-          "add_remote_peer",
-          [](PyTransport& self, py::handle peer_id, py::handle agent_metadata) {
-            follow_log_level();
-            const std::string id(text_arg(peer_id, "peer_id"));
-            const ByteArg metadata(agent_metadata, "agent_metadata");
-            py::gil_scoped_release nogil;
-            self.get().add_remote_peer(id, metadata.span());
-          },
-          py::arg("peer_id"), py::arg("agent_metadata"),
-          "Registers a peer from its metadata alone: its pool (if any) and its regions\n"
-          "are what the metadata lists.")
+         "add_remote_peer",
+         [](PyTransport& self, py::handle peer_id, py::handle agent_metadata) {
+           follow_log_level();
+           const std::string id(text_arg(peer_id, "peer_id"));
+           const ByteArg metadata(agent_metadata, "agent_metadata");
+           py::gil_scoped_release nogil;
+           self.get().add_remote_peer(id, metadata.span());
+         },
+         py::arg("peer_id"), py::arg("agent_metadata"),
+         "Registers a peer from its metadata alone: its pool (if any) and its regions\n"
+         "are what the metadata lists.")
       .def(
           "prepare",
           [](PyTransport& self, py::handle descs, py::handle peer_id) {

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kvxfer/metadata.h"
-
 #include "wire/metadata.h"
 
 namespace kvxfer {
