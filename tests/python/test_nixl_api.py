@@ -526,3 +526,15 @@ def test_the_package_exports_what_the_connectors_import():
         assert hasattr(knixl, name), name
     assert knixl._api.nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT is not None
     assert knixl._api.nixlBind is nb
+
+
+def test_adding_an_agent_again_fails_its_transfers_in_progress_with_remote_disconnect(pair):
+    handle = pair.a.make_prepped_xfer("WRITE", pair.local, [0], pair.remote, [0])
+    pair.plan.hold_next()
+    pair.a.transfer(handle)
+    pair.a.add_remote_agent(pair.b.get_agent_metadata())
+    with pytest.raises(nb.nixlRemoteDisconnectError, match="registered again"):
+        pair.a.check_xfer_state(handle)
+    stale = pair.a.make_prepped_xfer("WRITE", pair.local, [1], pair.remote, [1])
+    with pytest.raises(nb.nixlInvalidParamError, match="earlier registration"):
+        pair.a.transfer(stale)

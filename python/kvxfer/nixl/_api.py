@@ -57,11 +57,15 @@ from ._handles import (
     _now_ns,
     _telemetry_env,
     _tensor_rows,
+    nixl_agent_config,
     nixl_prepped_dlist_handle,
     nixl_xfer_handle,
 )
 
 logger = logging.getLogger("kvxfer.nixl")
+
+# NIXL's opaque backend handle type (never handed to its users).
+nixl_backend_handle = int
 
 __all__ = [
     "DEFAULT_COMM_PORT",
@@ -74,42 +78,6 @@ __all__ = [
 ]
 
 
-
-class nixl_agent_config:
-    """NIXL's agent configuration. Every NIXL field is accepted; kvxfer uses
-    ``backends`` ("UCX" or none), ``num_threads`` (its engine threads when
-    > 0), ``enable_prog_thread`` (its progress thread) and
-    ``capture_telemetry``. ``enable_listen_thread``/``listen_port`` are kept
-    but start nothing: metadata travels out of band (get_agent_metadata,
-    add_remote_agent). ``sync_mode`` changes nothing: an agent is always
-    thread-safe.
-
-    ``kvxfer_options`` (kvxfer's own, not NIXL's): keyword arguments for the
-    kvxfer.Transport behind the agent, e.g. ``{"backends": ["LOOPBACK"]}``
-    for in-process tests, ``{"engine_config": {...}}``, ``{"stall_timeout":
-    30.0}`` (default 0: off, as NIXL has no stall rule).
-    """
-
-    def __init__(
-        self,
-        enable_prog_thread: bool = True,
-        enable_listen_thread: bool = False,
-        listen_port: int = 0,
-        capture_telemetry: bool = False,
-        num_threads: int = 0,
-        backends: Optional[list[str]] = None,
-        sync_mode: Optional[nixl_thread_sync_t] = None,
-        *,
-        kvxfer_options: Optional[dict[str, Any]] = None,
-    ) -> None:
-        self.backends = list(backends) if backends is not None else [_PLUGIN]
-        self.enable_pthread = bool(enable_prog_thread)
-        self.enable_listen = bool(enable_listen_thread)
-        self.port = int(listen_port)
-        self.capture_telemetry = bool(capture_telemetry)
-        self.num_threads = int(num_threads)
-        self.sync_mode = sync_mode
-        self.kvxfer_options = dict(kvxfer_options or {})
 
 class nixl_agent:
     """NIXL's agent over a kvxfer Transport with no pool (see the module's
@@ -243,10 +211,16 @@ class nixl_agent:
         return self._call(self._transport.get_agent_metadata)
 
     def add_remote_agent(self, metadata: bytes) -> bytes:
-        """Registers the agent the metadata describes; returns its name (bytes, as NIXL)."""
+        """Registers the agent the metadata describes; returns its name (bytes,
+        as NIXL). Adding a known agent again registers it anew: its
+        transfers in progress report nixlRemoteDisconnectError, and lists
+        prepared for it must be prepared again."""
         name = self._call(_kvxfer.metadata_agent_name, metadata)
         if name == self.name:
             raise nixlInvalidParamError("kvxfer.nixl: an agent cannot add itself")
+        with self._lock:
+            if name in self._peers:
+                self._settle_peer(name, "was registered again")
         self._call(self._transport.add_remote_peer, name, metadata)
         with self._lock:
             self._peers.add(name)
@@ -261,11 +235,16 @@ class nixl_agent:
                 raise nixlNotFoundError(f"agent {name!r} is not registered")
             self._peers.discard(name)
             self._faults.pop(name, None)
-            for tid, state in list(self._inflight.items()):
-                if state.peer == name:
-                    state.outcome = nixlRemoteDisconnectError(f"agent {name!r} was removed")
-                    del self._inflight[tid]
+            self._settle_peer(name, "was removed")
         self._call(self._transport.remove_remote_peer, name)
+
+    def _settle_peer(self, name: str, why: str) -> None:
+        """Fails the agent's transfers in progress, whose ids the core is about
+        to drop with its registration. Caller holds the lock."""
+        for tid, state in list(self._inflight.items()):
+            if state.peer == name:
+                state.outcome = nixlRemoteDisconnectError(f"agent {name!r} {why}")
+                del self._inflight[tid]
 
     def check_remote_metadata(self, agent: Union[str, bytes], descs: Any = None) -> bool:
         with self._lock:

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What kvxfer.nixl's agent keeps per transfer and per prepared list (the
-handles NIXL hands out), and the conversions of NIXL's arguments."""
+"""kvxfer.nixl's agent configuration, what its agent keeps per transfer and
+per prepared list (the handles NIXL hands out), and the conversions of
+NIXL's arguments."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 from ._bindings import (
     NIXL_INIT_AGENT,
     nixl_mem_t,
+    nixl_thread_sync_t,
     nixlInvalidParamError,
     nixlNotSupportedError,
     nixlRegDList,
@@ -80,6 +82,43 @@ def _now_ns() -> int:
 
 def _ceil_us(ns: int) -> int:
     return -(-ns // 1000)
+
+
+class nixl_agent_config:
+    """NIXL's agent configuration. Every NIXL field is accepted; kvxfer uses
+    ``backends`` ("UCX" or none), ``num_threads`` (its engine threads when
+    > 0), ``enable_prog_thread`` (its progress thread) and
+    ``capture_telemetry``. ``enable_listen_thread``/``listen_port`` are kept
+    but start nothing: metadata travels out of band (get_agent_metadata,
+    add_remote_agent). ``sync_mode`` changes nothing: an agent is always
+    thread-safe.
+
+    ``kvxfer_options`` (kvxfer's own, not NIXL's): keyword arguments for the
+    kvxfer.Transport behind the agent, e.g. ``{"backends": ["LOOPBACK"]}``
+    for in-process tests, ``{"engine_config": {...}}``, ``{"stall_timeout":
+    30.0}`` (default 0: off, as NIXL has no stall rule).
+    """
+
+    def __init__(
+        self,
+        enable_prog_thread: bool = True,
+        enable_listen_thread: bool = False,
+        listen_port: int = 0,
+        capture_telemetry: bool = False,
+        num_threads: int = 0,
+        backends: Optional[list[str]] = None,
+        sync_mode: Optional[nixl_thread_sync_t] = None,
+        *,
+        kvxfer_options: Optional[dict[str, Any]] = None,
+    ) -> None:
+        self.backends = list(backends) if backends is not None else [_PLUGIN]
+        self.enable_pthread = bool(enable_prog_thread)
+        self.enable_listen = bool(enable_listen_thread)
+        self.port = int(listen_port)
+        self.capture_telemetry = bool(capture_telemetry)
+        self.num_threads = int(num_threads)
+        self.sync_mode = sync_mode
+        self.kvxfer_options = dict(kvxfer_options or {})
 
 
 class _XferState:
