@@ -538,3 +538,18 @@ def test_adding_an_agent_again_fails_its_transfers_in_progress_with_remote_disco
     stale = pair.a.make_prepped_xfer("WRITE", pair.local, [1], pair.remote, [1])
     with pytest.raises(nb.nixlInvalidParamError, match="earlier registration"):
         pair.a.transfer(stale)
+
+
+def test_a_completion_another_thread_polls_before_the_post_returns_is_kept(pair):
+    post = pair.a._transport.transfer
+
+    def post_then_poll(*args):
+        tid = post(*args)
+        pair.a._poll(pair.b.name)  # another thread's check, before this one hands the id over
+        return tid
+
+    pair.a._transport.transfer = post_then_poll
+    handle = pair.a.make_prepped_xfer("WRITE", pair.local, [0], pair.remote, [0])
+    pair.a.transfer(handle)
+    assert pair.wait(handle, timeout=2.0) == "DONE"
+    assert pair.a._unclaimed == {}

@@ -109,6 +109,8 @@ class nixl_agent:
         self._peers: set[str] = set()
         self._faults: dict[str, str] = {}
         self._inflight: dict[int, _XferState] = {}  # transfer id -> its handle's state
+        self._posting = 0  # posts whose ids are not handed over yet
+        self._unclaimed: dict[int, tuple[Any, int]] = {}  # what polls saw meanwhile
         self._doomed: collections.deque = collections.deque()  # collected while locked
         self.notifs: dict[str, list[bytes]] = {}
         self.plugin_list = [_PLUGIN]
@@ -370,35 +372,53 @@ class nixl_agent:
         with self._lock:
             if state.state == "PROC":
                 raise nixlRepostActiveError("the transfer is still in progress")
+            if state.peer not in self._peers:
+                state.state = "ERR"
+                raise nixlNotFoundError(f"agent {state.peer!r} is not registered")
             state.state, state.outcome, state.tid = "PROC", None, None
-            known = state.peer in self._peers
-        if not known:
-            state.state = "ERR"
-            raise nixlNotFoundError(f"agent {state.peer!r} is not registered")
+            self._posting += 1
         start = _now_ns()
         try:
             tid = self._transport.transfer(state.op, state.peer, state.local, state.local_idx,
                                            state.remote, state.remote_idx, notif)
-        except (ValueError, TypeError) as exc:
-            state.state = "ERR"
-            raise nixlInvalidParamError(str(exc)) from exc
-        except RuntimeError as exc:
-            state.state = "ERR"
-            raise nixlBackendError(str(exc)) from exc
-        posted = _now_ns()
+        except BaseException as exc:
+            self._posted(state, None)
+            if isinstance(exc, (ValueError, TypeError)):
+                raise nixlInvalidParamError(str(exc)) from exc
+            if isinstance(exc, RuntimeError):
+                raise nixlBackendError(str(exc)) from exc
+            raise
         if tid is None:
-            state.state = "ERR"
+            self._posted(state, None)
             self._poll(state.peer)
             raise self._post_error(state.peer)
+        if self._posted(state, tid, start, _now_ns()):
+            self._transport.cancel([tid])  # released while it was being posted
+        return "PROC"
+
+    def _posted(self, state: _XferState, tid: Optional[int], start: int = 0, posted: int = 0) -> bool:
+        """Ends a post: hands the handle its id and what another thread's poll
+        saw of it meanwhile (or ERR without an id). True when the handle was
+        released meanwhile and the id must be cancelled."""
         with self._lock:
+            self._posting -= 1
+            early = self._unclaimed.pop(tid, None) if tid is not None else None
+            if self._posting == 0:
+                self._unclaimed.clear()  # ids no post can claim any more
+            if tid is None:
+                state.state = "ERR"
+                return False
             state.tid, state.start_ns, state.post_ns, state.done_ns = tid, start, posted, 0
             if state.released:
-                tid = None  # released meanwhile: cancel what was just posted
+                return True
+            if early is not None:
+                state.outcome = early[0]
+                state.done_ns = early[1] if early[0] == "DONE" else 0
+            elif state.peer not in self._peers:
+                state.outcome = nixlRemoteDisconnectError(f"agent {state.peer!r} was removed")
             else:
-                self._inflight[state.tid] = state
-        if tid is None:
-            self._transport.cancel([state.tid])
-        return "PROC"
+                self._inflight[tid] = state
+            return False
 
     def _post_error(self, peer: str) -> BaseException:
         with self._lock:
@@ -448,18 +468,24 @@ class nixl_agent:
         with self._lock:
             if result.peer_fault is not None:
                 self._faults[peer] = result.peer_fault
+            fault = self._faults.get(peer)
             for tid in result.done:
-                state = self._inflight.pop(tid, None)
-                if state is not None:
-                    state.outcome, state.done_ns = "DONE", now
+                self._settle(tid, "DONE", now)
             for tid in result.failed:
-                state = self._inflight.pop(tid, None)
-                if state is not None:
-                    fault = self._faults.get(peer)
-                    state.outcome = (
-                        nixlRemoteDisconnectError(f"agent {peer!r} is faulted: {fault}")
-                        if fault is not None
-                        else nixlBackendError(f"the transfer to agent {peer!r} failed (see the kvxfer log)"))
+                self._settle(tid, nixlRemoteDisconnectError(f"agent {peer!r} is faulted: {fault}")
+                             if fault is not None
+                             else nixlBackendError(f"the transfer to agent {peer!r} failed (see the kvxfer log)"),
+                             now)
+
+    def _settle(self, tid: int, outcome: Any, now: int) -> None:
+        """Gives a finished id's outcome to its handle. Caller holds the lock."""
+        state = self._inflight.pop(tid, None)
+        if state is not None:
+            state.outcome = outcome
+            state.done_ns = now if outcome == "DONE" else 0
+        elif self._posting:
+            # Possibly a post's whose thread has not handed its id over yet.
+            self._unclaimed[tid] = (outcome, now)
 
     def _state_of(self, handle: nixl_xfer_handle) -> _XferState:
         if not isinstance(handle, nixl_xfer_handle) or handle._agent is not self:
