@@ -553,3 +553,14 @@ def test_a_completion_another_thread_polls_before_the_post_returns_is_kept(pair)
     pair.a.transfer(handle)
     assert pair.wait(handle, timeout=2.0) == "DONE"
     assert pair.a._unclaimed == {}
+
+
+def test_a_peer_gone_mid_transfer_raises_remote_disconnect_then_refuses_posts(pair):
+    handle = pair.a.make_prepped_xfer("WRITE", pair.local, [0], pair.remote, [0])
+    pair.plan.hold_next()
+    pair.a.transfer(handle)
+    pair.plan.disconnect(pair.b.name)  # as a killed peer looks to the loopback engine
+    with pytest.raises(nb.nixlRemoteDisconnectError):
+        pair.wait(handle)
+    with pytest.raises(nb.nixlRemoteDisconnectError):
+        pair.a.send_notif(pair.peer, b"anyone?")
