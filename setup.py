@@ -108,8 +108,8 @@ class CMakeBuild(build_ext):
 (ROOT / "build" / "pip").mkdir(parents=True, exist_ok=True)
 setup(
     version=project_version(),
-    packages=["kvxfer"],
-    package_dir={"kvxfer": "python/kvxfer"},
+    packages=["kvxfer", "kvxfer.nixl"],
+    package_dir={"kvxfer": "python/kvxfer", "kvxfer.nixl": "python/kvxfer/nixl"},
     ext_modules=[Extension("kvxfer._kvxfer", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     options={"build": {"build_base": "build/pip"}, "egg_info": {"egg_base": "build/pip"}},

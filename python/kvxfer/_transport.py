@@ -161,7 +161,7 @@ class TransferRecord(NamedTuple):
     id: int
     peer: str
     op: str  # "write", "read" or "notify"
-    blocks: int
+    blocks: int  # 0 for a transfer between descriptor lists (Transport.transfer)
     bytes: int
     posted: float  # time.monotonic() seconds: when the posting call began
     completed: float  # when the call that finished it began (poll, cancel...)
@@ -227,7 +227,9 @@ class Transport(_kvxfer.Transport):
     """Moves fixed-size KV blocks into peers' pools with one-sided WRITEs.
 
     ``view`` is the local pool: a 2-D, C-contiguous, writable buffer of
-    bytes (num_blocks, block_len), e.g. a memoryview of a uint8 numpy array.
+    bytes (num_blocks, block_len), e.g. a memoryview of a uint8 numpy array;
+    None for a transport with no pool, which moves bytes between regions
+    only (register_memory, prepare, transfer: the path kvxfer.nixl takes).
     The transport keeps the buffer exported (alive, not resizable) while it
     exists.
 

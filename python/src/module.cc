@@ -546,6 +546,7 @@ PYBIND11_MODULE(_kvxfer, m) {
           "The metrics in the Prometheus text exposition format.");
 
   add_hot_path(transport);
+  add_regions(m, transport);
 
   m.def("_set_poll_result", &set_poll_result, py::arg("type"), py::arg("empty"),
         "Hands over the PollResult class and its shared empty value.");

@@ -13,14 +13,15 @@
 
 namespace kvxfer::python {
 
-// The pool's buffer export plus the transport that writes into it; the
-// export outlives the transport.
+// The pool's buffer export (none for a transport with no pool: view None)
+// plus the transport that writes into it; the export outlives the transport.
 class PyTransport {
  public:
-  PyTransport(std::string agent_name, py::handle view, Options options) : view_(view) {
+  PyTransport(std::string agent_name, py::handle view, Options options) {
+    if (!view.is_none()) view_ = std::make_unique<PoolView>(view);
+    const Region region = view_ ? view_->region() : Region{};
     py::gil_scoped_release nogil;
-    transport_ =
-        std::make_unique<Transport>(std::move(agent_name), view_.region(), std::move(options));
+    transport_ = std::make_unique<Transport>(std::move(agent_name), region, std::move(options));
   }
 
   ~PyTransport() {
@@ -35,13 +36,17 @@ class PyTransport {
   Transport& get() { return *transport_; }
 
  private:
-  PoolView view_;
+  std::unique_ptr<PoolView> view_;
   std::unique_ptr<Transport> transport_;
 };
 
 // Adds write_blocks and poll to the bound class as METH_FASTCALL methods:
 // pybind11's generic dispatch costs more than the calls themselves.
 void add_hot_path(py::class_<PyTransport>& cls);
+
+// Adds the region and descriptor-list calls (register_memory, prepare,
+// transfer...) and the DescList class (regions.cc).
+void add_regions(py::module_& m, py::class_<PyTransport>& cls);
 
 // The PollResult class (a typing.NamedTuple defined in Python) and its one
 // shared empty value, handed over at import.

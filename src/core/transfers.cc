@@ -275,7 +275,9 @@ void TransportState::record_into_ring(const Inflight& e, TransferResult result, 
   r.id = e.id;
   r.peer = e.peer->shared_id;
   r.op = e.op;
-  r.blocks = e.bytes / region_.block_len;
+  // A transfer between descriptor lists moves no blocks (and a transport
+  // with no pool has no block length to divide by).
+  r.blocks = e.descs || region_.block_len == 0 ? 0 : e.bytes / region_.block_len;
   r.bytes = e.bytes;
   r.posted = e.started;
   r.completed = now;
