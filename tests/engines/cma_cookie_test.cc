@@ -124,19 +124,19 @@ TEST(CookieNoPool, DeclaredRegionsReadBackAndAWithdrawalChangesTheirSeq) {
   EXPECT_EQ(entries[1].len, 0u);  // never declared
   const std::uint64_t seq_addr = entry_addr(cookie.table_addr(), 7);
   const std::uint64_t seq = entries[0].seq;
-  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(),
-                                 std::span(&seq_addr, 1), std::span(&seq, 1), &err),
+  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(), std::span(&seq_addr, 1),
+                                 std::span(&seq, 1), &err),
             Status::kSuccess);
   cookie.withdraw(r.id);
-  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(),
-                                 std::span(&seq_addr, 1), std::span(&seq, 1), &err),
+  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(), std::span(&seq_addr, 1),
+                                 std::span(&seq, 1), &err),
             Status::kMismatch);
   ASSERT_EQ(read_region_entries(::getpid(), cookie.table_addr(), slots, entries, &err),
             Status::kSuccess);
   EXPECT_EQ(entries[0].len, 0u);
   cookie.retire();
-  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(),
-                                 std::span(&seq_addr, 1), std::span(&seq, 1), &err),
+  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(), std::span(&seq_addr, 1),
+                                 std::span(&seq, 1), &err),
             Status::kRemoteDisconnect);
 }
 

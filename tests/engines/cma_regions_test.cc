@@ -19,7 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr std::size_t kLen = std::size_t{64} << 20;  // 64 one-MiB chunks
+constexpr std::size_t kLen = std::size_t{64} << 20;          // 64 one-MiB chunks
 constexpr std::uint64_t kId = (std::uint64_t{1} << 32) | 3;  // slot 3, generation 1
 
 std::vector<std::uint8_t> pattern(std::size_t n) {
@@ -134,8 +134,9 @@ TEST(CmaRegions, AConnectToRegionsTheTargetDoesNotDeclareIsRefused) {
   remote.pid = static_cast<std::uint32_t>(::getpid());
   // The same slot under the next generation, and at its place a region of
   // another length.
-  for (const MemRegion forged : {MemRegion{kId + (std::uint64_t{1} << 32), RegionPair::addr(p.theirs), kLen},
-                                 MemRegion{kId, RegionPair::addr(p.theirs), kLen / 2}}) {
+  for (const MemRegion forged :
+       {MemRegion{kId + (std::uint64_t{1} << 32), RegionPair::addr(p.theirs), kLen},
+        MemRegion{kId, RegionPair::addr(p.theirs), kLen / 2}}) {
     remote.regions = {forged};
     EXPECT_EQ(test::connect_lane(p.source, p.target, remote, &p.peer, &why), Status::kMismatch);
     EXPECT_NE(why.find("the target registered"), std::string::npos) << why;

@@ -441,9 +441,9 @@ void cookie_seeds() {
   write_seed(t, false, "table_too_long",
              cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, 0x7f0000200000,
                      wire::kCookieMaxSlots + 1}));
-  write_seed(t, false, "table_misaligned",
-             cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, 0x7f0000200004,
-                     16}));
+  write_seed(
+      t, false, "table_misaligned",
+      cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, 0x7f0000200004, 16}));
   write_seed(t, false, "table_wraps",
              cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, ~0ull - 7, 16}));
   write_seed(t, false, "table_without_slots", set_u64(valid, 56, 0x7f0000200000));

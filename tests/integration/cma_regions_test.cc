@@ -17,8 +17,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <sstream>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -143,8 +143,7 @@ class CmaForgedRegionsTest : public ::testing::Test {
       a.transport.add_remote_peer("b", wire::encode(m));
       accepted = true;
     } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find("the target registered"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("the target registered"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(accepted) << "forged region metadata was accepted";
     EXPECT_TRUE(a.transport.peers().empty());
@@ -333,8 +332,7 @@ TEST_F(CmaRegionsProcessTest, ARegionMovedInForgedMetadataIsRefused) {
 TEST_F(CmaRegionsProcessTest, ARegionItDeregisteredIsNotWritten) {
   RegionAgent a("a", 1, 5);
   a.transport.add_remote_peer("t", metadata_);
-  const DescList l =
-      a.transport.prepare(std::vector<MemDesc>{{addr_of(a.buffers[0]), kRegionLen}});
+  const DescList l = a.transport.prepare(std::vector<MemDesc>{{addr_of(a.buffers[0]), kRegionLen}});
   const DescList r = a.transport.prepare(theirs(1), "t");
   const std::string before = target_.request("rsum 1");
   ASSERT_EQ(target_.request("dereg 1"), "dereg ok");

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engines/cma/cma_cookie.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -133,10 +132,10 @@ Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_off
   while (epoch_ == 0) epoch_ = random_u64();
   // The pool was checked when the transport was built (region_is_valid, or
   // none: all zeros), so what is written here decodes on the peer's side.
-  wire::encode_cookie(page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base),
-                                         pool.num_blocks, pool.block_len, pool_fd, pool_offset,
-                                         static_cast<std::uint32_t>(fd_), table_addr(),
-                                         wire::kCookieMaxSlots});
+  wire::encode_cookie(
+      page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base), pool.num_blocks,
+                         pool.block_len, pool_fd, pool_offset, static_cast<std::uint32_t>(fd_),
+                         table_addr(), wire::kCookieMaxSlots});
 }
 
 Cookie::~Cookie() {
@@ -234,6 +233,23 @@ Status read_declaration(pid_t pid, std::uint64_t addr, Declaration* out, int* er
 
 namespace kvxfer::internal::cma {
 
+namespace {
+
+// process_vm_readv of `n` remote iovecs into `local` (`local_n` of them),
+// which must read `want` bytes: kSuccess, or what read_cookie returns for
+// a failure. *err: the errno, or 0.
+Status read_all(pid_t pid, const iovec* local, std::size_t local_n, const iovec* remote,
+                std::size_t n, std::size_t want, int* err) {
+  const ssize_t got = ::process_vm_readv(pid, local, local_n, remote, n, 0);
+  *err = got < 0 ? errno : 0;
+  if (got == static_cast<ssize_t>(want)) return Status::kSuccess;
+  if (got < 0 && (*err == ESRCH || *err == EFAULT)) return Status::kRemoteDisconnect;
+  if (got < 0 && *err == EPERM) return Status::kNotAllowed;
+  return Status::kBackend;
+}
+
+}  // namespace
+
 Status read_region_entries(pid_t pid, std::uint64_t table_addr,
                            std::span<const std::uint32_t> slots, std::span<wire::RegionEntry> out,
                            int* err) {
@@ -250,26 +266,19 @@ Status read_region_entries(pid_t pid, std::uint64_t table_addr,
       remote[k] = {reinterpret_cast<void*>(entry_addr(table_addr, slots[i + k])),
                    wire::kRegionEntryLen};
     }
-    ssize_t got = ::process_vm_readv(pid, local, n, remote, n, 0);
-    if (got == static_cast<ssize_t>(n * wire::kRegionEntryLen)) {
-      // The seqs again: an entry whose seq moved meanwhile was changing.
-      for (std::size_t k = 0; k < n; ++k) {
-        local[k] = {&again[k], sizeof(std::uint64_t)};
-        remote[k].iov_len = sizeof(std::uint64_t);
-      }
-      got = ::process_vm_readv(pid, local, n, remote, n, 0);
-      if (got == static_cast<ssize_t>(n * sizeof(std::uint64_t))) got = -2;
+    Status st = read_all(pid, local, n, remote, n, n * wire::kRegionEntryLen, err);
+    if (st != Status::kSuccess) return st;
+    // The seqs again: an entry whose seq moved meanwhile was changing.
+    for (std::size_t k = 0; k < n; ++k) {
+      local[k] = {&again[k], sizeof(std::uint64_t)};
+      remote[k].iov_len = sizeof(std::uint64_t);
     }
-    if (got != -2) {
-      *err = got < 0 ? errno : 0;
-      if (got < 0 && (errno == ESRCH || errno == EFAULT)) return Status::kRemoteDisconnect;
-      if (got < 0 && errno == EPERM) return Status::kNotAllowed;
-      return Status::kBackend;
-    }
+    st = read_all(pid, local, n, remote, n, n * sizeof(std::uint64_t), err);
+    if (st != Status::kSuccess) return st;
     for (std::size_t k = 0; k < n; ++k) {
       wire::RegionEntry e;
-      const bool ok = wire::decode_region_entry(bytes[k], &e) && e.seq == again[k];
-      out[i + k] = ok ? e : wire::RegionEntry{};
+      const bool settled = wire::decode_region_entry(bytes[k], &e) && e.seq == again[k];
+      out[i + k] = settled ? e : wire::RegionEntry{};
     }
   }
   return Status::kSuccess;
@@ -278,21 +287,17 @@ Status read_region_entries(pid_t pid, std::uint64_t table_addr,
 Status read_cookie_and_seqs(pid_t pid, std::uint64_t cookie_addr, std::uint64_t epoch,
                             std::span<const std::uint64_t> seq_addrs,
                             std::span<const std::uint64_t> seqs, int* err) {
-  std::uint64_t words[1 + kMaxSeqReads];
-  iovec local{words, (1 + seq_addrs.size()) * sizeof(std::uint64_t)};
-  iovec remote[1 + kMaxSeqReads];
   const std::size_t n = std::min(seq_addrs.size(), kMaxSeqReads);
+  std::uint64_t words[1 + kMaxSeqReads];
+  const iovec local{words, (1 + n) * sizeof(std::uint64_t)};
+  iovec remote[1 + kMaxSeqReads];
   remote[0] = {reinterpret_cast<void*>(cookie_addr + wire::kCookieEpochAt), sizeof(std::uint64_t)};
   for (std::size_t k = 0; k < n; ++k) {
     remote[1 + k] = {reinterpret_cast<void*>(seq_addrs[k]), sizeof(std::uint64_t)};
   }
-  local.iov_len = (1 + n) * sizeof(std::uint64_t);
-  const ssize_t got = ::process_vm_readv(pid, &local, 1, remote, 1 + n, 0);
-  *err = got < 0 ? errno : 0;
-  if (got != static_cast<ssize_t>(local.iov_len)) {
-    if (got < 0 && (errno == ESRCH || errno == EFAULT)) return Status::kRemoteDisconnect;
-    if (got < 0 && errno == EPERM) return Status::kNotAllowed;
-    return Status::kBackend;
+  if (const Status st = read_all(pid, &local, 1, remote, 1 + n, local.iov_len, err);
+      st != Status::kSuccess) {
+    return st;
   }
   if (wire::load_le<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(&words[0])) != epoch) {
     return Status::kRemoteDisconnect;

@@ -249,9 +249,10 @@ Status CmaLane::run_copy(Xfer& xfer, const Claim* claim, bool caller) {
     result = Status::kBackend;
   }
   if (st == Status::kMismatch) {
-    log().warn("kvxfer cma {}: transfer {} to peer {} (pid {}) names a region the target "
-               "withdrew: not copied",
-               agent_name_, xfer.id, peer.agent_name, peer.pid);
+    log().warn(
+        "kvxfer cma {}: transfer {} to peer {} (pid {}) names a region the target "
+        "withdrew: not copied",
+        agent_name_, xfer.id, peer.agent_name, peer.pid);
   }
   if (result == Status::kRemoteDisconnect && !peer.gone.exchange(true)) {
     log().warn("kvxfer cma {}: peer {} (pid {}) is gone", agent_name_, peer.agent_name, peer.pid);
@@ -267,9 +268,9 @@ Status CmaLane::copy_claim(Peer& peer, const Xfer& xfer, std::span<iovec> local,
   for (std::size_t i = 0; i < local.size() && result == Status::kSuccess; i += kMaxIov) {
     const std::size_t k = std::min(kMaxIov, local.size() - i);
     if (xfer.mapped) {
-      bytes_copied_.fetch_add(mapped_copy(peer, xfer.read, local.subspan(i, k),
-                                          remote.subspan(i, k)),
-                              std::memory_order_relaxed);
+      bytes_copied_.fetch_add(
+          mapped_copy(peer, xfer.read, local.subspan(i, k), remote.subspan(i, k)),
+          std::memory_order_relaxed);
     } else {
       result = cma_copy(peer, xfer.read, local.subspan(i, k), remote.subspan(i, k));
     }

@@ -29,8 +29,7 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
       pool_file_(region.base == nullptr
                      ? SharedPoolFile{}
                      : find_shared_pool(region.base, region.num_blocks * region.block_len)),
-      cookie_(region,
-              pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
+      cookie_(region, pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
               pool_file_.fd >= 0 ? pool_file_.offset : 0, token),
       map_peer_pools_(policy.map != PoolMapping::kOff),
       populate_peer_pools_(policy.map == PoolMapping::kPopulate),

@@ -275,8 +275,7 @@ class CmaLane final : public Lane {
   // (each iovec's; the pool's need none), in as few reads as
   // kMaxSeqReads allows. kMismatch: a region was withdrawn or changed.
   Status check_peer(Peer& peer, std::span<const std::uint32_t> remote_index, int* err);
-  Status copy_claim(Peer& peer, const Xfer& xfer, std::span<iovec> local,
-                    std::span<iovec> remote);
+  Status copy_claim(Peer& peer, const Xfer& xfer, std::span<iovec> local, std::span<iovec> remote);
 
   // cma_regions.cc.
   // Checks every region `remote` lists against the target's declaration

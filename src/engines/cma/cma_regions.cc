@@ -90,8 +90,8 @@ Status CmaLane::check_regions(Peer& peer, const Declaration& declared, const Rem
   int err = 0;
   const Status st = read_region_entries(peer.pid, declared.table_addr, slots, entries, &err);
   if (st != Status::kSuccess) {
-    *reason = fmt::format("peer {} (pid {}): its region table cannot be read ({})",
-                          peer.agent_name, peer.pid, err != 0 ? std::strerror(err) : "short read");
+    *reason = fmt::format("peer {} (pid {}): its region table cannot be read ({})", peer.agent_name,
+                          peer.pid, err != 0 ? std::strerror(err) : "short read");
     return st == Status::kRemoteDisconnect ? st : Status::kMismatch;
   }
   for (std::size_t k = 0; k < slots.size(); ++k) {
@@ -219,8 +219,8 @@ Status CmaLane::check_peer(Peer& peer, std::span<const std::uint32_t> remote_ind
       ++n;
     }
     if (n == kMaxSeqReads || (end && (n > 0 || !read_once))) {
-      st = read_cookie_and_seqs(peer.pid, peer.cookie_addr, peer.cookie_epoch,
-                                std::span(addrs, n), std::span(seqs, n), err);
+      st = read_cookie_and_seqs(peer.pid, peer.cookie_addr, peer.cookie_epoch, std::span(addrs, n),
+                                std::span(seqs, n), err);
       read_once = true;
       n = 0;
     }
