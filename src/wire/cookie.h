@@ -6,22 +6,32 @@
 // are decoded like any other peer bytes: bounds-checked, versioned, and
 // refused unless they describe a pool that fits the address space.
 //
-// Layout (little-endian), version 2, exactly kCookieLen bytes:
+// Layout (little-endian), version 3, exactly kCookieLen bytes:
 //   u64 epoch | u32 magic "KVXC" | u16 version | u16 zero
 //   | u64 pool base | u64 num_blocks | u64 block_len
 //   | u32 pool fd | u32 cookie fd | u64 pool offset
+//   | u64 region table address | u32 region table slots | u32 zero
 // The epoch comes first and stays there in every version: peers read only
 // those 8 bytes before every chunk they copy (read_cookie), and a retired
-// page reads epoch 0. The epoch is random and nonzero; the pool is
-// non-empty and ends inside the 64-bit address space (common/region.h).
+// page reads epoch 0. The epoch is random and nonzero; the pool is either
+// none (base, num_blocks and block_len all 0) or non-empty and ends inside
+// the 64-bit address space (common/region.h).
 // Pool fd and offset (version 2): the target's descriptor of the memfd its
 // pool lies in (a kvxfer::SharedPool) and where in it, for a same-host peer
 // to duplicate and map; kNoFd (and offset 0) when the pool is other
-// memory. Cookie fd: the descriptor of this page's own memfd (kNoFd:
-// none), which a peer that mapped the pool maps too, to read the epoch
-// before each chunk without a system call. Both are the target's word
-// only: a peer maps a descriptor only after checking it against the
+// memory or there is none. Cookie fd: the descriptor of this page's own
+// memfd (kNoFd: none), which a peer that mapped the pool maps too, to read
+// the epoch before each chunk without a system call. Both are the target's
+// word only: a peer maps a descriptor only after checking it against the
 // target's own mappings (cma_mapping.h).
+// Region table (version 3): where the target declares its regions besides
+// the pool, an array of `slots` entries of kRegionEntryLen bytes, entry i
+// for the region whose id has slot i (slot 0, the pool's, stays empty: the
+// pool is declared above). Address 8-aligned and 0 exactly when slots is 0.
+// An entry (u64 seq | u64 id | u64 base | u64 len) is written seqlock-wise
+// by its owner alone: seq odd while it changes, and a new even value after
+// every change, so a peer that saw seq S with the region live knows the
+// region is still the same while seq reads S. Live: seq even, len nonzero.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +43,12 @@
 namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kCookieMagic = 0x4358564b;  // "KVXC" as bytes
-inline constexpr std::uint16_t kCookieVersion = 2;
-inline constexpr std::size_t kCookieLen = 56;
+inline constexpr std::uint16_t kCookieVersion = 3;
+inline constexpr std::size_t kCookieLen = 72;
+// The most region table slots a declaration may name (metadata's
+// kMaxRegions), and one entry's length.
+inline constexpr std::uint32_t kCookieMaxSlots = 65536;
+inline constexpr std::size_t kRegionEntryLen = 32;
 // No descriptor (pool fd, cookie fd).
 inline constexpr std::uint32_t kNoFd = 0xffffffff;
 // The largest descriptor number a declaration may name (a Linux fd is an int).
@@ -51,6 +65,16 @@ struct CookieDeclaration {
   std::uint32_t pool_fd = kNoFd;    // at most kMaxFd, or kNoFd
   std::uint64_t pool_offset = 0;    // 0 when pool_fd is kNoFd
   std::uint32_t cookie_fd = kNoFd;  // at most kMaxFd, or kNoFd
+  std::uint64_t table_addr = 0;     // the region table (0: none)
+  std::uint32_t table_slots = 0;    // its entries, at most kCookieMaxSlots
+};
+
+// One entry of the region table, decoded.
+struct RegionEntry {
+  std::uint64_t seq = 0;
+  std::uint64_t id = 0;
+  std::uint64_t base = 0;
+  std::uint64_t len = 0;
 };
 
 // Writes a declaration in place at `out` (kCookieLen bytes).
@@ -66,12 +90,45 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   w.u32(d.pool_fd);
   w.u32(d.cookie_fd);
   w.u64(d.pool_offset);
+  w.u64(d.table_addr);
+  w.u32(d.table_slots);
+  w.u32(0);
 }
 
-// False unless `bytes` is exactly one well-formed version-2 declaration with
-// a nonzero epoch, a valid pool (non-empty, no overflow of base + size), and
-// either no pool fd (offset 0) or an fd number of at most kMaxFd, and a
-// cookie fd of at most kMaxFd or none.
+// Writes a region table entry at `out` (kRegionEntryLen bytes): golden
+// tests and fuzz seeds. The owner writes its live table word by word
+// (cma_cookie.cc), in the same layout.
+inline void encode_region_entry(std::uint8_t* out, const RegionEntry& e) {
+  ByteWriter w(std::span(out, kRegionEntryLen));
+  w.u64(e.seq);
+  w.u64(e.id);
+  w.u64(e.base);
+  w.u64(e.len);
+}
+
+// False unless `bytes` is exactly one entry that is settled (seq even) and
+// either empty (len 0) or a region that ends inside the address space. On
+// failure *out is left alone.
+[[nodiscard]] inline bool decode_region_entry(std::span<const std::uint8_t> bytes,
+                                              RegionEntry* out) {
+  if (bytes.size() != kRegionEntryLen) return false;
+  ByteReader in(bytes);
+  const auto seq = in.u64();
+  const auto id = in.u64();
+  const auto base = in.u64();
+  const auto len = in.u64();
+  if (!in.ok() || !in.at_end() || *seq % 2 != 0) return false;
+  if (*len != 0 && *base > ~std::uint64_t{0} - *len) return false;
+  *out = RegionEntry{*seq, *id, *base, *len};
+  return true;
+}
+
+// False unless `bytes` is exactly one well-formed version-3 declaration with
+// a nonzero epoch, no pool or a valid one (non-empty, no overflow of base +
+// size), either no pool fd (offset 0; always so with no pool) or an fd
+// number of at most kMaxFd, a cookie fd of at most kMaxFd or none, and a
+// region table of at most kCookieMaxSlots entries, 8-aligned, inside the
+// address space (or none: address and slots 0).
 // On failure *out is left alone.
 [[nodiscard]] inline bool decode_cookie(std::span<const std::uint8_t> bytes,
                                         CookieDeclaration* out) {
@@ -87,12 +144,23 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   const auto pool_fd = in.u32();
   const auto cookie_fd = in.u32();
   const auto pool_offset = in.u64();
+  const auto table_addr = in.u64();
+  const auto table_slots = in.u32();
+  const auto reserved2 = in.u32();
   if (!in.ok() || !in.at_end() || *magic != kCookieMagic || *version != kCookieVersion ||
-      *reserved != 0) {
+      *reserved != 0 || *reserved2 != 0) {
     return false;
   }
-  if (*epoch == 0 || !internal::region_is_valid(*base, *num_blocks, *block_len)) return false;
-  if (*pool_fd == kNoFd ? *pool_offset != 0 : *pool_fd > kMaxFd) return false;
+  const bool no_pool = *base == 0 && *num_blocks == 0 && *block_len == 0;
+  if (*epoch == 0 || (!no_pool && !internal::region_is_valid(*base, *num_blocks, *block_len))) {
+    return false;
+  }
+  if (*pool_fd == kNoFd ? *pool_offset != 0 : (*pool_fd > kMaxFd || no_pool)) return false;
+  if (*table_slots > kCookieMaxSlots || (*table_slots == 0) != (*table_addr == 0) ||
+      *table_addr % 8 != 0 ||
+      *table_addr > ~std::uint64_t{0} - std::uint64_t{*table_slots} * kRegionEntryLen) {
+    return false;
+  }
   if (*cookie_fd != kNoFd && *cookie_fd > kMaxFd) return false;
   out->epoch = *epoch;
   out->base_addr = *base;
@@ -101,6 +169,8 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   out->pool_fd = *pool_fd;
   out->pool_offset = *pool_offset;
   out->cookie_fd = *cookie_fd;
+  out->table_addr = *table_addr;
+  out->table_slots = *table_slots;
   return true;
 }
 

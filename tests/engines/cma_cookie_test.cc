@@ -85,8 +85,59 @@ TEST_F(CookieTest, ThePageHoldsTheDeclarationInTheWireFormat) {
   ASSERT_GE(cookie.fd(), 0);
   EXPECT_EQ(std::vector<std::uint8_t>(page, page + wire::kCookieLen),
             encoded(wire::CookieDeclaration{cookie.epoch(), base_, kBlocks, kBlockLen, wire::kNoFd,
-                                            0, static_cast<std::uint32_t>(cookie.fd())}));
+                                            0, static_cast<std::uint32_t>(cookie.fd()),
+                                            cookie.table_addr(), wire::kCookieMaxSlots}));
   EXPECT_NE(cookie.epoch(), 0u);
+}
+
+TEST(CookieNoPool, ACookieWithNoPoolDeclaresZerosAndATable) {
+  Cookie cookie(Region{});
+  Declaration d;
+  ASSERT_EQ(read_own(cookie.addr(), &d), Status::kSuccess);
+  EXPECT_EQ(d.base_addr, 0u);
+  EXPECT_EQ(d.num_blocks, 0u);
+  EXPECT_EQ(d.block_len, 0u);
+  EXPECT_EQ(d.pool_fd, wire::kNoFd);
+  EXPECT_EQ(d.table_addr, cookie.table_addr());
+  EXPECT_EQ(d.table_slots, wire::kCookieMaxSlots);
+}
+
+// What a peer reads of the table: a declared region as declared, with an
+// even seq; withdrawn, empty with a newer seq, so a check against the seq
+// read while it was declared fails while the epoch still matches.
+TEST(CookieNoPool, DeclaredRegionsReadBackAndAWithdrawalChangesTheirSeq) {
+  Cookie cookie(Region{});
+  std::vector<std::uint8_t> buffer(8192);
+  const MemRegion r{(std::uint64_t{3} << 32) | 7, reinterpret_cast<std::uintptr_t>(buffer.data()),
+                    buffer.size()};
+  cookie.declare(r);
+  const std::uint32_t slots[] = {7, 8};
+  wire::RegionEntry entries[2];
+  int err = 0;
+  ASSERT_EQ(read_region_entries(::getpid(), cookie.table_addr(), slots, entries, &err),
+            Status::kSuccess);
+  EXPECT_EQ(entries[0].id, r.id);
+  EXPECT_EQ(entries[0].base, r.base);
+  EXPECT_EQ(entries[0].len, r.len);
+  EXPECT_EQ(entries[0].seq % 2, 0u);
+  EXPECT_NE(entries[0].seq, 0u);
+  EXPECT_EQ(entries[1].len, 0u);  // never declared
+  const std::uint64_t seq_addr = entry_addr(cookie.table_addr(), 7);
+  const std::uint64_t seq = entries[0].seq;
+  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(), std::span(&seq_addr, 1),
+                                 std::span(&seq, 1), &err),
+            Status::kSuccess);
+  cookie.withdraw(r.id);
+  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(), std::span(&seq_addr, 1),
+                                 std::span(&seq, 1), &err),
+            Status::kMismatch);
+  ASSERT_EQ(read_region_entries(::getpid(), cookie.table_addr(), slots, entries, &err),
+            Status::kSuccess);
+  EXPECT_EQ(entries[0].len, 0u);
+  cookie.retire();
+  EXPECT_EQ(read_cookie_and_seqs(::getpid(), cookie.addr(), cookie.epoch(), std::span(&seq_addr, 1),
+                                 std::span(&seq, 1), &err),
+            Status::kRemoteDisconnect);
 }
 
 // The descriptor the page declares is its own memfd, sealed at one page, so
@@ -165,7 +216,8 @@ TEST_F(CookieTest, BytesThatDoNotDecodeAreNotACookie) {
   };
   const std::vector<std::pair<const char*, std::vector<std::uint8_t>>> cases = {
       {"magic", patched(8, 'X')},
-      {"version", patched(12, 3)},
+      {"version", patched(12, 2)},
+      {"a table without slots", patched(56, 8)},
       {"an offset without a pool fd", patched(48, 1)},
       {"reserved", patched(14, 1)},
       {"no blocks", encoded(wire::CookieDeclaration{kEpoch, base_, 0, kBlockLen})},

@@ -29,12 +29,19 @@ bool accepts(std::span<const std::uint8_t> input) {
     }
     return false;
   }
+  const bool no_pool = d.base_addr == 0 && d.num_blocks == 0 && d.block_len == 0;
   if (input.size() != kCookieLen || d.epoch == 0 ||
-      !internal::region_is_valid(d.base_addr, d.num_blocks, d.block_len)) {
+      (!no_pool && !internal::region_is_valid(d.base_addr, d.num_blocks, d.block_len))) {
     std::abort();
   }
-  // A descriptor is an int, and there is no offset without one.
-  if (d.pool_fd == kNoFd ? d.pool_offset != 0 : d.pool_fd > kMaxFd) std::abort();
+  // A descriptor is an int, and there is no offset without one, nor one
+  // without a pool.
+  if (d.pool_fd == kNoFd ? d.pool_offset != 0 : (d.pool_fd > kMaxFd || no_pool)) std::abort();
+  // A table stays inside the address space.
+  if (d.table_slots > kCookieMaxSlots || d.table_addr % 8 != 0 ||
+      d.table_addr > ~std::uint64_t{0} - std::uint64_t{d.table_slots} * kRegionEntryLen) {
+    std::abort();
+  }
   if (d.cookie_fd != kNoFd && d.cookie_fd > kMaxFd) std::abort();
   // The epoch read_cookie reads alone is the declaration's.
   if (load_le<std::uint64_t>(input.data() + kCookieEpochAt) != d.epoch) std::abort();

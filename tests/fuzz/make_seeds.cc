@@ -433,7 +433,23 @@ void cookie_seeds() {
              cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 4096}));
   write_seed(t, true, "valid_cookie_fd", cookie({7, 0x7f0000100000, 16, 4096, 5, 0, 6}));
   write_seed(t, false, "cookie_fd_past_int", set_u32(valid, 44, wire::kMaxFd + 1));
+  write_seed(t, true, "valid_no_pool", cookie({7, 0, 0, 0}));
+  write_seed(t, true, "valid_region_table",
+             cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, 0x7f0000200000,
+                     wire::kCookieMaxSlots}));
+  write_seed(t, false, "no_pool_with_fd", cookie({7, 0, 0, 0, 5, 0}));
+  write_seed(t, false, "table_too_long",
+             cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, 0x7f0000200000,
+                     wire::kCookieMaxSlots + 1}));
+  write_seed(
+      t, false, "table_misaligned",
+      cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, 0x7f0000200004, 16}));
+  write_seed(t, false, "table_wraps",
+             cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, ~0ull - 7, 16}));
+  write_seed(t, false, "table_without_slots", set_u64(valid, 56, 0x7f0000200000));
+  write_seed(t, false, "table_reserved_set", set_u32(valid, 68, 1));
   write_seed(t, false, "version_1", set_u16(valid, 12, 1));
+  write_seed(t, false, "version_2", set_u16(valid, 12, 2));
   constexpr std::size_t kMagicAt = 8;
   constexpr std::size_t kVersionAt = 12;
   constexpr std::size_t kReservedAt = 14;

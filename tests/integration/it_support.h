@@ -53,6 +53,9 @@ struct TargetOptions {
   // The pool is a kvxfer::SharedPool (--shared-pool): same-host initiators
   // map it and copy with memcpy.
   bool shared_pool = false;
+  // The transport registers no pool (--no-pool); regions come with the
+  // "regions" command.
+  bool no_pool = false;
   // Network namespace to run in (`ip netns exec NETNS ...`, which execs, so
   // pid() is still the target's own pid); empty: this one.
   std::string netns;
@@ -152,6 +155,7 @@ class TargetProcess {
     }
     if (options_.poll_loop) args.emplace_back("--poll-loop");
     if (options_.shared_pool) args.emplace_back("--shared-pool");
+    if (options_.no_pool) args.emplace_back("--no-pool");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   std::uint64_t guard_bytes = 0;
   bool shared_pool = false;
   bool poll_loop = false;
+  bool no_pool = false;
   std::map<std::string, std::string> engine_config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -159,6 +160,8 @@ int main(int argc, char** argv) {
       progress_thread = false;
     } else if (arg == "--poll-loop") {
       poll_loop = true;
+    } else if (arg == "--no-pool") {
+      no_pool = true;
     } else {
       std::cerr << "unknown argument " << arg << "\n";
       return 2;
@@ -172,7 +175,11 @@ int main(int argc, char** argv) {
   options.engine_config = engine_config;
   options.engine_config = kvxfer::it::with_tls(options.engine_config, tls);
   auto transport = std::make_unique<kvxfer::Transport>(
-      name, kvxfer::Region{pool.base(), num_blocks, block_len}, options);
+      name, no_pool ? kvxfer::Region{} : kvxfer::Region{pool.base(), num_blocks, block_len},
+      options);
+  // Regions besides the pool ("regions", "rsum", "rfill", "dereg").
+  std::vector<std::vector<std::uint8_t>> regions;
+  std::vector<kvxfer::RegionId> region_ids;
   // Stopped before the transport closes (declared after it: destroyed first).
   auto poller = poll_loop ? std::make_unique<Poller>(*transport) : nullptr;
   out.line("ready " + std::to_string(transport->base_addr()) + ' ' +
@@ -260,6 +267,37 @@ int main(int argc, char** argv) {
       in >> gen;
       pool.fill_generation_for_readers(gen);
       out.line("filled");
+    } else if (cmd == "regions") {
+      // regions N LEN: registers N zeroed buffers of LEN bytes; replies
+      // "regions <metadata hex> <addr>..." (the metadata now lists them).
+      std::size_t n = 0;
+      std::uint64_t len = 0;
+      in >> n >> len;
+      std::string reply;
+      for (std::size_t k = 0; k < n; ++k) {
+        regions.emplace_back(len, 0);
+        region_ids.push_back(transport->register_memory(regions.back().data(), len));
+        reply += ' ' + std::to_string(reinterpret_cast<std::uintptr_t>(regions.back().data()));
+      }
+      out.line("regions " + kvxfer::it::to_hex(transport->agent_metadata()) + reply);
+    } else if (cmd == "rsum" || cmd == "rfill" || cmd == "dereg") {
+      std::size_t k = 0;
+      in >> k;
+      if (k >= regions.size()) {
+        out.line("bad request");
+      } else if (cmd == "rsum") {
+        out.line("sum " + std::to_string(fnv1a(regions[k].data(), regions[k].size())));
+      } else if (cmd == "rfill") {
+        std::uint64_t seed = 0;
+        in >> seed;
+        for (std::size_t i = 0; i < regions[k].size(); ++i) {
+          regions[k][i] = static_cast<std::uint8_t>(seed * 31 + i * 7 + k * 13);
+        }
+        out.line("filled");
+      } else {
+        transport->deregister_memory(region_ids[k]);
+        out.line("dereg ok");
+      }
     } else if (cmd == "checksum") {
       out.line("sum " + std::to_string(fnv1a(pool.base(), pool.len())));
     } else if (cmd == "guard") {

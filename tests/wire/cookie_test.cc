@@ -30,7 +30,7 @@ bool decodes(const std::vector<std::uint8_t>& bytes) {
 const CookieDeclaration kGood{0x1122334455667788ull, 0x00007f0012340000ull, 16, 4096};
 
 TEST(Cookie, RoundTrips) {
-  for (const CookieDeclaration in :
+  for (const CookieDeclaration& in :
        {kGood, CookieDeclaration{1, 0, 1, 1}, CookieDeclaration{kMax, 0, 1, kMax},
         CookieDeclaration{kMax, kMax - 4096, 1, 4096}}) {
     CookieDeclaration out;
@@ -84,12 +84,14 @@ TEST(Cookie, RefusesADescriptorPastAnIntAndAnOffsetWithoutADescriptor) {
 TEST(Cookie, LayoutIsLittleEndianWithTheEpochFirstAndMagicKVXC) {
   const std::vector<std::uint8_t> expected = {
       0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // epoch
-      'K',  'V',  'X',  'C',  2,    0,    0,    0,     // magic, version 2, zero
+      'K',  'V',  'X',  'C',  3,    0,    0,    0,     // magic, version 3, zero
       0x00, 0x00, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00,  // pool base
       16,   0,    0,    0,    0,    0,    0,    0,     // num_blocks
       0x00, 0x10, 0,    0,    0,    0,    0,    0,     // block_len
       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,  // no pool fd, no cookie fd
       0,    0,    0,    0,    0,    0,    0,    0,     // pool offset
+      0,    0,    0,    0,    0,    0,    0,    0,     // no region table
+      0,    0,    0,    0,    0,    0,    0,    0,     // slots 0, zero
   };
   EXPECT_EQ(bytes_of(kGood), expected);
   EXPECT_EQ(kCookieLen, expected.size());
@@ -119,9 +121,9 @@ TEST(Cookie, RefusesWrongMagicVersionOrReservedWord) {
     bytes[at] ^= 0x01;
     EXPECT_FALSE(decodes(bytes)) << "byte " << at;
   }
-  // Version 1 (no pool fd) is no longer read: every peer of a release
-  // writes version 2.
-  for (const std::uint8_t version : {0, 1, 3, 0xff}) {
+  // Versions 1 and 2 (no region table) are no longer read: every peer of
+  // a release writes version 3.
+  for (const std::uint8_t version : {0, 1, 2, 4, 0xff}) {
     auto bytes = bytes_of(kGood);
     bytes[12] = version;
     EXPECT_FALSE(decodes(bytes)) << "version " << int{version};
@@ -146,9 +148,77 @@ TEST(Cookie, RefusesZeroEpochAndARetiredPage) {
   EXPECT_FALSE(decodes(std::vector<std::uint8_t>(kCookieLen, 0)));
 }
 
-TEST(Cookie, RefusesAnEmptyPool) {
+TEST(Cookie, RefusesAnEmptyPoolThatIsNotNone) {
   EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, kGood.base_addr, 0, 4096})));
   EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, kGood.base_addr, 16, 0})));
+  EXPECT_FALSE(decodes(bytes_of(CookieDeclaration{1, 0, 0, 4096})));
+}
+
+TEST(Cookie, NoPoolAtAllIsDeclaredAsZerosButNeverWithADescriptor) {
+  CookieDeclaration none{7, 0, 0, 0};
+  CookieDeclaration out;
+  ASSERT_TRUE(decode_cookie(bytes_of(none), &out));
+  EXPECT_EQ(out.base_addr, 0u);
+  EXPECT_EQ(out.num_blocks, 0u);
+  none.pool_fd = 3;
+  EXPECT_FALSE(decodes(bytes_of(none)));
+}
+
+TEST(Cookie, ARegionTableRoundTripsAtItsGoldenPlace) {
+  CookieDeclaration in = kGood;
+  in.table_addr = 0x00007f0000200000ull;
+  in.table_slots = kCookieMaxSlots;
+  const auto bytes = bytes_of(in);
+  EXPECT_EQ(load_le<std::uint64_t>(bytes.data() + 56), in.table_addr);
+  EXPECT_EQ(load_le<std::uint32_t>(bytes.data() + 64), kCookieMaxSlots);
+  CookieDeclaration out;
+  ASSERT_TRUE(decode_cookie(bytes, &out));
+  EXPECT_EQ(out.table_addr, in.table_addr);
+  EXPECT_EQ(out.table_slots, in.table_slots);
+}
+
+TEST(Cookie, RefusesATableTooLongMisalignedWrappingOrHalfDeclared) {
+  const auto with = [](std::uint64_t addr, std::uint32_t slots) {
+    CookieDeclaration d = kGood;
+    d.table_addr = addr;
+    d.table_slots = slots;
+    return bytes_of(d);
+  };
+  EXPECT_FALSE(decodes(with(0x7f0000200000, kCookieMaxSlots + 1)));
+  EXPECT_FALSE(decodes(with(0x7f0000200004, 16)));
+  EXPECT_FALSE(decodes(with(kMax - 7, 1)));
+  EXPECT_FALSE(decodes(with(kMax - 32 * 16 + 1 - 7, 16)));
+  EXPECT_FALSE(decodes(with(0x7f0000200000, 0)));
+  EXPECT_FALSE(decodes(with(0, 16)));
+  auto reserved = with(0x7f0000200000, 16);
+  reserved[68] = 1;
+  EXPECT_FALSE(decodes(reserved));
+}
+
+TEST(Cookie, ARegionEntryIsLittleEndianAndSettledOnlyWithAnEvenSeq) {
+  const RegionEntry e{4, 0x0000000300000002ull, 0x7f0000300000ull, 8192};
+  std::vector<std::uint8_t> bytes(kRegionEntryLen);
+  encode_region_entry(bytes.data(), e);
+  const std::vector<std::uint8_t> expected = {
+      4,    0,    0,    0,    0,    0,    0,    0,     // seq
+      2,    0,    0,    0,    3,    0,    0,    0,     // id: slot 2, generation 3
+      0x00, 0x00, 0x30, 0x00, 0x00, 0x7f, 0x00, 0x00,  // base
+      0x00, 0x20, 0,    0,    0,    0,    0,    0,     // len
+  };
+  EXPECT_EQ(bytes, expected);
+  RegionEntry out;
+  ASSERT_TRUE(decode_region_entry(bytes, &out));
+  EXPECT_EQ(out.seq, 4u);
+  EXPECT_EQ(out.id, e.id);
+  EXPECT_EQ(out.base, e.base);
+  EXPECT_EQ(out.len, e.len);
+  bytes[0] = 5;  // being written
+  EXPECT_FALSE(decode_region_entry(bytes, &out));
+  encode_region_entry(bytes.data(), RegionEntry{2, 1, kMax - 10, 11});  // wraps
+  EXPECT_FALSE(decode_region_entry(bytes, &out));
+  bytes.push_back(0);
+  EXPECT_FALSE(decode_region_entry(bytes, &out));
+  EXPECT_EQ(out.seq, 4u);
 }
 
 TEST(Cookie, RefusesAPoolPastTheEndOfTheAddressSpace) {

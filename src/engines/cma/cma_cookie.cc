@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engines/cma/cma_cookie.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -117,14 +118,65 @@ Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_off
     ::close(fd);
     throw std::runtime_error("kvxfer cma: mmap of the cookie page failed");
   }
+  constexpr std::size_t kTableLen = std::size_t{wire::kCookieMaxSlots} * wire::kRegionEntryLen;
+  void* table = ::mmap(nullptr, kTableLen, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (table == MAP_FAILED) {
+    ::munmap(page, kPageLen);
+    ::close(fd);
+    throw std::runtime_error("kvxfer cma: mmap of the region table failed");
+  }
   fd_ = fd;
   page_ = static_cast<std::uint8_t*>(page);
+  table_ = static_cast<std::uint8_t*>(table);
   while (epoch_ == 0) epoch_ = random_u64();
-  // The pool was checked when the transport was built (region_is_valid), so
-  // what is written here decodes on the peer's side.
-  wire::encode_cookie(page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base),
-                                         pool.num_blocks, pool.block_len, pool_fd, pool_offset,
-                                         static_cast<std::uint32_t>(fd_)});
+  // The pool was checked when the transport was built (region_is_valid, or
+  // none: all zeros), so what is written here decodes on the peer's side.
+  wire::encode_cookie(
+      page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base), pool.num_blocks,
+                         pool.block_len, pool_fd, pool_offset, static_cast<std::uint32_t>(fd_),
+                         table_addr(), wire::kCookieMaxSlots});
+}
+
+Cookie::~Cookie() {
+  retire();
+  if (table_ != nullptr) {
+    ::munmap(table_, std::size_t{wire::kCookieMaxSlots} * wire::kRegionEntryLen);
+  }
+}
+
+namespace {
+
+// An entry's words, written as wire/cookie.h lays them out (little-endian
+// hosts only, as the rest of the same-host lane's memory is read as is).
+std::uint64_t* entry_words(std::uint8_t* table, std::uint32_t slot) {
+  static_assert(std::endian::native == std::endian::little);
+  return reinterpret_cast<std::uint64_t*>(table + std::size_t{slot} * wire::kRegionEntryLen);
+}
+
+// The seqlock writer's steps: seq odd, the fields, seq even and new.
+void write_entry(std::uint64_t* words, std::uint64_t id, std::uint64_t base, std::uint64_t len) {
+  std::atomic_ref<std::uint64_t> seq(words[0]);
+  const std::uint64_t next = seq.load(std::memory_order_relaxed) + 1;
+  seq.store(next, std::memory_order_seq_cst);
+  std::atomic_ref<std::uint64_t>(words[1]).store(id, std::memory_order_release);
+  std::atomic_ref<std::uint64_t>(words[2]).store(base, std::memory_order_release);
+  std::atomic_ref<std::uint64_t>(words[3]).store(len, std::memory_order_release);
+  seq.store(next + 1, std::memory_order_seq_cst);
+}
+
+}  // namespace
+
+void Cookie::declare(const MemRegion& region) {
+  const std::uint32_t slot = region_slot(region.id);
+  if (table_ == nullptr || slot == 0 || slot >= wire::kCookieMaxSlots) return;
+  write_entry(entry_words(table_, slot), region.id, region.base, region.len);
+}
+
+void Cookie::withdraw(std::uint64_t id) {
+  const std::uint32_t slot = region_slot(id);
+  if (table_ == nullptr || slot == 0 || slot >= wire::kCookieMaxSlots) return;
+  write_entry(entry_words(table_, slot), 0, 0, 0);
 }
 
 void Cookie::retire() {
@@ -175,6 +227,85 @@ Status read_declaration(pid_t pid, std::uint64_t addr, Declaration* out, int* er
   std::uint64_t again = 0;
   if (const Status st = read_epoch(pid, addr, &again, err); st != Status::kSuccess) return st;
   return again == epoch ? Status::kMismatch : Status::kRemoteDisconnect;
+}
+
+}  // namespace kvxfer::internal::cma
+
+namespace kvxfer::internal::cma {
+
+namespace {
+
+// process_vm_readv of `n` remote iovecs into `local` (`local_n` of them),
+// which must read `want` bytes: kSuccess, or what read_cookie returns for
+// a failure. *err: the errno, or 0.
+Status read_all(pid_t pid, const iovec* local, std::size_t local_n, const iovec* remote,
+                std::size_t n, std::size_t want, int* err) {
+  const ssize_t got = ::process_vm_readv(pid, local, local_n, remote, n, 0);
+  *err = got < 0 ? errno : 0;
+  if (got == static_cast<ssize_t>(want)) return Status::kSuccess;
+  if (got < 0 && (*err == ESRCH || *err == EFAULT)) return Status::kRemoteDisconnect;
+  if (got < 0 && *err == EPERM) return Status::kNotAllowed;
+  return Status::kBackend;
+}
+
+}  // namespace
+
+Status read_region_entries(pid_t pid, std::uint64_t table_addr,
+                           std::span<const std::uint32_t> slots, std::span<wire::RegionEntry> out,
+                           int* err) {
+  *err = 0;
+  constexpr std::size_t kBatch = 64;
+  std::uint8_t bytes[kBatch][wire::kRegionEntryLen];
+  std::uint64_t again[kBatch];
+  iovec local[kBatch];
+  iovec remote[kBatch];
+  for (std::size_t i = 0; i < slots.size(); i += kBatch) {
+    const std::size_t n = std::min(kBatch, slots.size() - i);
+    for (std::size_t k = 0; k < n; ++k) {
+      local[k] = {bytes[k], wire::kRegionEntryLen};
+      remote[k] = {reinterpret_cast<void*>(entry_addr(table_addr, slots[i + k])),
+                   wire::kRegionEntryLen};
+    }
+    Status st = read_all(pid, local, n, remote, n, n * wire::kRegionEntryLen, err);
+    if (st != Status::kSuccess) return st;
+    // The seqs again: an entry whose seq moved meanwhile was changing.
+    for (std::size_t k = 0; k < n; ++k) {
+      local[k] = {&again[k], sizeof(std::uint64_t)};
+      remote[k].iov_len = sizeof(std::uint64_t);
+    }
+    st = read_all(pid, local, n, remote, n, n * sizeof(std::uint64_t), err);
+    if (st != Status::kSuccess) return st;
+    for (std::size_t k = 0; k < n; ++k) {
+      wire::RegionEntry e;
+      const bool settled = wire::decode_region_entry(bytes[k], &e) && e.seq == again[k];
+      out[i + k] = settled ? e : wire::RegionEntry{};
+    }
+  }
+  return Status::kSuccess;
+}
+
+Status read_cookie_and_seqs(pid_t pid, std::uint64_t cookie_addr, std::uint64_t epoch,
+                            std::span<const std::uint64_t> seq_addrs,
+                            std::span<const std::uint64_t> seqs, int* err) {
+  const std::size_t n = std::min(seq_addrs.size(), kMaxSeqReads);
+  std::uint64_t words[1 + kMaxSeqReads];
+  const iovec local{words, (1 + n) * sizeof(std::uint64_t)};
+  iovec remote[1 + kMaxSeqReads];
+  remote[0] = {reinterpret_cast<void*>(cookie_addr + wire::kCookieEpochAt), sizeof(std::uint64_t)};
+  for (std::size_t k = 0; k < n; ++k) {
+    remote[1 + k] = {reinterpret_cast<void*>(seq_addrs[k]), sizeof(std::uint64_t)};
+  }
+  if (const Status st = read_all(pid, &local, 1, remote, 1 + n, local.iov_len, err);
+      st != Status::kSuccess) {
+    return st;
+  }
+  if (wire::load_le<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(&words[0])) != epoch) {
+    return Status::kRemoteDisconnect;
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    if (words[1 + k] != seqs[k]) return Status::kMismatch;
+  }
+  return Status::kSuccess;
 }
 
 }  // namespace kvxfer::internal::cma

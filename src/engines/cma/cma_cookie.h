@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "engine.h"
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
 #include "wire/cookie.h"
@@ -31,17 +33,21 @@ PidNamespace own_pid_namespace();
 using Declaration = wire::CookieDeclaration;
 
 // A page holding a random epoch and the registered pool while the engine is
-// up. Peers read the declaration at connect and the epoch before and after
-// each write: a pid that was reused, or an engine that shut down (page
-// unmapped or cleared), no longer matches.
+// up, and the region table it points to (wire/cookie.h). Peers read the
+// declaration at connect and the epoch before and after each write: a pid
+// that was reused, or an engine that shut down (page unmapped or cleared),
+// no longer matches. They read a region's table entry at connect and its
+// seq word with the epoch before each chunk into or out of it: a region
+// withdrawn since no longer matches.
 class Cookie {
  public:
-  // `pool_fd` and `pool_offset`: where a peer can map the pool (our
-  // descriptor of its SharedPool memfd), or wire::kNoFd and 0. `epoch`: the
-  // engine's token (0: a random one of the cookie's own).
+  // `pool`: Region{} for none. `pool_fd` and `pool_offset`: where a peer
+  // can map the pool (our descriptor of its SharedPool memfd), or
+  // wire::kNoFd and 0. `epoch`: the engine's token (0: a random one of the
+  // cookie's own).
   explicit Cookie(const Region& pool, std::uint32_t pool_fd = wire::kNoFd,
                   std::uint64_t pool_offset = 0, std::uint64_t epoch = 0);
-  ~Cookie() { retire(); }
+  ~Cookie();
   Cookie(const Cookie&) = delete;
   Cookie& operator=(const Cookie&) = delete;
 
@@ -49,6 +55,15 @@ class Cookie {
   [[nodiscard]] std::uint64_t epoch() const { return epoch_; }
   // The page's memfd, which the page declares (-1 once retired).
   [[nodiscard]] int fd() const { return fd_; }
+
+  // Declares region `region` (slot 1..kCookieMaxSlots-1) in the table, and
+  // withdraws it. The caller serializes them (one writer per entry); a
+  // withdrawal is visible to every later read of the entry once it returns.
+  void declare(const MemRegion& region);
+  void withdraw(std::uint64_t id);
+  [[nodiscard]] std::uint64_t table_addr() const {
+    return reinterpret_cast<std::uintptr_t>(table_);
+  }
 
   void retire();
 
@@ -61,7 +76,36 @@ class Cookie {
   std::uint8_t* page_ = nullptr;
   int fd_ = -1;  // the page's memfd, declared for peers to map
   std::uint64_t epoch_ = 0;
+  // The region table: kCookieMaxSlots entries of anonymous memory (2 MiB
+  // of address space; pages are backed only once an entry in them is
+  // written). Unmapped only with the cookie's destruction, never at
+  // retire(): a peer reading it then reads zeros or an error, not a crash.
+  std::uint8_t* table_ = nullptr;
 };
+
+// Where entry `slot` of a table at `table_addr` begins, and its seq word.
+[[nodiscard]] constexpr std::uint64_t entry_addr(std::uint64_t table_addr, std::uint32_t slot) {
+  return table_addr + std::uint64_t{slot} * wire::kRegionEntryLen;
+}
+
+// Reads the entries `slots` of the table at `table_addr` in `pid` into
+// `out` (same length), each decoded, and checks that they held still: each
+// entry's seq is read again after all were read. kSuccess (out written; an
+// entry that was changing reads as empty), kRemoteDisconnect, kNotAllowed,
+// kBackend as read_cookie.
+Status read_region_entries(pid_t pid, std::uint64_t table_addr,
+                           std::span<const std::uint32_t> slots, std::span<wire::RegionEntry> out,
+                           int* err);
+
+// Reads the epoch at `cookie_addr` and the seq words at `seq_addrs` (at
+// most kMaxSeqReads) in `pid`, in one system call. kSuccess when the epoch
+// is `epoch` and every seq is the matching `seqs` entry; kMismatch when the
+// epoch matches but some seq does not (a region withdrawn or changed);
+// otherwise as read_cookie.
+inline constexpr std::size_t kMaxSeqReads = 15;
+Status read_cookie_and_seqs(pid_t pid, std::uint64_t cookie_addr, std::uint64_t epoch,
+                            std::span<const std::uint64_t> seq_addrs,
+                            std::span<const std::uint64_t> seqs, int* err);
 
 // kSuccess when `pid` is the agent that published (addr, epoch); otherwise
 // kRemoteDisconnect (gone, or its engine shut down), kNotAllowed (no ptrace

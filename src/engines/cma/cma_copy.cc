@@ -87,6 +87,7 @@ void CmaLane::claim_front(Xfer& xfer, Claim* claim) {
     claim->bytes += len;
   }
   xfer.next_iov = end;
+  claim->first = begin;
   claim->local = std::span(xfer.local_iov).subspan(begin, end - begin);
   claim->remote = std::span(xfer.remote_iov).subspan(begin, end - begin);
 }
@@ -109,6 +110,7 @@ void CmaLane::claim_back(Xfer& xfer, std::size_t max_bytes, Claim* claim) {
     claim->local = std::span(&claim->local_tail, 1);
     claim->remote = std::span(&claim->remote_tail, 1);
     claim->bytes = max_bytes;
+    claim->first = end - 1;
     return;
   }
   std::size_t begin = end;
@@ -118,6 +120,7 @@ void CmaLane::claim_back(Xfer& xfer, std::size_t max_bytes, Claim* claim) {
     claim->bytes += len;
   }
   xfer.end_iov = begin;
+  claim->first = begin;
   claim->local = std::span(xfer.local_iov).subspan(begin, end - begin);
   claim->remote = std::span(xfer.remote_iov).subspan(begin, end - begin);
 }
@@ -132,14 +135,16 @@ std::size_t CmaLane::run_chunk(bool caller) {
   Xfer* xfer = claim_chunk(caller, &claim, &cancelled);
   Peer& peer = *xfer->peer;
   copy_mu_.unlock();
-  const Status result =
-      cancelled ? Status::kCanceled : run_copy(peer, xfer->read, claim.local, claim.remote, caller);
+  const Status result = cancelled ? Status::kCanceled : run_copy(*xfer, &claim, caller);
   copy_mu_.lock();
+  ours(*xfer);
+  drop_slots(*xfer, claim);
   Status final_result = Status::kSuccess;
   if (!end_chunk(*xfer, result, &final_result)) return claim.bytes;  // its other chunks finish it
   copy_mu_.unlock();
-  // Every chunk landed: the cookie must still read back (run_copy of none).
-  if (final_result == Status::kSuccess) final_result = run_copy(peer, xfer->read, {}, {});
+  // Every chunk landed: the cookie (and the regions named) must still read
+  // back (run_copy of no claim).
+  if (final_result == Status::kSuccess) final_result = run_copy(*xfer, nullptr);
   // Then, and only then, the notification; not for a transfer the core let
   // go of before its bytes were in place.
   if (final_result == Status::kSuccess && !xfer->notify.empty() &&
@@ -179,6 +184,9 @@ CmaLane::Xfer* CmaLane::claim_chunk(bool caller, Claim* claim, bool* cancelled) 
   // reaches our pool (a write's chunks go on, as a real WRITE would).
   *cancelled = peer.disconnected || copiers_stop_ || xfer->chunk_error != Status::kSuccess ||
                (xfer->read && !xfer->held.load(std::memory_order_relaxed));
+  // A chunk from or into a region of ours that remove_region took away is
+  // dropped; otherwise the region stays until the chunk ends.
+  if (!*cancelled && !hold_slots(*xfer, *claim)) *cancelled = true;
   if (copy_head_ != nullptr) copy_cv_.notify_one();  // more to claim: another copier may help
   return xfer;
 }
@@ -193,28 +201,38 @@ bool CmaLane::end_chunk(Xfer& xfer, Status result, Status* final_result) {
   return true;
 }
 
-// Copies matching iovecs of a transfer after reading the peer's cookie;
-// with none, only reads the cookie. A transfer's cookie is read before each
-// chunk, so a reused pid is never written, and once after its last chunk,
-// so a peer that died or shut its engine down during the copy does not
-// count it as landed. (Into a mapped pool whose cookie page is mapped too,
-// the check before a chunk is a load from that page; a `caller` slice
-// skips the check when some copy read the cookie back within
-// CopyPolicy::kCookieFresh; the read after the last chunk always goes
-// through the pid.) Returns kSuccess, kRemoteDisconnect (the peer is gone),
-// kBackend (an I/O error) or kCanceled.
-Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote,
-                         bool caller) {
+// Copies a claim of a transfer after reading the peer's cookie; with none,
+// only reads the cookie. A transfer's cookie is read before each chunk, so a
+// reused pid is never written, and once after its last chunk, so a peer that
+// died or shut its engine down during the copy does not count it as landed.
+// (Into a mapped pool whose cookie page is mapped too, the check before a
+// chunk is a load from that page; a `caller` slice skips the check when some
+// copy read the cookie back within CopyPolicy::kCookieFresh; the read after
+// the last chunk always goes through the pid.) A transfer that names regions
+// reads their table entries' seq words with the epoch every time (no
+// shortcut), so a region the target withdrew fails the transfer (kMismatch)
+// at the next chunk or at the end. Returns kSuccess, kRemoteDisconnect (the
+// peer is gone), kMismatch, kBackend (an I/O error) or kCanceled.
+Status CmaLane::run_copy(Xfer& xfer, const Claim* claim, bool caller) {
+  Peer& peer = *xfer.peer;
   if (peer.gone.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
+  const std::span<iovec> local = claim != nullptr ? claim->local : std::span<iovec>{};
+  const std::span<iovec> remote = claim != nullptr ? claim->remote : std::span<iovec>{};
   int err = 0;
   Status st = Status::kSuccess;
   constexpr std::int64_t kFreshNs =
       std::chrono::duration_cast<std::chrono::nanoseconds>(CopyPolicy::kCookieFresh).count();
-  if (!local.empty() && caller &&
-      steady_ns() - peer.cookie_ok_ns.load(std::memory_order_relaxed) < kFreshNs) {
+  if (!xfer.remote_index.empty()) {
+    const std::span<const std::uint32_t> named =
+        claim != nullptr
+            ? std::span<const std::uint32_t>(xfer.remote_index).subspan(claim->first, local.size())
+            : std::span<const std::uint32_t>(xfer.remote_index);
+    st = check_peer(peer, named, &err);
+  } else if (!local.empty() && caller &&
+             steady_ns() - peer.cookie_ok_ns.load(std::memory_order_relaxed) < kFreshNs) {
     // A caller's slice right after another copy's check: the cookie read
     // back moments ago (CopyPolicy::kCookieFresh).
-  } else if (!local.empty() && peer.mapping.cookie_mapped()) {
+  } else if (!local.empty() && xfer.mapped && peer.mapping.cookie_mapped()) {
     // Before a chunk into a mapped pool, the mapped cookie says whether the
     // engine is still up: copies go through our mapping, not the pid, so a
     // reused pid is no danger here, and death is checked after the last
@@ -224,26 +242,38 @@ Status CmaLane::run_copy(Peer& peer, bool read, std::span<iovec> local, std::spa
     st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
     if (st == Status::kSuccess) peer.cookie_ok_ns.store(steady_ns(), std::memory_order_relaxed);
   }
-  Status result = Status::kSuccess;
-  if (st == Status::kSuccess) {
-    for (std::size_t i = 0; i < local.size() && result == Status::kSuccess; i += kMaxIov) {
-      const std::size_t k = std::min(kMaxIov, local.size() - i);
-      if (peer.mapping.mapped()) {
-        bytes_copied_.fetch_add(mapped_copy(peer, read, local.subspan(i, k), remote.subspan(i, k)),
-                                std::memory_order_relaxed);
-      } else {
-        result = cma_copy(peer, read, local.subspan(i, k), remote.subspan(i, k));
-      }
-    }
-  }
-  if (st == Status::kRemoteDisconnect) result = Status::kRemoteDisconnect;
+  Status result = st == Status::kSuccess ? copy_claim(peer, xfer, local, remote) : st;
   if (st == Status::kNotAllowed || st == Status::kBackend) {
     log().warn("kvxfer cma {}: process_vm_readv from peer {} (pid {}) failed: {}", agent_name_,
                peer.agent_name, peer.pid, std::strerror(err));
     result = Status::kBackend;
   }
+  if (st == Status::kMismatch) {
+    log().warn(
+        "kvxfer cma {}: transfer {} to peer {} (pid {}) names a region the target "
+        "withdrew: not copied",
+        agent_name_, xfer.id, peer.agent_name, peer.pid);
+  }
   if (result == Status::kRemoteDisconnect && !peer.gone.exchange(true)) {
     log().warn("kvxfer cma {}: peer {} (pid {}) is gone", agent_name_, peer.agent_name, peer.pid);
+  }
+  return result;
+}
+
+// The copy of a checked claim: through the peer's mapped pool, or with
+// process_vm_writev/readv, kMaxIov iovecs a call.
+Status CmaLane::copy_claim(Peer& peer, const Xfer& xfer, std::span<iovec> local,
+                           std::span<iovec> remote) {
+  Status result = Status::kSuccess;
+  for (std::size_t i = 0; i < local.size() && result == Status::kSuccess; i += kMaxIov) {
+    const std::size_t k = std::min(kMaxIov, local.size() - i);
+    if (xfer.mapped) {
+      bytes_copied_.fetch_add(
+          mapped_copy(peer, xfer.read, local.subspan(i, k), remote.subspan(i, k)),
+          std::memory_order_relaxed);
+    } else {
+      result = cma_copy(peer, xfer.read, local.subspan(i, k), remote.subspan(i, k));
+    }
   }
   return result;
 }

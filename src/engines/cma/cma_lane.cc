@@ -26,9 +26,10 @@ CmaLane::CmaLane(std::string agent_name, const Region& region, int num_threads,
     : agent_name_(std::move(agent_name)),
       region_(region),
       pidns_(own_pid_namespace()),
-      pool_file_(find_shared_pool(region.base, region.num_blocks * region.block_len)),
-      cookie_(region,
-              pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
+      pool_file_(region.base == nullptr
+                     ? SharedPoolFile{}
+                     : find_shared_pool(region.base, region.num_blocks * region.block_len)),
+      cookie_(region, pool_file_.fd >= 0 ? static_cast<std::uint32_t>(pool_file_.fd) : wire::kNoFd,
               pool_file_.fd >= 0 ? pool_file_.offset : 0, token),
       map_peer_pools_(policy.map != PoolMapping::kOff),
       populate_peer_pools_(policy.map == PoolMapping::kPopulate),
@@ -153,6 +154,8 @@ Status CmaLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
         declared.base_addr, declared.num_blocks, declared.block_len);
     return Status::kMismatch;
   }
+  // Every region besides: in the target's table, live, where it says.
+  if (st = check_regions(*peer, declared, remote, &out->reason); st != Status::kSuccess) return st;
   if (declared.pool_fd != wire::kNoFd && map_peer_pools_) map_pool(*peer, declared);
   if (notify_fd >= 0) {
     peer->notify_fd = duplicate_notify_socket(peer->pid, notify_fd);
@@ -264,22 +267,11 @@ Status CmaLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   xfer->peer = peer;
   xfer->result.store(Status::kInProgress, std::memory_order_relaxed);
   xfer->refs.store(2, std::memory_order_relaxed);  // the core's and the copier's
-  xfer->local_iov.clear();
-  xfer->remote_iov.clear();
-  auto* const base = static_cast<std::uint8_t*>(region_.base);
-  for (const ByteRun& run : post.runs) {
-    // A run longer than a copier's chunk becomes several iovecs, so that
-    // copiers can share it.
-    auto* src = base + run.local;
-    auto dst = peer->remote_base + run.remote;
-    for (std::size_t left = run.len; left > 0;) {
-      const std::size_t len = std::min(left, kChunkBytes);
-      xfer->local_iov.push_back({src, len});
-      xfer->remote_iov.push_back({reinterpret_cast<void*>(dst), len});
-      src += len;
-      dst += len;
-      left -= len;
-    }
+  if (const Status st = build_iovecs(*peer, post, *xfer); st != Status::kSuccess) {
+    xfer->held.store(false, std::memory_order_relaxed);
+    xfer->refs.store(1, std::memory_order_relaxed);
+    unref(xfer);
+    return st;
   }
   live_requests_.fetch_add(1, std::memory_order_relaxed);
   {

@@ -21,8 +21,19 @@
 // (cma_mapping.h); then the same chunks are copied with memcpy through the
 // mapping, with the same cookie reads around them, at memory speed.
 //
+// Regions besides the pool (cma_regions.cc): ours are declared in the region
+// table our cookie points to; a peer's are checked against its table at
+// connect (the metadata must list exactly what the target declares) and
+// their entries' seq words read with the epoch before every chunk, so a
+// region the target withdrew is not written from the next chunk on. The
+// window left is the pool's at close: a chunk whose check passed just
+// before the target's remove_region returned may still land after it, at
+// most kChunkBytes per copier thread of each initiator (the target cannot
+// wait for initiators it does not know; closing it needs their ack).
+//
 // Rooms: cma_lane.cc (the lane's calls: peers, posts, checks, notifications),
-// cma_copy.cc (who copies what, and how), cma_cookie, cma_mapping, cma_config.
+// cma_copy.cc (who copies what, and how), cma_regions.cc (regions: ours,
+// peers', and the checks around chunks), cma_cookie, cma_mapping, cma_config.
 #pragma once
 
 #include <sys/types.h>
@@ -102,6 +113,14 @@ class CmaLane final : public Lane {
       EXCLUDES(pool_mu_, copy_mu_);
   // The notifications peers on this host sent us (engine.h's contract).
   void take_notifications(std::vector<Notification>* out) override EXCLUDES(notify_mu_);
+  // Regions (cma_regions.cc). add_region declares the region in our
+  // cookie's table; remove_region withdraws it there (peers' next chunks
+  // into it fail), then returns once no chunk of ours names it: running
+  // ones finish, queued ones are dropped (their transfers end kCanceled).
+  [[nodiscard]] bool takes_regions() const override { return true; }
+  [[nodiscard]] Status add_region(const MemRegion& region, std::string* reason) override
+      EXCLUDES(regions_mu_, copy_mu_);
+  [[nodiscard]] Status remove_region(std::uint64_t id) override EXCLUDES(regions_mu_, copy_mu_);
   // Copies at most one caller slice (CopyPolicy::caller_slice) of queued
   // copies on the calling thread, if any is queued.
   void progress() override EXCLUDES(copy_mu_);
@@ -125,8 +144,20 @@ class CmaLane final : public Lane {
     explicit Peer(CmaLane* in) : LanePeer(in), owner(in) {}
     CmaLane* const owner;
     std::string agent_name;
-    std::uint64_t remote_base = 0;
+    std::uint64_t remote_base = 0;  // its pool's (0: none)
     std::uint64_t remote_block_len = 0;
+    // Its regions, as its metadata lists them (RemoteRegion::regions, what
+    // ByteRun::remote_region indexes), each checked at connect against
+    // what the target declares; `seq_addr` and `seq`: where its table
+    // entry's seq word is and what it read then (0, 0 for the pool, which
+    // the cookie's epoch covers).
+    struct Slot {
+      std::uint64_t base = 0;
+      std::uint64_t len = 0;
+      std::uint64_t seq_addr = 0;
+      std::uint64_t seq = 0;
+    };
+    std::vector<Slot> regions;
     pid_t pid = 0;
     std::uint64_t cookie_addr = 0;
     std::uint64_t cookie_epoch = 0;
@@ -162,6 +193,12 @@ class CmaLane final : public Lane {
     // keep their capacity when the handle is reused.
     std::vector<iovec> local_iov;
     std::vector<iovec> remote_iov;
+    // For a transfer that names regions (not Post::pool_only), each
+    // iovec's local slot and remote region index; empty otherwise.
+    std::vector<std::uint32_t> local_slot;
+    std::vector<std::uint32_t> remote_index;
+    // Copied through the peer's mapped pool (every remote run in it).
+    bool mapped = false;
     Xfer* next_copy GUARDED_BY(owner->copy_mu_) = nullptr;
     // Iovecs [next_iov, end_iov) are not claimed yet (copiers claim from
     // the front, callers from the back, where a claim may shorten the last
@@ -213,6 +250,8 @@ class CmaLane final : public Lane {
     std::span<iovec> local;
     std::span<iovec> remote;
     std::size_t bytes = 0;
+    std::size_t first = 0;  // the index of its first iovec in the lists
+    bool counted = false;   // its local slots' busy counts were raised
     iovec local_tail{};
     iovec remote_tail{};
   };
@@ -228,9 +267,29 @@ class CmaLane final : public Lane {
   // end (true when it was the transfer's last, with the transfer's result).
   Xfer* claim_chunk(bool caller, Claim* claim, bool* cancelled) REQUIRES(copy_mu_);
   bool end_chunk(Xfer& xfer, Status result, Status* final_result) REQUIRES(copy_mu_);
+  // Copies one claim of `xfer` (none: checks after its last chunk).
   // `caller`: a caller's slice, which may skip a fresh cookie read.
-  Status run_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote,
-                  bool caller = false);
+  Status run_copy(Xfer& xfer, const Claim* claim, bool caller = false);
+  // The check around a chunk of a transfer that names regions: the
+  // cookie's epoch and the seq words of the regions `remote_index` names
+  // (each iovec's; the pool's need none), in as few reads as
+  // kMaxSeqReads allows. kMismatch: a region was withdrawn or changed.
+  Status check_peer(Peer& peer, std::span<const std::uint32_t> remote_index, int* err);
+  Status copy_claim(Peer& peer, const Xfer& xfer, std::span<iovec> local, std::span<iovec> remote);
+
+  // cma_regions.cc.
+  // Checks every region `remote` lists against the target's declaration
+  // and table, and fills peer.regions; kMismatch (with *reason) when one
+  // is not declared, live, at that address and length.
+  Status check_regions(Peer& peer, const Declaration& declared, const RemoteRegion& remote,
+                       std::string* reason);
+  // A post's runs into iovecs; for a post that names regions, resolves them
+  // (kInvalidParam for a slot or index that is not there, or a run outside it).
+  Status build_iovecs(Peer& peer, const Post& post, Xfer& xfer) EXCLUDES(regions_mu_);
+  // Under copy_mu_: whether a claim's local slots are all live, and if so
+  // raises their busy counts (claim.counted); drop_slots lowers them.
+  bool hold_slots(const Xfer& xfer, Claim& claim) REQUIRES(copy_mu_);
+  void drop_slots(const Xfer& xfer, const Claim& claim) REQUIRES(copy_mu_);
   // process_vm_readv (read) or process_vm_writev of matching iovec lists.
   Status cma_copy(Peer& peer, bool read, std::span<iovec> local, std::span<iovec> remote);
   // The same through the peer's mapped pool; returns the bytes copied.
@@ -270,6 +329,18 @@ class CmaLane final : public Lane {
   Mutex pool_mu_;
   std::deque<Xfer> xfers_ GUARDED_BY(pool_mu_);
   std::vector<Xfer*> free_xfers_ GUARDED_BY(pool_mu_);
+
+  // Our regions by slot (slot 0, the pool: never added or removed here):
+  // what posts resolve. Declared in cookie_'s table under the same lock.
+  Mutex regions_mu_;
+  std::vector<MemRegion> local_regions_ GUARDED_BY(regions_mu_);
+  // Whether each slot may be copied from or into, and how many iovecs of
+  // running chunks name it (remove_region waits for 0).
+  struct SlotUse {
+    bool live = false;
+    int busy = 0;
+  };
+  std::vector<SlotUse> slot_use_ GUARDED_BY(copy_mu_);
 
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
