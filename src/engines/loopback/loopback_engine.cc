@@ -479,10 +479,11 @@ class LoopbackEngine final : public Engine {
 
   bool runs_fit(std::span<const ByteRun> runs, const Peer& target) const REQUIRES(mu_) {
     std::shared_lock copy_lock(target.pool->copy_mu);
-    return std::all_of(runs.begin(), runs.end(), [&](const ByteRun& run) {
+    for (const ByteRun& run : runs) {  // a loop, not a lambda: the analysis sees mu_ held
       const Ends ends = ends_of(run, target);
-      return ends.ours != nullptr && ends.theirs != nullptr;
-    });
+      if (ends.ours == nullptr || ends.theirs == nullptr) return false;
+    }
+    return true;
   }
 
   // The copy itself: our blocks into the target's (a WRITE) or the target's
