@@ -280,8 +280,9 @@ class TcpLane final : public Lane {
 
   // Our regions by slot, the pool's at 0: read by posts (where their runs
   // are in our memory) and by the I/O thread (whether a peer's runs lie in
-  // them), changed by add_region and remove_region.
-  mutable Mutex regions_mu_;
+  // them), changed by add_region and remove_region. A post queues its
+  // transfer holding it, so it comes before commands_mu_, never after.
+  mutable Mutex regions_mu_ ACQUIRED_BEFORE(commands_mu_);
   std::vector<LocalRegion> regions_ GUARDED_BY(regions_mu_);
 
   // Connected peers (initiator side); a post finds its peer through its
