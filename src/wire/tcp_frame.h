@@ -39,27 +39,29 @@
 //              target closes the connection after it. A hello without the
 //              token gets no answer.
 //   kWrite     count = runs (1..kMaxRuns), length = payload bytes (the sum of
-//              the runs' lengths); body: the runs (wire/runs.h), then the
-//              payload, received straight into the target's pool. flags
+//              the runs' lengths); body: the runs (wire/runs.h: each names
+//              one of the target's regions by its id, 0 its pool), then the
+//              payload, received straight into those regions. flags
 //              kMore: more frames of this transfer follow (only the last is
 //              acked); kNotifyFollows: a kNotify frame with the same seq
 //              follows, and it is acked instead.
 //   kNotify    count = 0, length = message bytes (1..kMaxMessage);
 //              body: the message. Sent after its transfer's data, on the same
 //              connection, so it arrives after the bytes by construction.
-//   kReadReq   count = runs of the TARGET's pool to send back, length = their
-//              total; flags kMore as for writes.
+//   kReadReq   count = runs of the TARGET's regions to send back, length =
+//              their total; flags kMore as for writes.
 //   kAck       target -> initiator: seq, status (0: done), nothing follows.
 //   kReadData  target -> initiator: seq, status, length = payload bytes (the
 //              request's total when status is 0, else 0); the payload
-//              follows, received straight into the reader's pool.
+//              follows, received straight into the reader's regions.
 // A decoder never trusts a length it did not bound: runs are checked against
-// the receiver's own pool (wire::runs_in_region) before a payload byte is
-// read.
+// the receiver's own regions (wire::runs_in_regions) before a payload byte
+// is read.
 //
 // Version 3 added the tag, the challenge and the hello's nonce and proof
-// (version 2's hello carried a MAC a recorded hello replayed); a version-2
-// frame is refused.
+// (version 2's hello carried a MAC a recorded hello replayed); version 4
+// added the region id to every run (version 3's runs were all in the pool).
+// Frames of another version are refused.
 #pragma once
 
 #include <algorithm>
@@ -75,7 +77,7 @@
 namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kFrameMagic = 0x5458564b;  // "KVXT" as bytes
-inline constexpr std::uint8_t kFrameVersion = 3;
+inline constexpr std::uint8_t kFrameVersion = 4;
 // A header: its fields, then its tag.
 inline constexpr std::size_t kFieldsLen = 32;
 inline constexpr std::size_t kTagLen = 16;
@@ -113,8 +115,9 @@ enum FrameFlags : std::uint16_t {
 // A kAck's, kReadData's or kWelcome's status.
 enum WireStatus : std::uint32_t {
   kStatusOk = 0,
-  // The frame's runs do not lie in the target's pool, or its payload does
-  // not match them: nothing of it was written, and the target closes the
+  // The frame's runs do not lie in the target's regions they name (an
+  // unknown or removed region, or past its end), or its payload does not
+  // match them: nothing of it was written, and the target closes the
   // connection after this answer.
   kStatusRefused = 1,
   // The target's queue holds as many of this sender's notifications as it
@@ -346,14 +349,16 @@ inline void encode_challenge(std::uint8_t* out, std::span<const std::uint8_t, kN
   return true;
 }
 
-// True when a write's or read request's runs (body_len(h) bytes) all lie in a
-// region of `region_len` bytes and add up to exactly h.length.
-[[nodiscard]] inline bool runs_fit(const FrameHeader& h, std::span<const std::uint8_t> runs,
-                                   std::uint64_t region_len) {
+// True when a write's or read request's runs (body_len(h) bytes) all lie in
+// the regions they name (`region_len` as for runs_in_regions) and add up to
+// exactly h.length.
+template <typename RegionLen>
+[[nodiscard]] bool runs_fit(const FrameHeader& h, std::span<const std::uint8_t> runs,
+                            RegionLen&& region_len) {
   if (h.type != FrameType::kWrite && h.type != FrameType::kReadReq) return false;
   if (runs.size() != body_len(h) || runs.empty()) return false;
   std::uint64_t total = 0;
-  return wire::runs_in_region(wire::RunList{runs}, region_len, h.length, &total) &&
+  return wire::runs_in_regions(wire::RunList{runs}, region_len, h.length, &total) &&
          total == h.length;
 }
 

@@ -484,9 +484,11 @@ void cookie_seeds() {
 // ---------------------------------------------------------------- tcp frames
 
 
+// A run in the pool unless it names a region.
 struct Run {
   std::uint64_t offset;
   std::uint64_t length;
+  std::uint64_t region = 0;
 };
 
 std::vector<Run> runs_of(std::size_t count, std::uint64_t length) {
@@ -495,8 +497,11 @@ std::vector<Run> runs_of(std::size_t count, std::uint64_t length) {
   return runs;
 }
 
-// The pool tcp_frame_fuzz.cc checks runs against (its kPool).
+// The pool tcp_frame_fuzz.cc checks runs against (its kPool), and its one
+// region besides (kRegionId, kRegion).
 constexpr std::uint64_t kTcpPool = 1 << 20;
+constexpr std::uint64_t kTcpRegionId = (std::uint64_t{1} << 32) | 1;
+constexpr std::uint64_t kTcpRegion = 1 << 16;
 
 wire::FrameHeader frame_header(wire::FrameType type, std::uint32_t count, std::uint64_t length,
                          std::uint16_t flags = 0, std::uint32_t status = 0) {
@@ -555,7 +560,8 @@ Bytes with_tag(Bytes b) {
 Bytes runs_body(const std::vector<Run>& runs) {
   Bytes b(runs.size() * wire::kRunLen);
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    wire::put_run_at(b.data() + i * wire::kRunLen, runs[i].offset, runs[i].length);
+    wire::put_run_at(b.data() + i * wire::kRunLen, runs[i].region, runs[i].offset,
+                     runs[i].length);
   }
   return b;
 }
@@ -609,6 +615,12 @@ void tcp_frame_seeds() {
   write_seed(t, true, "notify_longest", notify_frame(pattern(wire::kMaxMessage, 1)));
   write_seed(t, true, "read_req", runs_frame(wire::FrameType::kReadReq, {{0, 4096}, {8192, 4096}}));
   write_seed(t, true, "read_req_more", runs_frame(wire::FrameType::kReadReq, three, wire::kMore));
+  // Runs in a region besides the pool, alone and beside pool runs.
+  write_seed(t, true, "write_region", write_frame({{0, kTcpRegion, kTcpRegionId}}));
+  write_seed(t, true, "write_pool_and_region",
+             write_frame({{0, 16}, {kTcpRegion - 16, 16, kTcpRegionId}, {64, 16}}));
+  write_seed(t, true, "read_req_region",
+             runs_frame(wire::FrameType::kReadReq, {{4096, 4096, kTcpRegionId}}));
   write_seed(t, true, "ack", frame(frame_header(wire::FrameType::kAck, 0, 0)));
   write_seed(t, true, "ack_tagged", with_tag(frame(frame_header(wire::FrameType::kAck, 0, 0))));
   write_seed(t, true, "write_tagged", with_tag(write_frame(three)));
@@ -663,6 +675,10 @@ void tcp_frame_seeds() {
   Bytes v2 = good_hello;
   v2[4] = 2;
   write_seed(t, false, "frame_version_2", v2);
+  // Version 3 frames (runs without a region): refused from the header.
+  Bytes v3 = valid;
+  v3[4] = 3;
+  write_seed(t, false, "frame_version_3", v3);
   write_seed(t, false, "hello_without_proof", cut(good_hello, wire::kHelloProofLen));
   write_seed(t, false, "welcome_with_count", frame(frame_header(wire::FrameType::kWelcome, 1, 0)));
   write_seed(t, false, "write_zero_runs", set_u32(valid, kCountAt, 0));
@@ -677,6 +693,14 @@ void tcp_frame_seeds() {
   write_seed(t, false, "write_run_past_pool", write_frame({{kTcpPool, 16}}));
   write_seed(t, false, "write_run_over_pool_end", write_frame({{0, 16}, {kTcpPool - 8, 16}}));
   write_seed(t, false, "write_zero_length_run", write_frame({{0, 16}, {4096, 0}}));
+  // Regions the receiver does not have: another slot, its region's slot of
+  // another generation; and runs past its region's end.
+  write_seed(t, false, "write_unknown_region", write_frame({{0, 16, (1ull << 32) | 2}}));
+  write_seed(t, false, "write_region_other_generation", write_frame({{0, 16, (2ull << 32) | 1}}));
+  write_seed(t, false, "write_run_past_region",
+             write_frame({{0, 16}, {kTcpRegion - 8, 16, kTcpRegionId}}));
+  write_seed(t, false, "read_req_run_past_region",
+             runs_frame(wire::FrameType::kReadReq, {{kTcpRegion, 16, kTcpRegionId}}));
   write_seed(t, false, "write_length_short",
              runs_frame(wire::FrameType::kWrite, three, 0, total_of(three) - 1));
   write_seed(t, false, "write_length_long",

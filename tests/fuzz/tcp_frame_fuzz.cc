@@ -5,15 +5,16 @@
 // next frame; not read). Accepted: the header decodes, the body is all
 // there, and it passes its check: a challenge decodes (decode_challenge), a
 // hello's body decodes with the header's name length, a write's or read
-// request's runs fit a pool of kPool bytes (runs_fit); a notification's
+// request's runs fit the receiver's regions (runs_fit: a pool of kPool
+// bytes, id 0, and one region of kRegion bytes, id kRegionId); a notification's
 // message and the frames without a body have nothing more to check (a tag
 // is the lane's to verify, with keys a decoder does not have). Refused:
 // anything else, and then the output is left alone. Checked on the way: a
 // decoded header keeps its type's bounds, a challenge's or hello's tag is
 // zero, the fields re-encode to the same bytes, and runs_fit agrees with a
-// reference that cannot overflow for three pool sizes (kPool, 2^64 - 1, and
-// the header's seq, a size the input chooses). A crash, an over-read or a
-// mismatch is a bug.
+// reference that cannot overflow for three region tables (those regions;
+// every id 2^64 - 1 bytes; and the pool alone, of the header's seq bytes, a
+// size the input chooses). A crash, an over-read or a mismatch is a bug.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -32,9 +33,12 @@ using namespace kvxfer;
 
 __extension__ typedef unsigned __int128 u128;  // __extension__: no -Wpedantic warning
 
-// The receiver's pool for the verdict (make_seeds.cc writes its seeds
-// against the same size).
+// The receiver's regions for the verdict (make_seeds.cc writes its seeds
+// against the same ones): its pool (id 0) and one region besides (slot 1,
+// generation 1).
 constexpr std::uint64_t kPool = 1 << 20;
+constexpr std::uint64_t kRegionId = (std::uint64_t{1} << 32) | 1;
+constexpr std::uint64_t kRegion = 1 << 16;
 constexpr std::uint64_t kMaxU64 = ~0ull;
 // The most body a frame can announce: a hello's, a write's or a notification's.
 constexpr std::size_t kMaxBody =
@@ -76,24 +80,27 @@ bool in_bounds(const wire::FrameHeader& h) {
   return false;
 }
 
-// Whether `runs` (h.count of them) lie in a pool of `pool` bytes, none empty,
-// adding up to h.length: in 128 bits, where nothing wraps.
-bool reference_fit(const wire::FrameHeader& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
+// Whether `runs` (h.count of them) lie in the regions they name (`len_of`,
+// 0 for none), none empty, adding up to h.length: in 128 bits, where
+// nothing wraps.
+template <typename LenOf>
+bool reference_fit(const wire::FrameHeader& h, std::span<const std::uint8_t> runs, LenOf len_of) {
   if (runs.size() != std::size_t{h.count} * kvxfer::wire::kRunLen) return false;
   const kvxfer::wire::RunList list{runs};
   u128 total = 0;
   for (std::size_t i = 0; i < list.run_count(); ++i) {
     const kvxfer::wire::Run r = list.run(i);
-    if (r.length == 0 || static_cast<u128>(r.offset) + r.length > pool) return false;
+    if (r.length == 0 || static_cast<u128>(r.offset) + r.length > len_of(r.region)) return false;
     total += r.length;
   }
   return total == h.length;
 }
 
 // runs_fit, checked against the reference; a disagreement aborts.
-bool checked_fit(const wire::FrameHeader& h, std::span<const std::uint8_t> runs, std::uint64_t pool) {
-  const bool fits = runs_fit(h, runs, pool);
-  if (fits != reference_fit(h, runs, pool)) std::abort();
+template <typename LenOf>
+bool checked_fit(const wire::FrameHeader& h, std::span<const std::uint8_t> runs, LenOf len_of) {
+  const bool fits = runs_fit(h, runs, len_of);
+  if (fits != reference_fit(h, runs, len_of)) std::abort();
   return fits;
 }
 
@@ -125,14 +132,17 @@ bool hello_fits(const wire::FrameHeader& h, std::span<const std::uint8_t> body) 
   return true;
 }
 
-bool runs_fit_pool(const wire::FrameHeader& h, std::span<const std::uint8_t> runs) {
+bool runs_fit_regions(const wire::FrameHeader& h, std::span<const std::uint8_t> runs) {
   // Sizes where a sum or an end would wrap in 64 bits, and one the input
-  // picks; only kPool decides.
-  (void)checked_fit(h, runs, kMaxU64);
-  (void)checked_fit(h, runs, h.seq);
+  // picks; only the receiver's regions decide.
+  const auto huge = [](std::uint64_t) { return kMaxU64; };
+  (void)checked_fit(h, runs, huge);
+  (void)checked_fit(h, runs, [&h](std::uint64_t id) { return id == 0 ? h.seq : 0; });
   // Runs one byte short are never the runs the header counts.
-  if (runs_fit(h, runs.first(runs.size() - 1), kMaxU64)) std::abort();
-  return checked_fit(h, runs, kPool);
+  if (runs_fit(h, runs.first(runs.size() - 1), huge)) std::abort();
+  return checked_fit(h, runs, [](std::uint64_t id) -> std::uint64_t {
+    return id == 0 ? kPool : id == kRegionId ? kRegion : 0;
+  });
 }
 
 }  // namespace
@@ -184,7 +194,7 @@ bool accepts(std::span<const std::uint8_t> input) {
       return hello_fits(h, body_bytes);
     case wire::FrameType::kWrite:
     case wire::FrameType::kReadReq:
-      return runs_fit_pool(h, body_bytes);
+      return runs_fit_regions(h, body_bytes);
     default:
       return true;
   }

@@ -303,12 +303,13 @@ std::vector<std::uint8_t> hello(Client& c, const TcpTarget& t, std::uint64_t tok
   return out;
 }
 
-// A write frame of one run (offset, length) with `payload` after it.
+// A write frame of one run (offset, length) of the target's region `region`
+// (its pool unless given) with `length` bytes of `fill` after it.
 std::vector<std::uint8_t> write_frame(std::uint64_t seq, std::uint64_t offset, std::uint64_t length,
-                                      std::uint8_t fill) {
+                                      std::uint8_t fill, std::uint64_t region = 0) {
   std::vector<std::uint8_t> out = header({wire::FrameType::kWrite, 0, 1, 0, seq, length});
   out.resize(wire::kHeaderLen + wire::kRunLen);
-  wire::put_run_at(out.data() + wire::kHeaderLen, offset, length);
+  wire::put_run_at(out.data() + wire::kHeaderLen, region, offset, length);
   out.resize(out.size() + length, fill);
   return out;
 }
@@ -583,7 +584,7 @@ TEST(TcpHostile, AReaderThatNeverReadsRepliesStallsOnlyItsOwnConnection) {
     auto h =
         header({wire::FrameType::kReadReq, 0, 1, 0, static_cast<std::uint64_t>(i + 1), pool_len});
     h.resize(wire::kHeaderLen + wire::kRunLen);
-    wire::put_run_at(h.data() + wire::kHeaderLen, 0, pool_len);
+    wire::put_run_at(h.data() + wire::kHeaderLen, 0, 0, pool_len);
     requests.insert(requests.end(), h.begin(), h.end());
   }
   // The target stops reading them once its replies back up, so this send
@@ -934,7 +935,7 @@ TEST(TcpHostile, AFrameWithAChangedRunIsRefused) {
   ASSERT_TRUE(greet(c, t));
   std::vector<std::uint8_t> frame = c.tagged(write_frame(1, 0, kBlockLen, 0x11));
   // On the way, the run is re-aimed at block 5.
-  wire::put_run_at(frame.data() + wire::kHeaderLen, 5 * kBlockLen, kBlockLen);
+  wire::put_run_at(frame.data() + wire::kHeaderLen, 0, 5 * kBlockLen, kBlockLen);
   ASSERT_TRUE(c.send_raw(frame));
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_TRUE(t.wait_counter("tcp_refused_tag", 1));
@@ -1207,7 +1208,7 @@ TEST(TcpHostile, AReaderThatTakesNoRepliesIsClosedAfterTheStall) {
   for (std::uint64_t seq = 1; seq <= 64; ++seq) {
     auto r = header({wire::FrameType::kReadReq, 0, 1, 0, seq, kBlocks * kBlockLen});
     r.resize(wire::kHeaderLen + wire::kRunLen);
-    wire::put_run_at(r.data() + wire::kHeaderLen, 0, kBlocks * kBlockLen);
+    wire::put_run_at(r.data() + wire::kHeaderLen, 0, 0, kBlocks * kBlockLen);
     requests.insert(requests.end(), r.begin(), r.end());
   }
   ASSERT_TRUE(c.send_bytes(requests));
@@ -1224,6 +1225,110 @@ TEST(TcpHostile, AnIdleWelcomedConnectionIsNotAStall) {
   ASSERT_TRUE(ack.has_value());
   EXPECT_EQ(ack->status, wire::kStatusOk);
   EXPECT_EQ(t.counter("tcp_refused_frame"), 0u);
+}
+
+// ------------------------------------------------ regions besides the pool
+
+// A region the target registered besides its pool: kRegionBytes of zeros.
+constexpr std::size_t kRegionBytes = 32 * 1024;
+struct TargetRegion {
+  explicit TargetRegion(TcpTarget& t)
+      : bytes(kRegionBytes, 0), id(t.transport().register_memory(bytes.data(), bytes.size())) {}
+  [[nodiscard]] bool zero_from(std::size_t at) const {
+    return std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.end(),
+                       [](std::uint8_t b) { return b == 0; });
+  }
+  std::vector<std::uint8_t> bytes;
+  RegionId id;
+};
+
+// Sends a write of one run into region `region` on a welcomed connection;
+// true when the target refused it (an ack kStatusRefused, then the
+// connection closed).
+bool refused_write(TcpTarget& t, std::uint64_t region, std::uint64_t offset,
+                   std::uint64_t length) {
+  Client c(t.port());
+  if (!greet(c, t) || !c.send_bytes(write_frame(1, offset, length, 0xab, region))) return false;
+  const auto ack = c.next_header();
+  return ack && ack->type == wire::FrameType::kAck && ack->status == wire::kStatusRefused &&
+         c.closed_by_target();
+}
+
+TEST(TcpHostile, AWriteIntoARegisteredRegionLandsThereAndNowhereElse) {
+  TcpTarget t;
+  TargetRegion r(t);
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  ASSERT_TRUE(c.send_bytes(write_frame(3, 1000, 5000, 0x5a, r.id)));
+  const auto ack = c.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, wire::kStatusOk);
+  std::vector<std::uint8_t> want(kRegionBytes, 0);
+  std::fill_n(want.begin() + 1000, 5000, 0x5a);
+  EXPECT_EQ(r.bytes, want);
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+}
+
+TEST(TcpHostile, ARunNamingARegionTheTargetNeverRegisteredIsRefusedAndNothingLands) {
+  TcpTarget t;
+  TargetRegion r(t);
+  const std::uint64_t slot = r.id & 0xffffffffu;
+  // Another slot; this region's slot of another generation, older and newer.
+  EXPECT_TRUE(refused_write(t, (std::uint64_t{1} << 32) | (slot + 5), 0, 64));
+  EXPECT_TRUE(refused_write(t, r.id + (std::uint64_t{1} << 32), 0, 64));
+  EXPECT_TRUE(refused_write(t, slot, 0, 64));
+  EXPECT_EQ(t.counter("tcp_refused_runs"), 3u);
+  EXPECT_TRUE(r.zero_from(0));
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+  EXPECT_EQ(t.pool().guard_mismatch(), -1);
+}
+
+TEST(TcpHostile, ARunPastTheEndOfARegionIsRefusedAndNothingLands) {
+  TcpTarget t;
+  TargetRegion r(t);
+  EXPECT_TRUE(refused_write(t, r.id, kRegionBytes - 100, 200));
+  EXPECT_TRUE(refused_write(t, r.id, kRegionBytes, 1));
+  EXPECT_TRUE(refused_write(t, r.id, ~std::uint64_t{0} - 10, 64));
+  // Inside the pool's length but past the region's.
+  EXPECT_TRUE(refused_write(t, r.id, kRegionBytes, kBlockLen));
+  EXPECT_EQ(t.counter("tcp_refused_runs"), 4u);
+  EXPECT_TRUE(r.zero_from(0));
+  EXPECT_TRUE(pool_is_zero(t.pool()));
+}
+
+TEST(TcpHostile, ARunIntoADeregisteredRegionIsRefusedAndNothingLands) {
+  TcpTarget t;
+  TargetRegion r(t);
+  t.transport().deregister_memory(r.id);
+  EXPECT_TRUE(refused_write(t, r.id, 0, 64));
+  EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
+  EXPECT_TRUE(r.zero_from(0));
+}
+
+TEST(TcpHostile, NoByteOfAWriteLandsInItsRegionAfterTheDeregistrationReturns) {
+  TcpTarget t;
+  TargetRegion r(t);
+  Client c(t.port());
+  ASSERT_TRUE(greet(c, t));
+  // Half the payload, in one send; the target is receiving it (its first
+  // byte landed) before deregistration.
+  const std::vector<std::uint8_t> frame = write_frame(4, 0, kRegionBytes, 0x77, r.id);
+  const std::size_t half = frame.size() - kRegionBytes / 2;
+  ASSERT_TRUE(c.send_bytes(std::vector<std::uint8_t>(frame.begin(), frame.begin() +
+                                                      static_cast<std::ptrdiff_t>(half))));
+  for (int i = 0; i < 500 && r.bytes[0] != 0x77; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(r.bytes[0], 0x77);
+  t.transport().deregister_memory(r.id);
+  // The rest arrives after: dropped, and the write refused.
+  ASSERT_TRUE(c.send_bytes(std::vector<std::uint8_t>(
+      frame.begin() + static_cast<std::ptrdiff_t>(half), frame.end())));
+  const auto ack = c.next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->seq, 4u);
+  EXPECT_EQ(ack->status, wire::kStatusRefused);
+  EXPECT_TRUE(c.closed_by_target());
+  EXPECT_TRUE(r.zero_from(kRegionBytes / 2));
+  EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 // The tcp lane's frames (wire/tcp_frame.h): the header's exact bytes (its
 // fields, then its tag), round trips of every frame type, each type's bounds
 // on count, length, flags, status and tag, the challenge, the hello's body,
-// and runs_fit's check of a write's or read request's runs against the
-// receiver's pool.
+// the runs' exact bytes, and runs_fit's check of a write's or read request's
+// runs against the receiver's regions.
 #include "wire/tcp_frame.h"
 
 #include <gtest/gtest.h>
@@ -65,7 +65,7 @@ bool accepted(const wire::FrameHeader& h) {
 
 TEST(TcpFrameHeader, LayoutIsLittleEndianWithMagicKVXT) {
   const Bytes expected = {
-      'K',  'V',  'X',  'T',  3,    3,    0x01, 0x00,  // magic, version 3, kWrite, wire::kMore
+      'K',  'V',  'X',  'T',  4,    3,    0x01, 0x00,  // magic, version 4, kWrite, wire::kMore
       0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // count (3 runs), status
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // seq
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // length
@@ -165,7 +165,7 @@ TEST(TcpFrameHeader, RefusesWrongMagicOrVersion) {
     bytes[at] ^= 0x01;
     EXPECT_TRUE(refused(bytes)) << "byte " << at;
   }
-  for (const std::uint8_t version : {0, 1, 2, 4, 0xff}) {
+  for (const std::uint8_t version : {0, 1, 2, 3, 5, 0xff}) {
     Bytes bytes = good;
     bytes[4] = version;
     EXPECT_TRUE(refused(bytes)) << "version " << int{version};
@@ -402,20 +402,84 @@ TEST(TcpHello, RefusesANameLengthThatWrapsTheSize) {
 
 // -------------------------------------------------------------- runs_fit
 
-Bytes runs_of(const std::vector<wire::Run>& runs) {
+// A run, in the pool (region 0) unless it names a region.
+struct TestRun {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t region = 0;
+};
+
+Bytes runs_of(const std::vector<TestRun>& runs) {
   Bytes out(runs.size() * wire::kRunLen);
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    wire::put_run_at(out.data() + i * wire::kRunLen, runs[i].offset, runs[i].length);
+    wire::put_run_at(out.data() + i * wire::kRunLen, runs[i].region, runs[i].offset,
+                     runs[i].length);
   }
   return out;
 }
 
+// A receiver with a pool of `pool` bytes (id 0) and nothing else.
+auto pool_of(std::uint64_t pool) {
+  return [pool](std::uint64_t id) -> std::uint64_t { return id == 0 ? pool : 0; };
+}
+
 // Whether a write (or a frame of `type`) of `runs` whose header says `length`
 // bytes fits a pool of `region` bytes.
-bool fits(const std::vector<wire::Run>& runs, std::uint64_t length, std::uint64_t region = kRegion,
+bool fits(const std::vector<TestRun>& runs, std::uint64_t length, std::uint64_t region = kRegion,
           wire::FrameType type = wire::FrameType::kWrite) {
   const wire::FrameHeader h = header(type, static_cast<std::uint32_t>(runs.size()), length);
-  return runs_fit(h, runs_of(runs), region);
+  return runs_fit(h, runs_of(runs), pool_of(region));
+}
+
+// A receiver with no pool and two regions: slot 1 generation 2 (64 KiB) and
+// slot 3 generation 1 (4 KiB).
+constexpr std::uint64_t kSixtyFour = (std::uint64_t{2} << 32) | 1;
+constexpr std::uint64_t kFour = (std::uint64_t{1} << 32) | 3;
+std::uint64_t two_regions(std::uint64_t id) {
+  return id == kSixtyFour ? 65536 : id == kFour ? 4096 : 0;
+}
+
+bool fits_regions(const std::vector<TestRun>& runs, std::uint64_t length) {
+  const wire::FrameHeader h =
+      header(wire::FrameType::kWrite, static_cast<std::uint32_t>(runs.size()), length);
+  return runs_fit(h, runs_of(runs), two_regions);
+}
+
+TEST(TcpRuns, LayoutIsRegionOffsetLengthLittleEndian) {
+  Bytes run(wire::kRunLen);
+  wire::put_run_at(run.data(), 0x0102030405060708ull, 0x1112131415161718ull,
+                   0x2122232425262728ull);
+  const Bytes expected = {
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // the target's region id
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // offset in it
+      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // length
+  };
+  EXPECT_EQ(run, expected);
+  const wire::Run back = wire::RunList{run}.run(0);
+  EXPECT_EQ(back.region, 0x0102030405060708ull);
+  EXPECT_EQ(back.offset, 0x1112131415161718ull);
+  EXPECT_EQ(back.length, 0x2122232425262728ull);
+}
+
+TEST(TcpRunsFit, AcceptsRunsInsideTheRegionsTheyName) {
+  EXPECT_TRUE(fits_regions({{0, 65536, kSixtyFour}}, 65536));
+  EXPECT_TRUE(fits_regions({{0, 16, kSixtyFour}, {4080, 16, kFour}, {100, 1, kSixtyFour}}, 33));
+}
+
+TEST(TcpRunsFit, RefusesARunNamingARegionTheReceiverDoesNotHave) {
+  // No pool, another slot, the right slot of another generation.
+  EXPECT_FALSE(fits_regions({{0, 16, 0}}, 16));
+  EXPECT_FALSE(fits_regions({{0, 16, (std::uint64_t{2} << 32) | 2}}, 16));
+  EXPECT_FALSE(fits_regions({{0, 16, (std::uint64_t{1} << 32) | 1}}, 16));
+  EXPECT_FALSE(fits_regions({{0, 16, kSixtyFour}, {0, 16, (std::uint64_t{3} << 32) | 1}}, 32));
+}
+
+TEST(TcpRunsFit, RefusesARunPastTheEndOfTheRegionItNames) {
+  // Inside the larger region, but it names the smaller.
+  EXPECT_FALSE(fits_regions({{4096, 16, kFour}}, 16));
+  EXPECT_FALSE(fits_regions({{4090, 16, kFour}}, 16));
+  EXPECT_FALSE(fits_regions({{0, 4097, kFour}}, 4097));
+  EXPECT_TRUE(fits_regions({{4080, 16, kFour}}, 16));
 }
 
 TEST(TcpRunsFit, AcceptsRunsInsideTheRegionThatAddUpToTheLength) {
@@ -439,7 +503,7 @@ TEST(TcpRunsFit, RefusesARunOverlappingTheRegionsEnd) {
 }
 
 TEST(TcpRunsFit, RefusesRunsThatDoNotAddUpToTheLength) {
-  const std::vector<wire::Run> runs = {{0, 4096}, {65536, 8192}};
+  const std::vector<TestRun> runs = {{0, 4096}, {65536, 8192}};
   EXPECT_TRUE(fits(runs, 12288));
   EXPECT_FALSE(fits(runs, 12287));
   EXPECT_FALSE(fits(runs, 12289));
@@ -466,12 +530,12 @@ TEST(TcpRunsFit, RefusesRunsWhoseEndOrSumOverflows) {
 TEST(TcpRunsFit, RefusesRunsBytesOfAnotherSizeThanTheCount) {
   const wire::FrameHeader h = header(wire::FrameType::kWrite, 2, 8192);
   const Bytes runs = runs_of({{0, 4096}, {8192, 4096}});
-  EXPECT_TRUE(runs_fit(h, runs, kRegion));
-  EXPECT_FALSE(runs_fit(h, Bytes(runs.begin(), runs.end() - 1), kRegion));
-  EXPECT_FALSE(runs_fit(h, Bytes(runs.begin(), runs.begin() + wire::kRunLen), kRegion));
+  EXPECT_TRUE(runs_fit(h, runs, pool_of(kRegion)));
+  EXPECT_FALSE(runs_fit(h, Bytes(runs.begin(), runs.end() - 1), pool_of(kRegion)));
+  EXPECT_FALSE(runs_fit(h, Bytes(runs.begin(), runs.begin() + wire::kRunLen), pool_of(kRegion)));
   Bytes longer = runs_of({{0, 4096}, {8192, 4096}, {16384, 4096}});
-  EXPECT_FALSE(runs_fit(h, longer, kRegion));
-  EXPECT_FALSE(runs_fit(h, {}, kRegion));
+  EXPECT_FALSE(runs_fit(h, longer, pool_of(kRegion)));
+  EXPECT_FALSE(runs_fit(h, {}, pool_of(kRegion)));
 }
 
 }  // namespace

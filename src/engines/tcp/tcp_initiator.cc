@@ -22,7 +22,8 @@ Status status_of(std::uint32_t wire_status) {
 const char* detail_of(std::uint32_t wire_status) {
   switch (wire_status) {
     case wire::kStatusRefused:
-      return "the target refused the frame (runs outside its pool)";
+      return "the target refused the frame (runs outside its regions: unknown, removed, or past "
+             "their end)";
     case wire::kStatusQueueFull:
       return "the target's notification queue for this sender is full";
     case wire::kStatusNotYours:

@@ -119,6 +119,10 @@ void TcpLane::Io::drain_commands() {
         }
         cmd.done->set_value();
         break;
+      case Command::Kind::kForgetRegion:
+        forget_region(cmd.region);
+        cmd.done->set_value();
+        break;
     }
   }
   commands.clear();

@@ -71,6 +71,9 @@ struct TcpLane::Peer : LanePeer, std::enable_shared_from_this<Peer> {
   explicit Peer(TcpLane* owner) : LanePeer(owner) {}
   std::string name;
   std::uint64_t remote_block_len = 0;
+  // The peer's region ids, as its metadata lists them (ByteRun::remote_region
+  // is an index into this); its pool first, id 0, when it has one.
+  std::vector<std::uint64_t> region_ids;
   Conn* conn = nullptr;  // owned by the I/O thread; only its identity is used here
   std::atomic<bool> dead{false};
   std::atomic<std::uint64_t> next_seq{1};
@@ -113,12 +116,13 @@ struct TcpLane::Xfer : LaneXfer {
 };
 
 struct TcpLane::Command {
-  enum class Kind { kAdopt, kPost, kClose } kind = Kind::kPost;
+  enum class Kind { kAdopt, kPost, kClose, kForgetRegion } kind = Kind::kPost;
   int fd = -1;                         // kAdopt: a connected, welcomed socket
   std::shared_ptr<Peer> peer;          // kAdopt, kClose
   Conn* conn = nullptr;                // kPost, kClose
   Xfer* xfer = nullptr;                // kPost
-  std::promise<void>* done = nullptr;  // kClose, kAdopt: set once carried out
+  std::promise<void>* done = nullptr;  // kClose, kAdopt, kForgetRegion: set once carried out
+  LocalRegion region;                  // kForgetRegion: a region no longer live
   // kAdopt: the connection's frame keys (its welcome, frame 0 of the
   // target's, was checked already).
   std::shared_ptr<const HandshakeKeys> keys;
@@ -159,7 +163,10 @@ struct TcpLane::Conn {
   std::vector<iovec> rx_iov;
   std::size_t rx_at = 0;
   std::uint64_t rx_left = 0;
-  bool rx_drain = false;    // receiving bytes nobody wants (a released read)
+  bool rx_drain = false;  // receiving bytes nobody wants (a released read)
+  // Target: the payload arriving is dropped because a region it was for
+  // was removed meanwhile; once it is in, the frame is refused.
+  bool rx_refused = false;
   int lowat = 1;            // the socket's SO_RCVLOWAT (Io::set_lowat)
   Xfer* rx_xfer = nullptr;  // initiator: the read whose reply is arriving
 
@@ -228,6 +235,9 @@ class TcpLane::Io {
   void answer(Conn* c, wire::FrameType type, std::uint64_t seq, std::uint32_t status,
               std::uint64_t length = 0, std::vector<iovec> pool = {});
   void queue_transfer(Conn* c, Xfer* x);
+  // Ends whatever still moves bytes into or out of a region that is no
+  // longer live (tcp_regions.cc).
+  void forget_region(const LocalRegion& region);
   void finish(Xfer* x, Status status, const char* why);
   void unuse(Xfer* x);
   // Closes a connection; what it still holds ends `status`.

@@ -72,9 +72,14 @@ TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings
       limits_(conn_limits(nofile_limit())),
       stall_(settings.stall_ms),
       region_(region),
-      pool_len_(region.num_blocks * region.block_len),
+      pool_{0, static_cast<std::uint8_t*>(region.base), region.num_blocks * region.block_len,
+            region.base != nullptr && region.num_blocks * region.block_len != 0},
       token_(fresh_random()),
       counters_(std::make_unique<Counters>()) {
+  {
+    MutexLock lock(regions_mu_);
+    regions_.push_back(pool_);
+  }
   listen_fd_ = open_listener(settings, &port_);
   addresses_ = published_addresses(settings);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -269,6 +274,8 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   auto peer = std::make_shared<Peer>(this);
   peer->name = remote.agent_name;
   peer->remote_block_len = remote.block_len;
+  peer->region_ids.reserve(remote.regions.size());
+  for (const MemRegion& r : remote.regions) peer->region_ids.push_back(r.id);
   std::promise<void> adopted;
   Command cmd;
   cmd.kind = Command::Kind::kAdopt;
@@ -310,12 +317,12 @@ Status TcpLane::disconnect(LanePeer* handle) {
 
 // Builds a post's frames into `x`: headers and runs in `x->wire` (sized
 // once, so the iovecs into it stay valid), what to send in `x->iov` (for a
-// write, our pool's runs between them), and for a read where each reply
-// lands.
-void TcpLane::frame(Xfer* x, const Peer& /*peer*/, std::span<const ByteRun> byte_runs,
-                    std::span<const std::uint8_t> notify) {
+// write, our regions' runs between them), and for a read where each reply
+// lands. Each run names the target's region by the target's own id.
+bool TcpLane::frame(Xfer* x, std::span<const ByteRun> byte_runs,
+                    std::span<const std::uint8_t> notify, std::span<const LocalRegion> mine,
+                    std::span<const std::uint64_t> theirs) {
   const bool read = x->read;
-  auto* base = static_cast<std::uint8_t*>(region_.base);
   const std::size_t runs = byte_runs.size();
   const std::size_t frames = (runs + wire::kMaxRuns - 1) / wire::kMaxRuns;
   x->wire.resize(frames * wire::kHeaderLen + runs * wire::kRunLen +
@@ -336,13 +343,14 @@ void TcpLane::frame(Xfer* x, const Peer& /*peer*/, std::span<const ByteRun> byte
     wire::encode_header(
         frame_start, wire::FrameHeader{read ? wire::FrameType::kReadReq : wire::FrameType::kWrite,
                                        flags, frame_runs, 0, x->seq, frame_bytes});
-    if (read) {
-      Xfer::Part& part = x->parts.back();
-      part.bytes = frame_bytes;
-    }
+    if (read) x->parts.back().bytes = frame_bytes;
   };
   std::size_t header_iov = 0;
   for (const ByteRun& run : byte_runs) {
+    // The core validated the runs; what it named must still be there.
+    if (run.local_region >= mine.size() || run.remote_region >= theirs.size()) return false;
+    const LocalRegion& local = mine[run.local_region];
+    if (!local.live || run.len > local.len || run.local > local.len - run.len) return false;
     if (run_index % wire::kMaxRuns == 0) {
       if (frame_start != nullptr) close_frame(false);
       frame_start = at;
@@ -353,18 +361,17 @@ void TcpLane::frame(Xfer* x, const Peer& /*peer*/, std::span<const ByteRun> byte
       x->iov.push_back(iovec{frame_start, wire::kHeaderLen});
       if (read) x->parts.push_back(Xfer::Part{x->read_iov.size(), 0, 0});
     }
-    const std::uint64_t bytes = run.len;
-    wire::put_run_at(at, run.remote, bytes);
+    wire::put_run_at(at, theirs[run.remote_region], run.remote, run.len);
     at += wire::kRunLen;
     x->iov[header_iov].iov_len += wire::kRunLen;
-    iovec pool_iov{base + run.local, bytes};
+    const iovec ours{local.base + run.local, run.len};
     if (read) {
-      x->read_iov.push_back(pool_iov);
+      x->read_iov.push_back(ours);
       ++x->parts.back().count;
     } else {
-      x->iov.push_back(pool_iov);
+      x->iov.push_back(ours);
     }
-    frame_bytes += bytes;
+    frame_bytes += run.len;
     ++frame_runs;
     ++run_index;
   }
@@ -375,6 +382,7 @@ void TcpLane::frame(Xfer* x, const Peer& /*peer*/, std::span<const ByteRun> byte
     std::memcpy(at + wire::kHeaderLen, notify.data(), notify.size());
     x->iov.push_back(iovec{at, wire::kHeaderLen + notify.size()});
   }
+  return true;
 }
 
 Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
@@ -392,16 +400,36 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   x->read = read;
   x->has_notify = !notify.empty();
   x->seq = peer->next_seq.fetch_add(1, std::memory_order_relaxed);
-  frame(x, *peer, post.runs, notify);
-  live_xfers_.fetch_add(1, std::memory_order_relaxed);
-  if (!post.runs.empty())
-    (read ? counters_->reads : counters_->writes).fetch_add(1, std::memory_order_relaxed);
-  if (x->has_notify) counters_->notifications_sent.fetch_add(1, std::memory_order_relaxed);
-  Command cmd;
-  cmd.kind = Command::Kind::kPost;
-  cmd.conn = peer->conn;
-  cmd.xfer = x;
-  submit(std::move(cmd));
+  const auto queue = [&] {
+    live_xfers_.fetch_add(1, std::memory_order_relaxed);
+    if (!post.runs.empty())
+      (read ? counters_->reads : counters_->writes).fetch_add(1, std::memory_order_relaxed);
+    if (x->has_notify) counters_->notifications_sent.fetch_add(1, std::memory_order_relaxed);
+    Command cmd;
+    cmd.kind = Command::Kind::kPost;
+    cmd.conn = peer->conn;
+    cmd.xfer = x;
+    submit(std::move(cmd));
+  };
+  // Pool-only posts (write_blocks, read_blocks) name the pools alone, which
+  // never change: no lock. Others hold our table until they are queued, so
+  // a region's removal either refuses them here or comes after them in the
+  // I/O thread's queue (and ends them there: tcp_regions.cc).
+  static constexpr std::uint64_t kPoolIds[] = {0};
+  if (post.pool_only) {
+    if (!frame(x, post.runs, notify, std::span(&pool_, 1), kPoolIds)) {
+      recycle(x);
+      return Status::kInvalidParam;
+    }
+    queue();
+  } else {
+    MutexLock lock(regions_mu_);
+    if (!frame(x, post.runs, notify, regions_, peer->region_ids)) {
+      recycle(x);
+      return Status::kInvalidParam;
+    }
+    queue();
+  }
   *out = handle_of(static_cast<LaneXfer*>(x));
   return Status::kSuccess;
 }

@@ -7,9 +7,10 @@
 // anywhere in the process (UCX executes its internal PUT_REQ whatever its
 // settings say), one oversized message aborts it, and it copies each byte
 // twice on the receiving side. Here nothing is ever written to an address
-// taken from the wire: a write frame names runs of the target's pool, which
-// the target checks against its own region before one payload byte is read,
-// and the payload is then received with readv straight into those blocks.
+// taken from the wire: a write frame names runs of the target's regions (by
+// the target's own region ids; its pool is id 0), which the target checks
+// against its own region table before one payload byte is read, and the
+// payload is then received with readv straight into those bytes.
 //
 // Threads: one I/O thread per lane owns every socket (epoll). Posts build
 // their frames on the caller's thread and queue them; the I/O thread sends
@@ -180,7 +181,19 @@ class TcpLane final : public Lane {
   // kCanceled (a closed connection the peer ended: kRemoteDisconnect).
   [[nodiscard]] Status disconnect(LanePeer* peer) override;
   // Builds a transfer's frames and queues it on the peer's connection.
+  // kInvalidParam (nothing posted) when a run names a region of ours that
+  // is not live or a region the peer's metadata did not list.
   [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
+
+  // Regions besides the pool (tcp_regions.cc). A region added is at once
+  // ours to post from and for peers' frames to name; remove_region()
+  // refuses peers' frames that name it from then on, and returns once the
+  // I/O thread has ended everything still moving bytes into or out of it
+  // (a write arriving into it is dropped and refused, a reply sent from it
+  // or a read landing in it is aborted).
+  [[nodiscard]] bool takes_regions() const override { return true; }
+  [[nodiscard]] Status add_region(const MemRegion& region, std::string* reason) override;
+  [[nodiscard]] Status remove_region(std::uint64_t id) override;
   void take_notifications(std::vector<Notification>* out) override;
   [[nodiscard]] Status check(XferHandle xfer, Status* state) override;
   [[nodiscard]] const char* detail(XferHandle xfer) const override;
@@ -211,14 +224,36 @@ class TcpLane final : public Lane {
   void recycle(Xfer* xfer);
   [[nodiscard]] Status say_hello(int fd, const wire::PeerBlob& blob, const RemoteRegion& remote,
                                  std::shared_ptr<HandshakeKeys>* keys_out, std::string* reason);
-  void frame(Xfer* x, const Peer& peer, std::span<const ByteRun> runs,
-             std::span<const std::uint8_t> notify);
+  // A region of ours: the pool at slot 0 (live when there is one), the
+  // others where region_slot() of their id says.
+  struct LocalRegion {
+    std::uint64_t id = 0;
+    std::uint8_t* base = nullptr;
+    std::uint64_t len = 0;
+    bool live = false;
+  };
+  // False (x half built: the caller recycles it) when a run names a region
+  // not in `mine` (ours, by slot) or `theirs` (the peer's ids, by index).
+  [[nodiscard]] bool frame(Xfer* x, std::span<const ByteRun> runs,
+                           std::span<const std::uint8_t> notify, std::span<const LocalRegion> mine,
+                           std::span<const std::uint64_t> theirs);
+  // The length of live region `id` in `table` (our regions_), 0 when there
+  // is none: what a peer's run may name (wire::runs_fit).
+  [[nodiscard]] static std::uint64_t live_len(std::span<const LocalRegion> table,
+                                              std::uint64_t id) {
+    const std::uint32_t slot = region_slot(id);
+    if (slot >= table.size()) return 0;
+    const LocalRegion& r = table[slot];
+    return r.live && r.id == id ? r.len : 0;
+  }
 
   std::string agent_name_;
   const ConnLimits limits_;
   const std::chrono::milliseconds stall_;  // KVXFER_TCP_STALL_MS
   Region region_;
-  std::uint64_t pool_len_ = 0;
+  // The pool as a region (not live when there is none): what pool-only
+  // posts (write_blocks, read_blocks) take without a lock.
+  LocalRegion pool_;
   std::uint64_t token_ = 0;
   Identity identity_;
   std::uint16_t port_ = 0;
@@ -242,6 +277,13 @@ class TcpLane final : public Lane {
   std::vector<Xfer*> xfer_pool_ GUARDED_BY(commands_mu_);
   std::atomic<Xfer*> spare_{nullptr};
   std::atomic<bool> wake_pending_{false};
+
+  // Our regions by slot, the pool's at 0: read by posts (where their runs
+  // are in our memory) and by the I/O thread (whether a peer's runs lie in
+  // them), changed by add_region and remove_region. A post queues its
+  // transfer holding it, so it comes before commands_mu_, never after.
+  mutable Mutex regions_mu_ ACQUIRED_BEFORE(commands_mu_);
+  std::vector<LocalRegion> regions_ GUARDED_BY(regions_mu_);
 
   // Connected peers (initiator side); a post finds its peer through its
   // handle, this is for counts and for stop().

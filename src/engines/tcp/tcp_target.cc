@@ -111,24 +111,32 @@ bool TcpLane::Io::on_body(Conn* c) {
   }
 }
 
-// A write's or read request's runs, checked against our pool: a write's
-// payload goes straight into it, a read's reply comes from it.
+// A write's or read request's runs, each checked against the region of
+// ours it names (live, and the run inside it): a write's payload goes
+// straight into them, a read's reply comes from them. A region's removal
+// after this is the I/O thread's to apply to what is left (tcp_regions.cc).
 bool TcpLane::Io::on_runs(Conn* c) {
   const wire::FrameHeader& h = c->h;
   auto& counters = *lane_.counters_;
-  if (!runs_fit(h, c->body, lane_.pool_len_)) {
-    refuse(c, counters.refused_runs, "runs outside this pool");
+  const wire::RunList list{c->body};
+  std::vector<iovec> pool;
+  {
+    MutexLock lock(lane_.regions_mu_);
+    const std::span<const LocalRegion> table = lane_.regions_;
+    if (runs_fit(h, c->body, [table](std::uint64_t id) { return live_len(table, id); })) {
+      pool.reserve(list.run_count());
+      for (std::size_t i = 0; i < list.run_count(); ++i) {
+        const wire::Run r = list.run(i);
+        const LocalRegion& region = table[region_slot(r.region)];
+        pool.push_back(iovec{region.base + r.offset, r.length});
+      }
+    }
+  }
+  if (pool.empty()) {
+    refuse(c, counters.refused_runs, "runs outside this agent's regions");
     return answer_and_close(
         c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData,
         h.seq, wire::kStatusRefused);
-  }
-  auto* base = static_cast<std::uint8_t*>(lane_.region_.base);
-  const wire::RunList list{c->body};
-  std::vector<iovec> pool;
-  pool.reserve(list.run_count());
-  for (std::size_t i = 0; i < list.run_count(); ++i) {
-    const wire::Run r = list.run(i);
-    pool.push_back(iovec{base + r.offset, r.length});
   }
   if (h.type == wire::FrameType::kReadReq) {
     // The reply goes from our pool; nothing more is read from this
@@ -176,6 +184,13 @@ bool TcpLane::Io::on_notify(Conn* c) {
 
 bool TcpLane::Io::on_payload_done(Conn* c) {
   c->rx = Conn::Rx::kHeader;
+  if (c->rx_refused) {
+    // A region this write was for was removed while it arrived: what came
+    // after the removal was dropped, and the write is refused.
+    c->rx_refused = false;
+    refuse(c, lane_.counters_->refused_runs, "a write into a region removed while it arrived");
+    return answer_and_close(c, wire::FrameType::kAck, c->h.seq, wire::kStatusRefused);
+  }
   if (!c->initiator) {
     // A write's bytes are in place: ack its last frame.
     if ((c->h.flags & (wire::kMore | wire::kNotifyFollows)) == 0)
