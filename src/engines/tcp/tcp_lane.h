@@ -77,6 +77,7 @@
 namespace kvxfer::internal::tcp {
 
 struct HandshakeKeys;  // tcp_handshake.h
+class TlsContext;      // tcp_tls.h
 
 class TcpLane final : public Lane {
  public:
@@ -217,6 +218,10 @@ class TcpLane final : public Lane {
   std::string agent_name_;
   const ConnLimits limits_;
   const std::chrono::milliseconds stall_;  // KVXFER_TCP_STALL_MS
+  // KVXFER_TCP_ENCRYPT=on: every connection after its welcome is TLS 1.3
+  // (tcp_tls.h) from these contexts.
+  const bool encrypt_;
+  std::unique_ptr<TlsContext> tls_;
   Region region_;
   std::uint64_t pool_len_ = 0;
   std::uint64_t token_ = 0;
