@@ -241,7 +241,15 @@ void TcpLane::Io::send(Conn* c) {
     }
   }
   if (c->fd < 0) return;
-  if (c->out.empty() && c->close_after_out) {
+  if (c->ssl) {
+    TlsIo io;
+    c->tls_unflushed = !tls_flush(c->ssl.get(), &io);
+    if (io.failed) {
+      close_conn(c, "sending failed");
+      return;
+    }
+  }
+  if (c->out.empty() && c->close_after_out && !c->tls_unflushed) {
     begin_closing(c);
     return;
   }
@@ -287,7 +295,8 @@ void TcpLane::Io::rearm(Conn* c) {
   const bool want_out = !c->out.empty();
   const std::uint32_t events =
       (c->paused && !c->tls_tx_wants_read ? 0u : static_cast<std::uint32_t>(EPOLLIN)) |
-      (want_out || c->tls_rx_wants_write ? static_cast<std::uint32_t>(EPOLLOUT) : 0u);
+      (want_out || c->tls_rx_wants_write || c->tls_unflushed ? static_cast<std::uint32_t>(EPOLLOUT)
+                                                             : 0u);
   if (events != c->armed) {
     epoll_event ev{};
     ev.events = events;

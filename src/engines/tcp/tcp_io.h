@@ -158,7 +158,8 @@ struct TcpLane::Conn {
   bool tls_handshaking = false;
   bool tls_rx_wants_write = false;
   bool tls_tx_wants_read = false;
-  bool in_tls_ready = false;  // in Io::tls_ready_
+  bool tls_unflushed = false;  // records wait in the write buffer (EPOLLOUT)
+  bool in_tls_ready = false;   // in Io::tls_ready_
   // What the next frame must continue (a transfer's wire::kMore or
   // wire::kNotifyFollows): its seq and type, or none.
   std::uint64_t cont_seq = 0;

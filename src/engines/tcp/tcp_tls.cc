@@ -113,9 +113,23 @@ SslPtr TlsContext::open(int fd, const TlsPsk& psk, bool client) const {
   // From here SslFree frees the session with the SSL.
   if (SSL_SESSION_set1_master_key(s, psk.data(), psk.size()) != 1 ||
       SSL_SESSION_set_cipher(s, cipher) != 1 ||
-      SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION) != 1 || SSL_set_fd(ssl.get(), fd) != 1) {
+      SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION) != 1) {
     return nullptr;
   }
+  // Reads straight from the socket; writes through a buffer, so records
+  // (16 KiB at most each) go out kTlsWriteBuffer bytes a send, not one a
+  // send (tls_flush empties it).
+  BIO* in = BIO_new_socket(fd, BIO_NOCLOSE);
+  BIO* out = BIO_new_socket(fd, BIO_NOCLOSE);
+  BIO* buffer = BIO_new(BIO_f_buffer());
+  if (in == nullptr || out == nullptr || buffer == nullptr ||
+      BIO_set_write_buffer_size(buffer, kTlsWriteBuffer) != 1) {
+    BIO_free(in);
+    BIO_free(out);
+    BIO_free(buffer);
+    return nullptr;
+  }
+  SSL_set_bio(ssl.get(), in, BIO_push(buffer, out));
   if (client) {
     SSL_set_psk_use_session_callback(ssl.get(), use_psk);
     SSL_set_connect_state(ssl.get());
@@ -212,6 +226,14 @@ long tls_writev(ssl_st* ssl, std::span<const iovec> iov, TlsIo* io) {
     }
   }
   return total;
+}
+
+bool tls_flush(ssl_st* ssl, TlsIo* io) {
+  BIO* out = SSL_get_wbio(ssl);
+  if (BIO_wpending(out) == 0) return true;
+  if (BIO_flush(out) == 1) return true;
+  if (!BIO_should_retry(out)) io->failed = true;
+  return false;
 }
 
 bool tls_has_pending(const ssl_st* ssl) { return SSL_has_pending(ssl) == 1; }

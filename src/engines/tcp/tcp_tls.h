@@ -79,12 +79,18 @@ struct TlsIo {
 // Called again after -1, it must start with the same first iovec (OpenSSL
 // resumes the record it began).
 [[nodiscard]] long tls_writev(ssl_st* ssl, std::span<const iovec> iov, TlsIo* io);
+// Sends what tls_writev left in the write buffer: true once it is all out
+// (false: the socket is full, or *failed).
+[[nodiscard]] bool tls_flush(ssl_st* ssl, TlsIo* io);
 // Whether OpenSSL holds bytes read from the socket that it has not handed
 // out yet (epoll does not see them).
 [[nodiscard]] bool tls_has_pending(const ssl_st* ssl);
 // How many payload bytes OpenSSL may hold in its buffers at most (a bound
 // for the socket's wake threshold: Io::set_lowat).
 inline constexpr std::size_t kTlsReadBuffer = std::size_t{64} << 10;
+// The records a connection buffers before one send: with kTlsReadBuffer,
+// what an encrypted connection holds of its own beyond OpenSSL's state.
+inline constexpr std::size_t kTlsWriteBuffer = std::size_t{128} << 10;
 
 // Why OpenSSL's last call on this thread failed, for a log line.
 [[nodiscard]] std::string tls_error();
