@@ -613,9 +613,15 @@ int main(int argc, char** argv) {
           // The environment wins over engine_config.
           ::unsetenv(kLanesKey);
         }
+        if (bench.encrypt == "both") throw CLI::ValidationError("--encrypt", "a target: on or off");
+        if (bench.encrypt == "on") config.engine[kEncryptKey] = "on";
         return run_target_listener(HostPort::parse(listen), config, sessions);
       }
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
+      if (bench.encrypt != "off" &&
+          (bench.op == "notify" || !bench.targets.empty() || !bench.initiators.empty())) {
+        throw CLI::ValidationError("--encrypt", "runs the reference cases only");
+      }
       if (!bench.lane.empty() &&
           (bench.op == "notify" || !bench.targets.empty() || !bench.initiators.empty())) {
         throw CLI::ValidationError("--lane",
