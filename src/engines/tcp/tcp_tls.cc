@@ -51,6 +51,12 @@ int find_psk(SSL* ssl, const unsigned char* id, std::size_t id_len, SSL_SESSION*
   return 1;
 }
 
+// The handshake used the PSK (no certificate) and an ephemeral X25519
+// exchange with it (psk_dhe_ke: forward secrecy), as both ends require.
+bool keyed_as_agreed(SSL* ssl) {
+  return SSL_session_reused(ssl) == 1 && SSL_get_negotiated_group(ssl) == NID_X25519;
+}
+
 SSL_CTX* make_ctx(bool client) {
   SSL_CTX* ctx = SSL_CTX_new(client ? TLS_client_method() : TLS_server_method());
   if (ctx == nullptr) return nullptr;
@@ -160,8 +166,9 @@ bool tls_connect(ssl_st* ssl, int fd, std::chrono::milliseconds timeout, std::st
       return false;
     }
   }
-  if (SSL_session_reused(ssl) != 1) {
-    *why = "the TLS handshake did not use the key both ends derived";
+  if (!keyed_as_agreed(ssl)) {
+    *why = "the TLS handshake did not use the key both ends derived with an ephemeral X25519 "
+           "exchange";
     return false;
   }
   return true;
@@ -170,7 +177,7 @@ bool tls_connect(ssl_st* ssl, int fd, std::chrono::milliseconds timeout, std::st
 TlsStep tls_accept(ssl_st* ssl) {
   ERR_clear_error();
   const int r = SSL_accept(ssl);
-  if (r == 1) return SSL_session_reused(ssl) == 1 ? TlsStep::kDone : TlsStep::kFailed;
+  if (r == 1) return keyed_as_agreed(ssl) ? TlsStep::kDone : TlsStep::kFailed;
   switch (SSL_get_error(ssl, r)) {
     case SSL_ERROR_WANT_READ:
       return TlsStep::kWantRead;

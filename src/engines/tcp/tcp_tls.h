@@ -15,7 +15,7 @@
 // target its server. A handshake that would end without the PSK (a
 // certificate, a full handshake) fails on both sides: the client demands a
 // certificate it cannot verify (no trust store) and both check that the
-// PSK was used.
+// PSK and an X25519 exchange were used.
 #pragma once
 
 #include <sys/uio.h>
