@@ -167,8 +167,9 @@ bool tls_connect(ssl_st* ssl, int fd, std::chrono::milliseconds timeout, std::st
     }
   }
   if (!keyed_as_agreed(ssl)) {
-    *why = "the TLS handshake did not use the key both ends derived with an ephemeral X25519 "
-           "exchange";
+    *why =
+        "the TLS handshake did not use the key both ends derived with an ephemeral X25519 "
+        "exchange";
     return false;
   }
   return true;
