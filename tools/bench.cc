@@ -73,6 +73,56 @@ std::string lanes_text(const BenchArgs& args, const std::vector<std::string>& la
   return fmt::format("lane: the library's choice ({} unset)", kLanesKey);
 }
 
+// What one target serves: a lane, with the tcp lane's encryption on or off.
+struct Leg {
+  std::string lane;
+  bool encrypt = false;
+};
+
+std::vector<Leg> bench_legs(const std::vector<std::string>& lanes, const std::string& encrypt) {
+  std::vector<Leg> legs;
+  for (const std::string& lane : lanes) {
+    if (encrypt != "on") legs.push_back({lane, false});
+    if (encrypt != "off") legs.push_back({lane, true});
+  }
+  return legs;
+}
+
+// Throws std::invalid_argument for options that do not go together.
+void check_args(const BenchArgs& args, const std::string& ucx_tls) {
+  const bool tcp_only = kvxfer::ucx_tls_is_tcp_only(ucx_tls);
+  if (args.op != "write" && args.op != "read") {
+    throw std::invalid_argument(fmt::format("--op {}: use write or read", args.op));
+  }
+  if (args.encrypt != "off" && args.encrypt != "on" && args.encrypt != "both") {
+    throw std::invalid_argument(fmt::format("--encrypt {}: use off, on or both", args.encrypt));
+  }
+  if (args.encrypt == "both" && !args.peer.empty()) {
+    throw std::invalid_argument(
+        "--encrypt both spawns a target per setting: not with --peer (run once with --encrypt off "
+        "and once with --encrypt on, the remote target started with the same "
+        "KVXFER_TCP_ENCRYPT)");
+  }
+  if (args.lane.empty()) return;
+  if (args.lane != "tcp" && args.lane != "ucx" && args.lane != "both") {
+    throw std::invalid_argument(fmt::format("--lane {}: use tcp, ucx or both", args.lane));
+  }
+  if (!tcp_only) {
+    throw std::invalid_argument(
+        fmt::format("--lane {} is for TCP runs (UCX_TLS={} is not TCP only): use --tls tcp",
+                    args.lane, ucx_tls.empty() ? "(UCX default)" : ucx_tls));
+  }
+  if (args.engine.contains(kLanesKey) || args.target_engine.contains(kLanesKey)) {
+    throw std::invalid_argument(fmt::format(
+        "--lane sets {} on both sides: leave it out of --engine and --target-engine", kLanesKey));
+  }
+  if (args.lane == "both" && !args.peer.empty()) {
+    throw std::invalid_argument(
+        "--lane both spawns a target per lane: not with --peer (run once with --lane tcp and "
+        "once with --lane ucx, the remote target started with the same --lane)");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> bench_lanes(const BenchArgs& args) {
@@ -115,28 +165,7 @@ int run_bench(const BenchArgs& args) {
   for (const auto& name : args.cases) specs.push_back(resolve(args, name, quarter));
   if (specs.empty()) throw std::invalid_argument("--cases selects no case");
 
-  if (args.op != "write" && args.op != "read") {
-    throw std::invalid_argument(fmt::format("--op {}: use write or read", args.op));
-  }
-  if (!args.lane.empty()) {
-    if (args.lane != "tcp" && args.lane != "ucx" && args.lane != "both") {
-      throw std::invalid_argument(fmt::format("--lane {}: use tcp, ucx or both", args.lane));
-    }
-    if (!tcp_only) {
-      throw std::invalid_argument(
-          fmt::format("--lane {} is for TCP runs (UCX_TLS={} is not TCP only): use --tls tcp",
-                      args.lane, report.ucx_tls.empty() ? "(UCX default)" : report.ucx_tls));
-    }
-    if (args.engine.contains(kLanesKey) || args.target_engine.contains(kLanesKey)) {
-      throw std::invalid_argument(fmt::format(
-          "--lane sets {} on both sides: leave it out of --engine and --target-engine", kLanesKey));
-    }
-    if (args.lane == "both" && !args.peer.empty()) {
-      throw std::invalid_argument(
-          "--lane both spawns a target per lane: not with --peer (run once with --lane tcp and "
-          "once with --lane ucx, the remote target started with the same --lane)");
-    }
-  }
+  check_args(args, report.ucx_tls);
   report.lanes = bench_lanes(args);
   if (!report.lanes.front().empty()) {
     // The environment wins over engine_config: ours would override the
@@ -154,16 +183,19 @@ int run_bench(const BenchArgs& args) {
   // names (the UCX lane only with an RDMA device or KVXFER_RMA=on). The
   // first now, the others when their lane's first case runs: a fresh target
   // gives up on a first command that takes over 10 s to come.
-  std::vector<std::unique_ptr<TargetProcess>> targets(report.lanes.size());
+  // With --encrypt both, one per lane and setting, each lane off then on.
+  const std::vector<Leg> legs = bench_legs(report.lanes, args.encrypt);
+  std::vector<std::unique_ptr<TargetProcess>> targets(legs.size());
   const auto spawn_target = [&](std::size_t i) {
     std::map<std::string, std::string> engine = args.target_engine;
-    add_lane_config(engine, report.lanes[i]);
+    add_lane_config(engine, legs[i].lane);
+    if (args.encrypt != "off") engine[kEncryptKey] = legs[i].encrypt ? "on" : "off";
     targets[i] = TargetProcess::spawn(target_command(args.tls, args.region, engine));
   };
   if (args.peer.empty()) {
     spawn_target(0);
-    report.target =
-        targets.size() > 1 ? "spawned on this machine, one per lane" : "spawned on this machine";
+    report.target = targets.size() > 1 ? "spawned on this machine, one per lane and encryption"
+                                       : "spawned on this machine";
   } else {
     targets.clear();
     targets.push_back(TargetProcess::connect(HostPort::parse(args.peer)));
@@ -188,23 +220,25 @@ int run_bench(const BenchArgs& args) {
   BenchInitiator initiator(report.args, report.fingerprint);
   std::vector<bool> lost(targets.size(), false);
   for (const CaseSpec& spec : specs) {
-    for (std::size_t i = 0; i < report.lanes.size(); ++i) {
-      const std::string& lane = report.lanes[i];
+    for (std::size_t i = 0; i < legs.size(); ++i) {
+      const std::string& lane = legs[i].lane;
       if (!args.quiet) {
-        if (report.lanes.size() > 1) {
-          fmt::print(stderr, "  running {} on the {} lane ...\n", spec.name, lane);
+        if (legs.size() > 1) {
+          fmt::print(stderr, "  running {} on the {} lane{} ...\n", spec.name, lane,
+                     legs[i].encrypt ? ", encrypted" : "");
         } else {
           fmt::print(stderr, "  running {} ...\n", spec.name);
         }
       }
       try {
         if (targets[i] == nullptr) spawn_target(i);
-        report.cases.push_back(initiator.run(spec, lane, *targets[i]));
+        report.cases.push_back(initiator.run(spec, lane, legs[i].encrypt, *targets[i]));
       } catch (const std::exception& e) {
         // The target is gone: no later case can run either.
         CaseResult gone;
         gone.spec = spec;
         gone.lane = lane;
+        gone.encrypted = legs[i].encrypt;
         gone.error = std::string("lost the target: ") + e.what();
         report.cases.push_back(std::move(gone));
         lost[i] = true;
@@ -226,7 +260,9 @@ int run_bench(const BenchArgs& args) {
     const int target_status = targets[i]->quit();
     if (target_status != 0 && !args.quiet) {
       fmt::print(stderr, "kvxfer bench: the target{} exited with status {}\n",
-                 targets.size() > 1 ? fmt::format(" of the {} lane", report.lanes[i]) : "",
+                 targets.size() > 1 ? fmt::format(" of the {} lane{}", legs[i].lane,
+                                                  legs[i].encrypt ? ", encrypted" : "")
+                                    : "",
                  target_status);
     }
   }

@@ -34,6 +34,10 @@ struct BenchArgs {
   // Set on both sides (engine_config, add_lane_config) and checked after each
   // case against the initiator's lane counters.
   std::string lane;
+  // --encrypt: the tcp lane's KVXFER_TCP_ENCRYPT, set on both sides: "off"
+  // (the default: left as the configuration says), "on", or "both" (every
+  // case with encryption off, then on, a target each, side by side).
+  std::string encrypt = "off";
   // "write" (write_blocks into the target, verified there) or "read"
   // (read_blocks from the target's pool, verified here).
   std::string op = "write";
@@ -114,6 +118,7 @@ struct CaseResult {
   // "ucx", "cma", "mixed", or "" when none counted any).
   std::string lane;
   std::string lane_seen;
+  bool encrypted = false;  // KVXFER_TCP_ENCRYPT=on on both sides (--encrypt)
   // Transfers each lane counted: tcp_writes + tcp_reads, ucx_writes +
   // ucx_reads, cma_writes + cma_reads.
   std::map<std::string, std::uint64_t> lane_transfers;

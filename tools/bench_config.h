@@ -50,6 +50,10 @@ inline constexpr const char* kLanesKey = "KVXFER_LANES";
 // UCX's tcp transport on a host without one.
 inline constexpr const char* kRmaKey = "KVXFER_RMA";
 
+// The engine_config key of the tcp lane's encryption (kvxfer bench
+// --encrypt sets it on both sides).
+inline constexpr const char* kEncryptKey = "KVXFER_TCP_ENCRYPT";
+
 // Adds to `engine_config` what forces `lane` ("tcp" or "ucx"; "" adds
 // nothing): KVXFER_LANES=lane, and for ucx KVXFER_RMA=on unless the
 // configuration already sets KVXFER_RMA. `kvxfer bench --lane` applies it on

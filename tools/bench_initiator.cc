@@ -26,13 +26,15 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-CaseResult BenchInitiator::run(const CaseSpec& spec, const std::string& lane,
+CaseResult BenchInitiator::run(const CaseSpec& spec, const std::string& lane, bool encrypt,
                                TargetProcess& target) {
   target_ = &target;
   lane_ = lane;
+  encrypt_ = encrypt;
   CaseResult result;
   result.spec = spec;
   result.lane = lane;
+  result.encrypted = encrypt;
   result.loadavg = load_average();
   const CpuSample cpu_before = sample_cpu(target.pid());
   struct Meter {
@@ -79,6 +81,7 @@ CaseResult BenchInitiator::run(const CaseSpec& spec, const std::string& lane,
 
 Options BenchInitiator::transport_options(std::uint64_t transfers) const {
   Options options = bench_transport_options(args_, lane_);
+  if (args_.encrypt != "off") options.engine_config[kEncryptKey] = encrypt_ ? "on" : "off";
   if (args_.telemetry) {
     options.telemetry = true;
     options.telemetry_capacity = std::clamp<std::uint64_t>(transfers, 1, kMaxTelemetryCapacity);

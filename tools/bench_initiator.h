@@ -33,7 +33,8 @@ class BenchInitiator {
   // ("" leaves it to the configuration); the target must run the same.
   // Throws ChannelError when the target is gone (no later case can run
   // either); any other failure is the case's error.
-  CaseResult run(const CaseSpec& spec, const std::string& lane, TargetProcess& target);
+  CaseResult run(const CaseSpec& spec, const std::string& lane, bool encrypt,
+                 TargetProcess& target);
 
   // The initiator's metrics of every case that ran transfers, taken at its end.
   [[nodiscard]] const std::vector<Metrics>& metrics() const { return metrics_; }
@@ -86,7 +87,8 @@ class BenchInitiator {
   // With --lane both, a case runs twice: its agents (the metrics' labels)
   // are told apart by lane.
   [[nodiscard]] std::string agent_suffix() const {
-    return args_.lane == "both" && !lane_.empty() ? "-" + lane_ : "";
+    return std::string(args_.lane == "both" && !lane_.empty() ? "-" + lane_ : "") +
+           (args_.encrypt == "both" && encrypt_ ? "-tls" : "");
   }
   Pool& memcpy_target();
   // After a poll that reported nothing. Spinning is what a serving loop with
@@ -98,6 +100,7 @@ class BenchInitiator {
   const std::string fingerprint_;
   TargetProcess* target_ = nullptr;  // of the case running
   std::string lane_;                 // of the case running
+  bool encrypt_ = false;             // of the case running (--encrypt)
   // ucx_perftest per case (name/block_len), run once for every lane.
   std::map<std::string, PerftestResult> perftest_runs_;
   std::vector<const TargetProcess*> warmed_;   // by warm_pools()

@@ -377,6 +377,12 @@ int main(int argc, char** argv) {
           "runs (tcp or ucx)")
       ->check(CLI::IsMember({"tcp", "ucx", "both"}));
   bench_cmd
+      ->add_option("--encrypt", bench.encrypt,
+                   "the tcp lane's encryption, KVXFER_TCP_ENCRYPT on both sides: off, on (TLS "
+                   "1.3), or both (every case with encryption off, then on, a target each)")
+      ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
+  bench_cmd
       ->add_option("--op", bench.op,
                    "write (write_blocks into the target, checked there), read (read_blocks "
                    "from the target's pool, checked here), or notify (post-to-delivery latency "
@@ -613,9 +619,15 @@ int main(int argc, char** argv) {
           // The environment wins over engine_config.
           ::unsetenv(kLanesKey);
         }
+        if (bench.encrypt == "both") throw CLI::ValidationError("--encrypt", "a target: on or off");
+        if (bench.encrypt == "on") config.engine[kEncryptKey] = "on";
         return run_target_listener(HostPort::parse(listen), config, sessions);
       }
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
+      if (bench.encrypt != "off" &&
+          (bench.op == "notify" || !bench.targets.empty() || !bench.initiators.empty())) {
+        throw CLI::ValidationError("--encrypt", "runs the reference cases only");
+      }
       if (!bench.lane.empty() &&
           (bench.op == "notify" || !bench.targets.empty() || !bench.initiators.empty())) {
         throw CLI::ValidationError("--lane",

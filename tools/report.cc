@@ -81,7 +81,7 @@ std::optional<double> BenchReport::tcp_vs_ucx(const CaseResult& c) const {
   if (c.lane != "tcp" && c.lane != "ucx") return std::nullopt;
   const auto find = [&](const char* lane) -> const CaseResult* {
     for (const CaseResult& o : cases) {
-      if (o.lane == lane && o.spec.name == c.spec.name) return &o;
+      if (o.lane == lane && o.spec.name == c.spec.name && o.encrypted == c.encrypted) return &o;
     }
     return nullptr;
   };
@@ -131,7 +131,7 @@ void print_table(const BenchReport& report, std::FILE* out) {
   const auto extra = [&](const std::string& lane, const std::string& vs_iperf,
                          const std::string& tcp_ucx, const std::string& target_cpu) {
     std::string e;
-    if (lanes || iperf) e += fmt::format("  {:<6}", lane);
+    if (lanes || iperf) e += fmt::format("  {:<7}", lane);
     if (iperf) e += fmt::format(" {:>8}", vs_iperf);
     if (both) e += fmt::format(" {:>7}", tcp_ucx);
     if (lanes || iperf) e += fmt::format(" {:>15}", target_cpu);
@@ -154,6 +154,7 @@ void print_table(const BenchReport& report, std::FILE* out) {
     if (!c.lane.empty() && !c.lane_seen.empty() && c.lane_seen != c.lane) {
       lane = fmt::format("{}!={}", lane, c.lane);
     }
+    if (c.encrypted) lane += "+tls";
     fmt::print(out,
                "{:<6} {:>9} {:>6} {:>9} {:>7} {:>10} {:>18} {:>18} {:>7} {:>6} {:>19} {:>11} {:>9} "
                "{:>6}  {}{}\n",
@@ -170,8 +171,9 @@ void print_table(const BenchReport& report, std::FILE* out) {
   }
   for (const CaseResult& c : report.cases) {
     // With --lane both a case has a row per lane: its lines name the lane.
-    const std::string name =
+    std::string name =
         both && !c.lane.empty() ? fmt::format("{} ({} lane)", c.spec.name, c.lane) : c.spec.name;
+    if (c.encrypted) name += " (encrypted)";
     if (c.spec.is_reg() && c.usable.count > 0) {
       fmt::print(out,
                  "{}: a {}-block peer is usable (add_remote_peer + first write landed) in "
@@ -188,6 +190,14 @@ void print_table(const BenchReport& report, std::FILE* out) {
                  fixed(c.inflight_bytes_16, 0));
     }
     if (!c.error.empty()) fmt::print(out, "{}: {}\n", name, c.error);
+    // --encrypt both: the encrypted row against its cleartext twin.
+    const auto clear = std::find_if(report.cases.begin(), report.cases.end(), [&](const auto& o) {
+      return !o.encrypted && o.lane == c.lane && o.spec.name == c.spec.name;
+    });
+    if (c.encrypted && clear != report.cases.end() && c.gbps && clear->gbps) {
+      fmt::print(out, "{}: {:.2f} GB/s encrypted, {:.2f}x the {:.2f} GB/s of cleartext\n", name,
+                 *c.gbps, *c.gbps / *clear->gbps, *clear->gbps);
+    }
     if (c.first_pass_measured_gbps > 0 && !c.first_pass_fresh) {
       fmt::print(out,
                  "{}: its first pass met a target pool that an earlier case or warm-up of this "
@@ -331,6 +341,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         // counters say carried the transfers.
         {"lane", c.lane.empty() ? json(nullptr) : json(c.lane)},
         {"lane_seen", c.lane_seen.empty() ? json(nullptr) : json(c.lane_seen)},
+        {"encrypted", c.encrypted},
         {"lane_transfers", lane_transfers},
         {"block_len", c.spec.block_len},
         {"num_blocks", c.num_blocks},
@@ -442,6 +453,7 @@ void write_json(const BenchReport& report, const std::string& path) {
         {"pool", pool_kind()},
         {"pool_huge_bytes", report.pool_huge_bytes},
         {"lane", a.lane.empty() ? json(nullptr) : json(a.lane)},
+        {"encrypt", a.encrypt},
         {"warm_pass", a.warm_pass},
         {"lanes", report.lanes.front().empty() ? json::array() : json(report.lanes)},
         {"seed", a.seed},
@@ -514,9 +526,10 @@ std::string write_plot(const BenchReport& report, const std::string& path) {
       const std::string size = c.spec.block_len >= (1u << 20)
                                    ? fmt::format("{}M", c.spec.block_len >> 20)
                                    : fmt::format("{}K", c.spec.block_len >> 10);
-      const std::string name = report.lanes.size() > 1 && !c.lane.empty()
-                                   ? fmt::format("{} {}", c.spec.name, c.lane)
-                                   : c.spec.name;
+      const std::string name =
+          (report.lanes.size() > 1 && !c.lane.empty() ? fmt::format("{} {}", c.spec.name, c.lane)
+                                                      : c.spec.name) +
+          (c.encrypted ? " tls" : "");
       d << fmt::format("\"{} ({} x{})\" {} {} {} {} {}\n", name, size, c.spec.batch, v(c.gbps),
                        v(c.memcpy_gbps), v(perftest_bar), v(c.perftest.gbps), v(c.first_pass_gbps));
     }

@@ -35,6 +35,8 @@ constexpr KnownKey kKnownKeys[] = {
      [](EngineSettings& s) { return &s.tcp.ports; }},
     {"KVXFER_TCP_STALL_MS", "tcp", "milliseconds, 100..3600000", "30000", kPage,
      [](EngineSettings& s) { return &s.tcp.stall; }},
+    {"KVXFER_TCP_ENCRYPT", "tcp", "on or off", "off", kPage,
+     [](EngineSettings& s) { return &s.tcp.encrypt; }},
     {"KVXFER_RMA", "ucx", "auto, on or off", "auto", kPage,
      [](EngineSettings& s) { return &s.ucx.rma; }},
     // Read by others, from the environment alone.

@@ -52,6 +52,7 @@ struct TcpKeys {
   std::optional<Setting> address;  // KVXFER_TCP_ADDRESS
   std::optional<Setting> ports;    // KVXFER_TCP_PORTS
   std::optional<Setting> stall;    // KVXFER_TCP_STALL_MS
+  std::optional<Setting> encrypt;  // KVXFER_TCP_ENCRYPT
 };
 
 // The UCX lane's keys (ucx/ucx_config.h reads them).

@@ -21,7 +21,9 @@
 //              zero but the type; body: kNonceLen random bytes, fresh for
 //              this connection.
 //   kHello     the initiator's first frame, nothing else is read before it:
-//              count = name length (1..kMaxName), length = 0;
+//              count = name length (1..kMaxName), length = 0, flags kEncrypt
+//              when the initiator encrypts (both ends then go on in TLS 1.3
+//              after the welcome: engines/tcp/tcp_tls.h);
 //              body u64 target token | u64 lineage | u64 gen | u64 epoch
 //              | 32 bytes initiator key | kNonceLen bytes initiator nonce
 //              | name | kHelloProofLen bytes proof. The token is the
@@ -35,8 +37,9 @@
 //   kWelcome   target -> initiator, the answer to a hello that carried the
 //              target's token, the first tagged frame: status kStatusOk,
 //              welcomed; any other status, refused (why: kStatusNotYours,
-//              kStatusStaleFence, kStatusTableFull, kStatusUnproven), and the
-//              target closes the connection after it. A hello without the
+//              kStatusStaleFence, kStatusTableFull, kStatusUnproven,
+//              kStatusEncryption), and the target closes the connection
+//              after it. A hello without the
 //              token gets no answer.
 //   kWrite     count = runs (1..kMaxRuns), length = payload bytes (the sum of
 //              the runs' lengths); body: the runs (wire/runs.h: each names
@@ -110,6 +113,10 @@ enum class FrameType : std::uint8_t {
 enum FrameFlags : std::uint16_t {
   kMore = 1u << 0,
   kNotifyFollows = 1u << 1,
+  // A hello's only flag: the initiator runs with encryption on
+  // (KVXFER_TCP_ENCRYPT=on). Its header is in the hello's proof, so it
+  // cannot be changed on the way.
+  kEncrypt = 1u << 2,
 };
 
 // A kAck's, kReadData's or kWelcome's status.
@@ -134,6 +141,9 @@ enum WireStatus : std::uint32_t {
   kStatusStaleFence = 4,
   kStatusTableFull = 5,
   kStatusUnproven = 6,
+  // Welcome only: the hello's kEncrypt flag is not the target's setting
+  // (one side runs KVXFER_TCP_ENCRYPT=on, the other off).
+  kStatusEncryption = 7,
 };
 
 struct FrameHeader {
@@ -217,11 +227,11 @@ inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
 // tag), a write's or read request's runs 1..kMaxRuns with a nonzero length,
 // a notification's message 1..kMaxMessage, nothing else carrying a count;
 // only writes and read requests carry flags, and only their own (a write
-// never both kMore and kNotifyFollows); a welcome is all zero but its
-// status. Any other tag decodes: whether it is right is the lane's to check
-// (it holds the keys). A payload's length is checked against the runs
-// later, by the lane, and body_len() means something only for a header this
-// accepted.
+// never both kMore and kNotifyFollows), and a hello kEncrypt; a welcome is
+// all zero but its status. Any other tag decodes: whether it is right is
+// the lane's to check (it holds the keys). A payload's length is checked
+// against the runs later, by the lane, and body_len() means something only
+// for a header this accepted.
 [[nodiscard]] inline bool decode_header(std::span<const std::uint8_t> bytes, FrameHeader* out) {
   if (bytes.size() != kHeaderLen) return false;
   wire::ByteReader in(bytes);
@@ -250,8 +260,8 @@ inline void encode_header(std::uint8_t* out, const FrameHeader& h) {
       ok = h.count == 0 && h.length == 0 && h.flags == 0 && h.status == 0 && h.seq == 0 && no_tag;
       break;
     case FrameType::kHello:
-      ok = h.count >= 1 && h.count <= kMaxName && h.length == 0 && h.flags == 0 && h.status == 0 &&
-           h.seq == 0 && no_tag;
+      ok = h.count >= 1 && h.count <= kMaxName && h.length == 0 && (h.flags & ~kEncrypt) == 0 &&
+           h.status == 0 && h.seq == 0 && no_tag;
       break;
     case FrameType::kWelcome:
       ok = h.count == 0 && h.length == 0 && h.flags == 0;

@@ -47,6 +47,19 @@ TEST(TcpConfigTest, StallIsMillisecondsFrom100ToAnHour) {
   }
 }
 
+TEST(TcpConfigTest, EncryptionIsOnOrOffAndOffByDefault) {
+  EXPECT_FALSE(settings_of({}, {}).encrypt);
+  EXPECT_TRUE(settings_of({{"KVXFER_TCP_ENCRYPT", "on"}}, {}).encrypt);
+  EXPECT_TRUE(settings_of({}, {{"KVXFER_TCP_ENCRYPT", "on"}}).encrypt);
+  EXPECT_FALSE(
+      settings_of({{"KVXFER_TCP_ENCRYPT", "off"}}, {{"KVXFER_TCP_ENCRYPT", "on"}}).encrypt);
+  for (const char* bad : {"", "yes", "1", "ON", "on "}) {
+    const std::string e = error_of({{"KVXFER_TCP_ENCRYPT", bad}});
+    EXPECT_NE(e.find("KVXFER_TCP_ENCRYPT"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("is not on or off"), std::string::npos) << bad << ": " << e;
+  }
+}
+
 TEST(TcpConfigTest, AddressIsADottedIpv4AddressOrEmpty) {
   EXPECT_EQ(settings_of({{"KVXFER_TCP_ADDRESS", "10.1.2.3"}}, {}).address, "10.1.2.3");
   EXPECT_EQ(settings_of({{"KVXFER_TCP_ADDRESS", "127.0.0.1"}}, {}).address, "127.0.0.1");

@@ -523,7 +523,8 @@ Bytes frame(const wire::FrameHeader& h, const Bytes& body = {}) {
 }
 
 Bytes hello_frame(const std::string& name, std::uint64_t lineage = 0x0102030405060708,
-                  std::uint64_t gen = 1, std::uint64_t epoch = 0xa1a2a3a4a5a6a7a8) {
+                  std::uint64_t gen = 1, std::uint64_t epoch = 0xa1a2a3a4a5a6a7a8,
+                  std::uint16_t flags = 0) {
   Bytes body(wire::kHelloFixedLen + name.size() + wire::kHelloProofLen);
   wire::Hello hello{0x1234567890abcdef, lineage, gen, epoch, name};
   for (std::size_t i = 0; i < hello.key.size(); ++i)
@@ -536,7 +537,7 @@ Bytes hello_frame(const std::string& name, std::uint64_t lineage = 0x01020304050
     body[body.size() - wire::kHelloProofLen + i] = static_cast<std::uint8_t>(0xc0 + i);
   }
   wire::FrameHeader h =
-      frame_header(wire::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0);
+      frame_header(wire::FrameType::kHello, static_cast<std::uint32_t>(name.size()), 0, flags);
   h.seq = 0;
   return frame(h, body);
 }
@@ -595,6 +596,11 @@ void tcp_frame_seeds() {
   const std::vector<Run> three = {{0, 16}, {4096, 32}, {kTcpPool - 16, 16}};
   write_seed(t, true, "challenge", challenge_frame());
   write_seed(t, true, "hello", hello_frame("agent-0"));
+  write_seed(t, true, "hello_encrypt",
+             hello_frame("agent-0", 0x0102030405060708, 1, 0xa1a2a3a4a5a6a7a8, wire::kEncrypt));
+  write_seed(t, false, "hello_encrypt_and_more",
+             hello_frame("agent-0", 0x0102030405060708, 1, 0xa1a2a3a4a5a6a7a8,
+                         wire::kEncrypt | wire::kMore));
   write_seed(t, true, "hello_longest_name", hello_frame(std::string(wire::kMaxName, 'n')));
   write_seed(t, true, "welcome", frame(frame_header(wire::FrameType::kWelcome, 0, 0)));
   write_seed(t, true, "welcome_refused_stale",

@@ -59,8 +59,8 @@ bool in_bounds(const wire::FrameHeader& h) {
     case wire::FrameType::kChallenge:
       return h.count == 0 && h.length == 0 && no_flags && h.status == 0 && h.seq == 0;
     case wire::FrameType::kHello:
-      return h.count >= 1 && h.count <= wire::kMaxName && h.length == 0 && no_flags &&
-             h.status == 0 && h.seq == 0;
+      return h.count >= 1 && h.count <= wire::kMaxName && h.length == 0 &&
+             (no_flags || h.flags == wire::kEncrypt) && h.status == 0 && h.seq == 0;
     case wire::FrameType::kWelcome:
       return h.count == 0 && h.length == 0 && no_flags;
     case wire::FrameType::kWrite:

@@ -106,6 +106,8 @@ TEST(TcpFrameHeader, TypesFlagsAndStatusesKeepTheirValues) {
   EXPECT_EQ(static_cast<int>(wire::FrameType::kChallenge), 8);
   EXPECT_EQ(wire::kMore, 1);
   EXPECT_EQ(wire::kNotifyFollows, 2);
+  EXPECT_EQ(wire::kEncrypt, 4);
+  EXPECT_EQ(wire::kStatusEncryption, 7u);
   EXPECT_EQ(wire::kStatusOk, 0u);
   EXPECT_EQ(wire::kStatusRefused, 1u);
   EXPECT_EQ(wire::kStatusQueueFull, 2u);
@@ -231,6 +233,10 @@ TEST(TcpFrameHeader, AHelloCarriesANameOf1ToKMaxNameBytesAndNothingElse) {
   EXPECT_TRUE(refused(header(wire::FrameType::kHello, 0xffffffff, 0, 0, 0, 0)));
   EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 1, 0, 0, 0)));
   EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, wire::kMore, 0, 0)));
+  // Its one flag: the initiator encrypts (KVXFER_TCP_ENCRYPT=on).
+  EXPECT_TRUE(accepted(header(wire::FrameType::kHello, 5, 0, wire::kEncrypt, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, wire::kEncrypt | wire::kMore, 0, 0)));
+  EXPECT_TRUE(refused(header(wire::FrameType::kWrite, 1, 4096, wire::kEncrypt, 0, 0)));
   EXPECT_TRUE(refused(header(wire::FrameType::kHello, 5, 0, 0, 1, 0)));
 }
 

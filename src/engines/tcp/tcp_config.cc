@@ -58,6 +58,11 @@ TcpSettings compute_tcp_settings(const TcpKeys& keys) {
     }
     out.stall_ms = ms;
   }
+  if (const auto& encrypt = keys.encrypt) {
+    if (encrypt->value != "on" && encrypt->value != "off")
+      refuse("tcp", *encrypt, "is not on or off");
+    out.encrypt = encrypt->value == "on";
+  }
   return out;
 }
 

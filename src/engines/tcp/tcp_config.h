@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tcp lane's settings from its keys (KVXFER_TCP_ADDRESS,
-// KVXFER_TCP_PORTS, handed over by engines/settings.h). A pure function, so
-// every rule is tested without a lane.
+// KVXFER_TCP_PORTS, KVXFER_TCP_STALL_MS, KVXFER_TCP_ENCRYPT, handed over
+// by engines/settings.h). A pure function, so every rule is tested without
+// a lane.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,11 @@ struct TcpSettings {
   // it the rest of a frame, or does not read the answers it asked for,
   // before it closes it (30 s: Options::stall_timeout's default).
   std::uint32_t stall_ms = 30000;
+  // KVXFER_TCP_ENCRYPT: on carries every connection over TLS 1.3 after the
+  // handshake (tcp_tls.h); both ends must say the same, or the hello is
+  // refused. Off (the default): frames are authenticated, the payload is
+  // cleartext.
+  bool encrypt = false;
 
   friend bool operator==(const TcpSettings&, const TcpSettings&) = default;
 };
@@ -32,7 +38,8 @@ struct TcpSettings {
 // Throws std::runtime_error, naming the setting and where it came from, for
 // an address that is not a dotted IPv4 address (or is 0.0.0.0), and a port
 // range that is not N or LOW-HIGH with 1 <= LOW <= HIGH <= 65535, and a
-// stall outside 100..3600000 milliseconds.
+// stall outside 100..3600000 milliseconds, and an encryption that is not on
+// or off.
 [[nodiscard]] TcpSettings compute_tcp_settings(const TcpKeys& keys);
 
 }  // namespace kvxfer::internal::tcp

@@ -19,6 +19,7 @@ constexpr std::string_view kSalt = "kvxfer tcp v3";
 constexpr std::string_view kProofLabel = "kvxfer tcp v3 initiator proof";
 constexpr std::string_view kToTargetLabel = "kvxfer tcp v3 frames to target";
 constexpr std::string_view kToInitiatorLabel = "kvxfer tcp v3 frames to initiator";
+constexpr std::string_view kTlsPskLabel = "kvxfer tcp v3 tls psk";
 
 using Hash = std::array<std::uint8_t, 32>;
 
@@ -88,6 +89,7 @@ HandshakeKeys::~HandshakeKeys() {
   OPENSSL_cleanse(proof.data(), proof.size());
   OPENSSL_cleanse(to_target.data(), to_target.size());
   OPENSSL_cleanse(to_initiator.data(), to_initiator.size());
+  OPENSSL_cleanse(tls_psk.data(), tls_psk.size());
 }
 
 bool handshake_keys(const Identity& self, const IdentityKey& peer, bool we_initiate,
@@ -103,7 +105,8 @@ bool handshake_keys(const Identity& self, const IdentityKey& peer, bool we_initi
       transcript_hash(target, initiator, challenge, hello_header, hello_body, &transcript) &&
       derive(secret, kProofLabel, transcript, out->proof) &&
       derive(secret, kToTargetLabel, transcript, out->to_target) &&
-      derive(secret, kToInitiatorLabel, transcript, out->to_initiator);
+      derive(secret, kToInitiatorLabel, transcript, out->to_initiator) &&
+      derive(secret, kTlsPskLabel, transcript, out->tls_psk);
   OPENSSL_cleanse(secret.data(), secret.size());
   return ok;
 }

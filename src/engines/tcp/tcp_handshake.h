@@ -20,8 +20,9 @@
 // pre-shared key and the two nonces as its randoms (psk_ke mode):
 //   the proof the hello carries (only a holder of the initiator's private
 //   key, or of the target's, can compute it, and it names this challenge,
-//   so a recorded hello proves nothing on another connection), and one
-//   frame key per direction.
+//   so a recorded hello proves nothing on another connection), one
+//   frame key per direction, and the TLS 1.3 pre-shared key an encrypted
+//   connection runs on (tcp_tls.h).
 // Every frame after the hello then carries a 16-byte tag: AES-256-GCM with
 // no plaintext (GMAC, NIST SP 800-38D) under its direction's key, over the
 // header's fields and the frame's body (runs, message), with the frame's
@@ -53,6 +54,7 @@ inline constexpr std::size_t kTagLen = wire::kTagLen;
 using Nonce = std::array<std::uint8_t, kNonceLen>;
 using Proof = std::array<std::uint8_t, kProofLen>;
 using FrameKey = std::array<std::uint8_t, 32>;
+using TlsPsk = std::array<std::uint8_t, 32>;
 
 // Random bytes from OpenSSL's generator; false if it has none to give.
 [[nodiscard]] bool fresh_nonce(Nonce* out);
@@ -67,6 +69,10 @@ struct HandshakeKeys {
   Proof proof{};            // what the initiator's hello ends with
   FrameKey to_target{};     // tags the initiator's frames
   FrameKey to_initiator{};  // tags the target's frames
+  // With encryption on (KVXFER_TCP_ENCRYPT), the external pre-shared key
+  // TLS 1.3 then runs with (tcp_tls.h); its own label, so it is none of
+  // the values above.
+  TlsPsk tls_psk{};
 };
 
 // The keys of a handshake between `self` and the holder of `peer` (the

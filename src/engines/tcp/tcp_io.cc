@@ -37,7 +37,7 @@ void TcpLane::Io::run() {
       queued = !lane_.commands_.empty();
     }
     const int n = epoll_wait(lane_.epoll_fd_, events.data(), static_cast<int>(events.size()),
-                             queued ? 0 : (listener_resting_ ? 10 : 1000));
+                             queued || !tls_ready_.empty() ? 0 : (listener_resting_ ? 10 : 1000));
     now_ = Clock::now();
     for (int i = 0; i < n; ++i) {
       void* tag = events[static_cast<std::size_t>(i)].data.ptr;
@@ -54,6 +54,14 @@ void TcpLane::Io::run() {
     }
     drain_commands();
     if (stopping_) return;
+    if (!tls_ready_.empty()) {
+      std::vector<Conn*> again;
+      again.swap(tls_ready_);
+      for (Conn* c : again) {
+        c->in_tls_ready = false;
+        if (c->fd >= 0 && !c->paused) receive(c);
+      }
+    }
     const auto now = now_;
     wake_listener(now);
     if (now >= next_expire_) {
@@ -92,12 +100,15 @@ void TcpLane::Io::drain_commands() {
             cmd.done->set_value();
             break;
           }
+          c->ssl = std::move(cmd.ssl);
           conns_.emplace(c, std::move(conn));
           epoll_event ev{};
           ev.events = EPOLLIN;
           ev.data.ptr = c;
           epoll_ctl(lane_.epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
           cmd.peer->conn = c;
+          // Records its handshake read ahead are not the socket's to report.
+          if (c->ssl && tls_has_pending(c->ssl.get())) tls_ready(c);
         }
         cmd.done->set_value();
         break;
@@ -289,8 +300,12 @@ void TcpLane::Io::wake_listener(Clock::time_point now) {
 }
 
 void TcpLane::Io::on_ready(Conn* c, std::uint32_t events) {
-  if (c->fd >= 0 && (events & EPOLLOUT) != 0) send(c);
-  if (c->fd >= 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !c->paused) receive(c);
+  // Through TLS a write may wait for the socket to be readable and a read
+  // (the handshake's included) for it to be writable.
+  const bool out = (events & EPOLLOUT) != 0;
+  const bool in = (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
+  if (c->fd >= 0 && (out || (in && c->tls_tx_wants_read))) send(c);
+  if (c->fd >= 0 && !c->paused && (in || (out && c->tls_rx_wants_write))) receive(c);
 }
 
 void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
@@ -302,7 +317,12 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
   setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lin, sizeof lin);
   close(c->fd);
   c->fd = -1;
+  c->ssl.reset();
   closed_.push_back(c);
+  if (c->in_tls_ready) {
+    c->in_tls_ready = false;
+    tls_ready_.erase(std::find(tls_ready_.begin(), tls_ready_.end(), c));
+  }
   if (!c->hello_done) --pending_hellos_;
   if (c->closing) --closing_conns_;
   if (c->counted_unregistered) {
@@ -346,7 +366,7 @@ void TcpLane::Io::expire() {
   std::vector<Conn*> stalled;
   for (auto& [c, conn] : conns_) {
     if (conn->fd < 0) continue;
-    if (!conn->hello_done && now > conn->hello_deadline) {
+    if ((!conn->hello_done || conn->tls_handshaking) && now > conn->hello_deadline) {
       late.push_back(c);
     } else if (conn->closing && now > conn->closing_deadline) {
       late.push_back(c);
@@ -358,6 +378,9 @@ void TcpLane::Io::expire() {
   for (Conn* c : late) {
     if (c->closing) {
       close_conn(c, "refused, and the peer did not close within the grace");
+    } else if (c->tls_handshaking) {
+      refuse(c, lane_.counters_->refused_tls, "a connection that did not finish its TLS handshake");
+      close_conn(c, "no TLS handshake in time");
     } else {
       refuse(c, lane_.counters_->refused_token, "a connection that sent no hello in time");
       close_conn(c, "no hello in time");

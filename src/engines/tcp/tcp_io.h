@@ -7,6 +7,7 @@
 // answers an initiator receives).
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/uio.h>
 
 #include <array>
@@ -25,6 +26,7 @@
 #include "engines/fence_table.h"
 #include "engines/tcp/tcp_handshake.h"
 #include "engines/tcp/tcp_lane.h"
+#include "engines/tcp/tcp_tls.h"
 
 namespace kvxfer::internal::tcp {
 
@@ -64,6 +66,7 @@ struct TcpLane::Counters {
   std::atomic<std::uint64_t> refused_notify{0};
   std::atomic<std::uint64_t> refused_identity{0};
   std::atomic<std::uint64_t> refused_tag{0};
+  std::atomic<std::uint64_t> refused_tls{0};
   std::atomic<std::uint64_t> fences_superseded{0};
 };
 
@@ -126,6 +129,8 @@ struct TcpLane::Command {
   // kAdopt: the connection's frame keys (its welcome, frame 0 of the
   // target's, was checked already).
   std::shared_ptr<const HandshakeKeys> keys;
+  // kAdopt, with encryption on: the connection's TLS, its handshake done.
+  SslPtr ssl;
 };
 
 struct TcpLane::Conn {
@@ -146,6 +151,19 @@ struct TcpLane::Conn {
   // and of those we send, each direction numbered on its own.
   FrameAuth rx_auth;
   FrameAuth tx_auth;
+  // With encryption on, from the welcome on: the connection's TLS 1.3
+  // (tcp_tls.h), which every byte after the welcome goes through. A target
+  // runs its handshake on this thread (tls_handshaking, by
+  // hello_deadline); an initiator's connection comes with it done. OpenSSL
+  // may need the socket the other way round: a read that must write first
+  // (tls_rx_wants_write arms EPOLLOUT), a write that must read first
+  // (tls_tx_wants_read arms EPOLLIN, even while paused).
+  SslPtr ssl;
+  bool tls_handshaking = false;
+  bool tls_rx_wants_write = false;
+  bool tls_tx_wants_read = false;
+  bool tls_unflushed = false;  // records wait in the write buffer (EPOLLOUT)
+  bool in_tls_ready = false;   // in Io::tls_ready_
   // What the next frame must continue (a transfer's wire::kMore or
   // wire::kNotifyFollows): its seq and type, or none.
   std::uint64_t cont_seq = 0;
@@ -180,9 +198,10 @@ struct TcpLane::Conn {
     bool reply = false;      // a read's reply (the target reads nothing while it goes)
   };
   std::deque<Out> out;
-  bool waiting_out = false;  // EPOLLOUT armed
-  bool in_ready = false;     // in Io::ready_
-  bool paused = false;       // target: not reading (answers queued)
+  bool waiting_out = false;       // answers or transfers wait to go out
+  std::uint32_t armed = EPOLLIN;  // the epoll events armed (rearm())
+  bool in_ready = false;          // in Io::ready_
+  bool paused = false;            // target: not reading (answers queued)
   bool close_after_out = false;
   // Target: the last answer (a refusal) is out and our side is shut down
   // for writing; what the peer still sends is read and dropped until it
@@ -215,6 +234,22 @@ class TcpLane::Io {
   void accept_all();
   void on_ready(Conn* c, std::uint32_t events);
   void receive(Conn* c);
+  // The next bytes the connection's state wants (as recv), and what they
+  // advance (false: a handler closed or paused the connection).
+  ssize_t read_next(Conn* c);
+  bool took(Conn* c, std::size_t got);
+  // A connection's bytes, through TLS once it has it: as recv, readv and
+  // sendmsg (> 0 bytes moved, 0 the peer closed, -1 with errno; EAGAIN for
+  // nothing now).
+  ssize_t read_some(Conn* c, void* buf, std::size_t len);
+  ssize_t read_iov(Conn* c, const iovec* iov, std::size_t count);
+  ssize_t write_iov(Conn* c, const iovec* iov, std::size_t count);
+  // Target: the TLS handshake after an encrypted welcome, one step; false
+  // while it is not done (or the connection closed).
+  bool tls_handshake(Conn* c);
+  bool start_tls(Conn* c, const TlsPsk& psk);
+  // OpenSSL holds bytes of `c` epoll cannot see: receive() it next turn.
+  void tls_ready(Conn* c);
   // Before the thread waits on `c`: how many bytes must arrive to wake it.
   void set_lowat(Conn* c);
   bool on_header(Conn* c);
@@ -261,6 +296,9 @@ class TcpLane::Io {
   // outlives its connection).
   std::vector<Conn*> ready_;
   std::vector<Conn*> closed_;
+  // Encrypted connections whose bytes OpenSSL already holds (a turn's
+  // budget ended, or the connection was paused, with records read ahead).
+  std::vector<Conn*> tls_ready_;
   // expire() looks at deadlines of seconds: at most every kExpireEvery,
   // not on every turn of a busy loop.
   static constexpr std::chrono::milliseconds kExpireEvery{100};

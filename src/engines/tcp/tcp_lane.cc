@@ -30,7 +30,7 @@ namespace kvxfer::internal::tcp {
 namespace {
 
 // Why a target refused our hello, from its welcome's status.
-const char* hello_refusal(std::uint32_t status) {
+std::string hello_refusal(std::uint32_t status) {
   switch (status) {
     case wire::kStatusNotYours:
       return "it registered a peer of our agent name with another identity key (another "
@@ -46,6 +46,12 @@ const char* hello_refusal(std::uint32_t status) {
     default:
       return "a status this build does not know";
   }
+}
+
+// Why a target refused our hello for its encryption setting, given ours.
+std::string encryption_refusal(bool we_encrypt) {
+  return we_encrypt ? "the target refuses encryption (KVXFER_TCP_ENCRYPT=off there, on here)"
+                    : "the target requires encryption (KVXFER_TCP_ENCRYPT=on there, off here)";
 }
 
 static_assert(wire::kMaxMessage == kMaxNotificationBytes, "the frame bound is the public bound");
@@ -71,6 +77,8 @@ TcpLane::TcpLane(std::string agent_name, const Region& region, const TcpSettings
     : agent_name_(std::move(agent_name)),
       limits_(conn_limits(nofile_limit())),
       stall_(settings.stall_ms),
+      encrypt_(settings.encrypt),
+      tls_(settings.encrypt ? std::make_unique<TlsContext>() : nullptr),
       region_(region),
       pool_{0, static_cast<std::uint8_t*>(region.base), region.num_blocks * region.block_len,
             region.base != nullptr && region.num_blocks * region.block_len != 0},
@@ -207,8 +215,9 @@ Status TcpLane::say_hello(int fd, const wire::PeerBlob& blob, const RemoteRegion
   hello.name = name.empty() ? std::string_view("?") : name;
   std::vector<std::uint8_t> frame(wire::kHeaderLen + wire::kHelloFixedLen + hello.name.size() +
                                   wire::kHelloProofLen);
+  const std::uint16_t flags = encrypt_ ? wire::kEncrypt : 0;
   wire::encode_header(frame.data(),
-                      wire::FrameHeader{wire::FrameType::kHello, 0,
+                      wire::FrameHeader{wire::FrameType::kHello, flags,
                                         static_cast<std::uint32_t>(hello.name.size()), 0, 0, 0});
   wire::encode_hello_body(frame.data() + wire::kHeaderLen, hello);
   const auto sent = std::span<const std::uint8_t>(frame);
@@ -244,7 +253,8 @@ Status TcpLane::say_hello(int fd, const wire::PeerBlob& blob, const RemoteRegion
   }
   if (h.status != wire::kStatusOk) {
     return fail(fmt::format("peer {}'s tcp lane refused our hello: {}", remote.agent_name,
-                            hello_refusal(h.status)));
+                            h.status == wire::kStatusEncryption ? encryption_refusal(encrypt_)
+                                                                : hello_refusal(h.status)));
   }
   *keys_out = std::move(keys);
   return Status::kSuccess;
@@ -271,6 +281,16 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
     return s;
   }
   set_nonblocking(fd, true);
+  SslPtr ssl;
+  if (tls_) {
+    ssl = tls_->open(fd, keys->tls_psk, /*client=*/true);
+    std::string tls_why = "OpenSSL could not start TLS";
+    if (!ssl || !tls_connect(ssl.get(), fd, kConnectTimeout, &tls_why)) {
+      close(fd);
+      return fail(
+          fmt::format("peer {}'s tcp lane welcomed us, but {}", remote.agent_name, tls_why));
+    }
+  }
   auto peer = std::make_shared<Peer>(this);
   peer->name = remote.agent_name;
   peer->remote_block_len = remote.block_len;
@@ -283,6 +303,7 @@ Status TcpLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   cmd.peer = peer;
   cmd.done = &adopted;
   cmd.keys = std::move(keys);
+  cmd.ssl = std::move(ssl);
   submit(std::move(cmd));
   adopted.get_future().wait();
   if (peer->conn == nullptr) {
@@ -582,6 +603,7 @@ void TcpLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   counters["tcp_refused_notify"] += get(c.refused_notify);
   counters["tcp_refused_identity"] += get(c.refused_identity);
   counters["tcp_refused_tag"] += get(c.refused_tag);
+  counters["tcp_refused_tls"] += get(c.refused_tls);
   counters["tcp_fences_superseded"] += get(c.fences_superseded);
 }
 

@@ -78,6 +78,7 @@
 namespace kvxfer::internal::tcp {
 
 struct HandshakeKeys;  // tcp_handshake.h
+class TlsContext;      // tcp_tls.h
 
 class TcpLane final : public Lane {
  public:
@@ -250,6 +251,10 @@ class TcpLane final : public Lane {
   std::string agent_name_;
   const ConnLimits limits_;
   const std::chrono::milliseconds stall_;  // KVXFER_TCP_STALL_MS
+  // KVXFER_TCP_ENCRYPT=on: every connection after its welcome is TLS 1.3
+  // (tcp_tls.h) from these contexts.
+  const bool encrypt_;
+  std::unique_ptr<TlsContext> tls_;
   Region region_;
   // The pool as a region (not live when there is none): what pool-only
   // posts (write_blocks, read_blocks) take without a lock.

@@ -225,6 +225,16 @@ bool TcpLane::Io::on_hello(Conn* c) {
            "a hello whose proof does not prove its key on this connection (forged or replayed)");
     return refuse_hello(c, wire::kStatusUnproven);
   }
+  // Both ends must agree on encryption: its flag is in the proven hello,
+  // and the refusal's status in the tagged welcome.
+  if (((c->h.flags & wire::kEncrypt) != 0) != lane_.encrypt_) {
+    refuse(c, counters.refused_tls,
+           lane_.encrypt_ ? "a hello without encryption, which this lane requires "
+                            "(KVXFER_TCP_ENCRYPT=on here)"
+                          : "a hello asking for encryption, which this lane refuses "
+                            "(KVXFER_TCP_ENCRYPT=off here)");
+    return refuse_hello(c, wire::kStatusEncryption);
+  }
   std::string name(hello.name);
   const Claim claim = lane_.claim_of(name, hello.key);
   if (claim == Claim::kImpostor) {
@@ -250,7 +260,29 @@ bool TcpLane::Io::on_hello(Conn* c) {
     ++unregistered_conns_;
   }
   answer(c, wire::FrameType::kWelcome, 0, wire::kStatusOk);
-  return c->fd >= 0;
+  if (c->fd < 0 || !lane_.tls_) return c->fd >= 0;
+  return start_tls(c, keys.tls_psk);
+}
+
+// With encryption on, everything after the welcome is TLS 1.3 keyed by the
+// handshake (tcp_tls.h): the welcome went out in the clear and the
+// initiator's TLS handshake comes next, by hello_deadline (expire()).
+bool TcpLane::Io::start_tls(Conn* c, const TlsPsk& psk) {
+  // A fresh socket takes the welcome's 48 bytes at once; one that does not
+  // is not worth keeping (TLS's bytes must not pass the welcome).
+  if (!c->out.empty()) {
+    refuse(c, lane_.counters_->refused_full, "a connection that did not take its welcome");
+    close_conn(c, "the welcome did not go out");
+    return false;
+  }
+  c->ssl = lane_.tls_->open(c->fd, psk, /*client=*/false);
+  if (!c->ssl) {
+    close_conn(c, "OpenSSL could not start TLS");
+    return false;
+  }
+  c->tls_handshaking = true;
+  c->hello_deadline = now_ + kHelloTimeout;
+  return true;
 }
 
 // The hello's registration in the fence table: refused (stale, another
