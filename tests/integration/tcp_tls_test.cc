@@ -222,7 +222,7 @@ class RawClient {
   Bytes write_frame(std::uint64_t offset, std::uint64_t length, std::uint8_t value) {
     Bytes out(wire::kHeaderLen + wire::kRunLen);
     wire::encode_header(out.data(), {wire::FrameType::kWrite, 0, 1, 0, 1, length});
-    wire::put_run_at(out.data() + wire::kHeaderLen, offset, length);
+    wire::put_run_at(out.data() + wire::kHeaderLen, 0, offset, length);  // the pool
     const std::span<std::uint8_t, wire::kHeaderLen> head(out.data(), wire::kHeaderLen);
     EXPECT_TRUE(tx_.sign(head.first<wire::kFieldsLen>(), std::span(out).subspan(wire::kHeaderLen),
                          wire::tag_slot(head)));
