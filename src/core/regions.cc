@@ -292,6 +292,14 @@ std::optional<TransferId> TransportState::transfer_descs(
         "again",
         peer_id));
   }
+  std::uint64_t bytes = 0;
+  const std::size_t runs = pair_runs(local, remote, &bytes);
+  return post(op, peer, std::span<const ByteRun>(scratch_bytes_.data(), runs), bytes, message,
+              started, /*descs=*/true);
+}
+
+std::size_t TransportState::pair_runs(const DescList& local, const DescList& remote,
+                                      std::uint64_t* total) {
   const std::size_t n = scratch_local_.size();
   if (scratch_bytes_.size() < n) scratch_bytes_.resize(n);
   std::size_t runs = 0;
@@ -340,8 +348,8 @@ std::optional<TransferId> TransportState::transfer_descs(
     live_region = l.region;
     bytes += l.len;
   }
-  return post(op, peer, std::span<const ByteRun>(scratch_bytes_.data(), runs), bytes, message,
-              started, /*descs=*/true);
+  *total = bytes;
+  return runs;
 }
 
 }  // namespace kvxfer::internal

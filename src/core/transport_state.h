@@ -289,6 +289,11 @@ class TransportState {
       REQUIRES(mu_);
   static std::optional<std::uint32_t> peer_region_of(const Peer& peer, std::uint64_t addr,
                                                      std::uint64_t len);
+  // The byte runs of the pairs (scratch_local_[i], scratch_remote_[i]) of
+  // descriptors of `local` and `remote` into scratch_bytes_, adjacent ones
+  // merged: how many, and their bytes in *total. Throws on a bad pair.
+  std::size_t pair_runs(const DescList& local, const DescList& remote, std::uint64_t* total)
+      REQUIRES(mu_);
   // Whether `d` extends the strided run `run` (which then takes it).
   static bool extends(DescList::Run& run, const MemDesc& d);
   // Copies a caller's notification into scratch_notify_ and checks the copy

@@ -372,4 +372,38 @@ void TcpLane::Io::answer(Conn* c, wire::FrameType type, std::uint64_t seq, std::
   send(c);
 }
 
+// The registered peers this lane vouches for, whatever lane serves them
+// (tcp_lane.h, "Identities"): the target tells their connections by them.
+void TcpLane::vouch(PeerHandle handle, const RemoteRegion& remote, const wire::PeerBlob& blob) {
+  // Every registered name is reserved, whatever lane serves its peer: one
+  // that runs no tcp lane (port 0) has no key here, and no connection can
+  // present its name.
+  MutexLock lock(vouched_mu_);
+  vouched_[remote.agent_name][handle] =
+      blob.tcp_port != 0 ? std::optional<IdentityKey>(blob.tcp_key) : std::nullopt;
+  vouched_names_[handle] = remote.agent_name;
+}
+
+void TcpLane::unvouch(PeerHandle handle) {
+  MutexLock lock(vouched_mu_);
+  auto it = vouched_names_.find(handle);
+  if (it == vouched_names_.end()) return;
+  auto name = vouched_.find(it->second);
+  if (name != vouched_.end()) {
+    name->second.erase(handle);
+    if (name->second.empty()) vouched_.erase(name);
+  }
+  vouched_names_.erase(it);
+}
+
+TcpLane::Claim TcpLane::claim_of(const std::string& agent_name, const IdentityKey& key) const {
+  MutexLock lock(vouched_mu_);
+  auto it = vouched_.find(agent_name);
+  if (it == vouched_.end()) return Claim::kUnregistered;
+  for (const auto& [handle, k] : it->second) {
+    if (k.has_value() && *k == key) return Claim::kRegistered;
+  }
+  return Claim::kImpostor;
+}
+
 }  // namespace kvxfer::internal::tcp
