@@ -1314,11 +1314,18 @@ TEST(TcpHostile, NoByteOfAWriteLandsInItsRegionAfterTheDeregistrationReturns) {
   // byte landed) before deregistration.
   const std::vector<std::uint8_t> frame = write_frame(4, 0, kRegionBytes, 0x77, r.id);
   const std::size_t half = frame.size() - kRegionBytes / 2;
+  // The target's count of bytes received says when the half is in (the
+  // region itself is not read until deregister_memory has returned: the
+  // I/O thread writes it until then).
+  const std::uint64_t before = t.counter("tcp_bytes_received");
   ASSERT_TRUE(c.send_bytes(std::vector<std::uint8_t>(frame.begin(), frame.begin() +
                                                       static_cast<std::ptrdiff_t>(half))));
-  for (int i = 0; i < 500 && r.bytes[0] != 0x77; ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(r.bytes[0], 0x77);
+  for (int i = 0; i < 500 && t.counter("tcp_bytes_received") < before + half; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(t.counter("tcp_bytes_received"), before + half);
   t.transport().deregister_memory(r.id);
+  ASSERT_EQ(r.bytes[0], 0x77);  // the first half landed before
   // The rest arrives after: dropped, and the write refused.
   ASSERT_TRUE(c.send_bytes(std::vector<std::uint8_t>(
       frame.begin() + static_cast<std::ptrdiff_t>(half), frame.end())));
