@@ -85,6 +85,23 @@ bool finish(Transport& t, const std::string& peer, TransferId id) {
   return false;
 }
 
+// The same for transfers in flight together: one poll may report several
+// of them, and reports each once. True when every one was done.
+bool finish_all(Transport& t, const std::string& peer, std::vector<TransferId> ids) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool all_done = true;
+  while (!ids.empty() && std::chrono::steady_clock::now() < deadline) {
+    const PollResult r = t.poll(peer);
+    for (const auto* list : {&r.done, &r.failed}) {
+      for (const TransferId id : *list) {
+        if (std::erase(ids, id) > 0 && list == &r.failed) all_done = false;
+      }
+    }
+    if (!ids.empty()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return all_done && ids.empty();
+}
+
 bool all_zero(const std::vector<std::uint8_t>& bytes) {
   return std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t x) { return x == 0; });
 }
@@ -239,8 +256,7 @@ void pool_beside_regions(bool shared) {
       a.transport.prepare(std::vector<MemDesc>{{addr_of(b.buffers[1]), kRegionLen}}, "b");
   const auto d = a.transport.transfer(TransferOp::kWrite, "b", l, r);
   ASSERT_TRUE(d);
-  EXPECT_TRUE(finish(a.transport, "b", *w));
-  EXPECT_TRUE(finish(a.transport, "b", *d));
+  EXPECT_TRUE(finish_all(a.transport, "b", {*w, *d}));
   for (const std::int64_t blk : blocks) {
     const auto at = static_cast<std::size_t>(blk) * kBlockLen;
     EXPECT_TRUE(std::equal(a_pool.begin() + static_cast<std::ptrdiff_t>(at),
