@@ -19,9 +19,12 @@
 #include <vector>
 
 #include "kvxfer/transport.h"
+#include "support/proc_threads.h"
 
 namespace kvxfer {
 namespace {
+
+using kvxfer::test::threads_named;
 
 using Config = std::map<std::string, std::string>;
 
@@ -100,16 +103,6 @@ TEST(TransportSettingsTest, PretouchTakesAutoOnOffFromEngineConfigOverTheEnviron
 }
 
 // Threads of this process named `name`.
-int threads_named(const std::string& name) {
-  int n = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) ++n;
-  }
-  return n;
-}
-
 TEST(TransportSettingsTest, PretouchOffStartsNoThreadAndReportsNoCounters) {
   std::vector<std::uint8_t> pool(16 * 4096, 1);
   Options options;

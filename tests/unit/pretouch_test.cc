@@ -5,6 +5,7 @@
 // here rests on a clock: whether a host pays for a first touch is the
 // bench's to measure.
 #include "common/pretouch.h"
+#include "support/proc_threads.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -21,6 +22,8 @@
 
 namespace kvxfer::internal {
 namespace {
+
+using kvxfer::test::threads_named;
 
 std::size_t page_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
 
@@ -45,16 +48,6 @@ class Mapping {
 };
 
 // Threads of this process named `name` (the pre-touch names its thread).
-int threads_named(const std::string& name) {
-  int n = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) ++n;
-  }
-  return n;
-}
-
 // Waits for the thread to finish; ctest's timeout bounds it.
 void wait_done(const Pretouch& t) {
   while (t.running()) std::this_thread::yield();
