@@ -15,67 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_pair.h"
 #include "kvxfer/transport.h"
 
 namespace {
 
-constexpr std::uint64_t kBlockLen = 64;
-constexpr std::uint64_t kNumBlocks = 1 << 16;
-constexpr const char* kPeer = "target";
-
-// Address space without touching it: the loopback engine only copies the
-// bytes a transfer names.
-class Mapping {
- public:
-  explicit Mapping(std::size_t bytes) : bytes_(bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    data_ = static_cast<std::uint8_t*>(p);
-  }
-  ~Mapping() { ::munmap(data_, bytes_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  [[nodiscard]] std::uint8_t* data() const { return data_; }
-
- private:
-  std::size_t bytes_;
-  std::uint8_t* data_ = nullptr;
-};
-
-kvxfer::Options loopback() {
-  kvxfer::Options o;
-  o.backends = {"LOOPBACK"};
-  return o;
-}
-
-struct Pair {
-  Pair()
-      : source(kNumBlocks * kBlockLen),
-        sink(kNumBlocks * kBlockLen),
-        initiator("initiator", kvxfer::Region{source.data(), kNumBlocks, kBlockLen}, loopback()),
-        target(kPeer, kvxfer::Region{sink.data(), kNumBlocks, kBlockLen}, loopback()) {
-    initiator.add_remote_peer(kPeer, target.agent_metadata(), target.base_addr(), kNumBlocks,
-                              kBlockLen);
-  }
-  Mapping source;
-  Mapping sink;
-  kvxfer::Transport initiator;
-  kvxfer::Transport target;
-};
-
-std::vector<std::vector<std::int64_t>> random_lists(std::size_t lists, std::size_t n,
-                                                    std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::int64_t> all(kNumBlocks);
-  std::iota(all.begin(), all.end(), 0);
-  std::vector<std::vector<std::int64_t>> out(lists);
-  for (auto& list : out) {
-    std::shuffle(all.begin(), all.end(), rng);
-    list.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
-  }
-  return out;
-}
+using namespace kvxfer::bench;  // NOLINT(google-build-using-namespace)
 
 // Posts one transfer per iteration with `post(k)` and polls until it is
 // reported.
@@ -113,8 +58,8 @@ constexpr std::size_t kLists = 64;
 void BM_Blocks_WritePoll(benchmark::State& state) {
   Pair pair;
   const auto n = static_cast<std::size_t>(state.range(0));
-  const auto local = random_lists(kLists, n, 1);
-  const auto remote = random_lists(kLists, n, 2);
+  const auto local = index_lists(kLists, n, Order::kRandom, 1);
+  const auto remote = index_lists(kLists, n, Order::kRandom, 2);
   post_and_poll(state, pair.initiator, kLists, [&](std::size_t k) {
     return pair.initiator.write_blocks(kPeer, local[k], remote[k]);
   });
@@ -126,8 +71,8 @@ BENCHMARK(BM_Blocks_WritePoll)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
 void BM_Descs_WritePoll(benchmark::State& state) {
   Pair pair;
   const auto n = static_cast<std::size_t>(state.range(0));
-  const auto local = random_lists(kLists, n, 1);
-  const auto remote = random_lists(kLists, n, 2);
+  const auto local = index_lists(kLists, n, Order::kRandom, 1);
+  const auto remote = index_lists(kLists, n, Order::kRandom, 2);
   std::vector<kvxfer::MemDesc> ours(kNumBlocks);
   std::vector<kvxfer::MemDesc> theirs(kNumBlocks);
   for (std::uint64_t b = 0; b < kNumBlocks; ++b) {
@@ -151,11 +96,11 @@ void BM_Prepare_RegionsXBlocks(benchmark::State& state) {
   const auto blocks = static_cast<std::uint64_t>(state.range(1));
   const std::uint64_t region_len = blocks * kBlockLen;
   Mapping memory(regions * region_len);
-  kvxfer::Transport target(kPeer, kvxfer::Region{}, loopback());
+  kvxfer::Transport target(kPeer, kvxfer::Region{}, loopback_options());
   for (std::uint64_t g = 0; g < regions; ++g) {
     static_cast<void>(target.register_memory(memory.data() + g * region_len, region_len));
   }
-  kvxfer::Transport initiator("initiator", kvxfer::Region{}, loopback());
+  kvxfer::Transport initiator("initiator", kvxfer::Region{}, loopback_options());
   initiator.add_remote_peer(kPeer, target.agent_metadata());
   std::vector<kvxfer::MemDesc> descs;
   descs.reserve(regions * blocks);
