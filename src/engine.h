@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/pretouch.h"
 #include "kvxfer/metrics.h"
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
@@ -242,6 +243,11 @@ class Engine {
   // that name it have ended: the core sees to that), and peers' transfers
   // into it are refused where a lane can refuse them. May wait.
   [[nodiscard]] virtual Status remove_region(std::uint64_t /*id*/) { return Status::kNotFound; }
+
+  // Whether the core pre-touches what it registers here (common/pretouch.h):
+  // the lanes engine's kernel copies (process_vm_writev, sockets) pay a
+  // first touch on some hosts, the loopback engine's memcpy never does.
+  [[nodiscard]] virtual PretouchMode pretouch_mode() const noexcept { return PretouchMode::kOff; }
 
   // Deregisters the local pool and stops engine threads. Called once, after
   // every peer was disconnected and every transfer released.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/pretouch.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -73,27 +74,51 @@ std::size_t kernel_read_pages(const std::uint8_t* begin, std::size_t len, std::s
 }
 
 Pretouch::Pretouch(const void* base, std::uint64_t len, PretouchMode mode, std::string agent)
-    : base_(static_cast<const std::uint8_t*>(base)),
-      len_(len),
-      mode_(mode),
+    : mode_(mode),
       agent_(std::move(agent)),
-      page_(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))) {
-  if (mode_ == PretouchMode::kOff || len_ == 0 || base_ == nullptr) return;
-  running_.store(true, std::memory_order_release);
-  started_ = true;
-  thread_ = std::thread([this] { run(); });
+      page_(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))),
+      verdict_(mode == PretouchMode::kOn ? Verdict::kSlow
+               : mode == PretouchMode::kOff ? Verdict::kSkip
+                                            : Verdict::kUnknown) {
+  add(0, base, len);
 }
 
 Pretouch::~Pretouch() { stop(); }
 
+void Pretouch::add(std::uint64_t id, const void* base, std::uint64_t len) {
+  if (base == nullptr || len == 0) return;
+  MutexLock lock(mu_);
+  if (stop_ || verdict_ == Verdict::kSkip) return;
+  queue_.push_back(Range{id, static_cast<const std::uint8_t*>(base), len});
+  running_.store(true, std::memory_order_release);
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { run(); });
+    started_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+void Pretouch::remove(std::uint64_t id) {
+  MutexLock lock(mu_);
+  std::erase_if(queue_, [id](const Range& r) { return r.id == id; });
+  while (current_ == id) {
+    cancel_current_ = true;
+    lock.wait(cv_);
+  }
+}
+
 void Pretouch::stop() {
-  stop_.store(true, std::memory_order_relaxed);
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
   if (thread_.joinable()) thread_.join();
 }
 
-bool Pretouch::first_touch_is_slow() {
-  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(base_);
-  const std::uint64_t pages = (start + len_ - 1) / page_ - start / page_ + 1;
+bool Pretouch::first_touch_is_slow(const Range& r) {
+  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(r.base);
+  const std::uint64_t pages = (start + r.len - 1) / page_ - start / page_ + 1;
   const std::size_t count = static_cast<std::size_t>(std::min<std::uint64_t>(pages, kProbePages));
   std::array<iovec, kProbePages> local{};
   std::array<std::uint8_t, kProbePages> scratch{};
@@ -109,7 +134,7 @@ bool Pretouch::first_touch_is_slow() {
   const auto t2 = Clock::now();
   pages_.fetch_add(first, std::memory_order_relaxed);
   if (first != count || second != count) {
-    log().info("kvxfer {}: no pre-touch of the pool: process_vm_writev refused: {}", agent_,
+    log().info("kvxfer {}: no pre-touch: process_vm_writev refused: {}", agent_,
                std::strerror(errno));
     return false;
   }
@@ -122,29 +147,65 @@ bool Pretouch::first_touch_is_slow() {
 
 void Pretouch::run() {
   pthread_setname_np(pthread_self(), "kvxfer-touch");
-  if (mode_ == PretouchMode::kOn || first_touch_is_slow()) {
-    const auto started = Clock::now();
-    const std::uint64_t chunk = std::uint64_t{kPretouchPagesPerCall} * page_;
-    std::uint64_t off = 0;
-    while (off < len_ && !stop_.load(std::memory_order_relaxed)) {
-      // Chunks end on page boundaries, so each page is read once.
-      const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base_ + off);
-      const std::uint64_t n = std::min<std::uint64_t>(len_ - off, chunk - at % page_);
-      const std::size_t read = kernel_read_pages(base_ + off, n, page_);
-      pages_.fetch_add(read, std::memory_order_relaxed);
-      if (read != (at + n - 1) / page_ - at / page_ + 1) {
-        log().info("kvxfer {}: pre-touch of the pool stopped at byte {}: {}", agent_, off,
-                   std::strerror(errno));
-        break;
-      }
-      off += n;
+  MutexLock lock(mu_);
+  while (!stop_) {
+    if (queue_.empty()) {
+      running_.store(false, std::memory_order_release);
+      lock.wait(cv_);
+      continue;
     }
-    log().info("kvxfer {}: pre-touched {} pages of the pool in {:.3f} s{}", agent_,
-               pages_.load(std::memory_order_relaxed),
-               std::chrono::duration<double>(Clock::now() - started).count(),
-               stop_.load(std::memory_order_relaxed) ? " (stopped)" : "");
+    const Range r = queue_.front();
+    queue_.pop_front();
+    current_ = r.id;
+    cancel_current_ = false;
+    // The probe's verdict is written by this thread only, once.
+    const bool probe = verdict_ == Verdict::kUnknown;
+    lock.unlock();
+    const bool slow = !probe || first_touch_is_slow(r);
+    if (slow) touch(r);
+    lock.lock();
+    if (probe) verdict_ = slow ? Verdict::kSlow : Verdict::kSkip;
+    current_.reset();
+    cv_.notify_all();
+    if (!slow) {
+      queue_.clear();  // later ranges are not touched either (add() now ignores them)
+      break;
+    }
   }
   running_.store(false, std::memory_order_release);
+}
+
+void Pretouch::touch(const Range& r) {
+  const auto started = Clock::now();
+  const std::uint64_t chunk = std::uint64_t{kPretouchPagesPerCall} * page_;
+  std::uint64_t off = 0;
+  std::uint64_t pages = 0;
+  bool ended_early = false;
+  while (off < r.len) {
+    {
+      MutexLock lock(mu_);
+      if (stop_ || cancel_current_) {
+        ended_early = true;
+        break;
+      }
+    }
+    // Chunks end on page boundaries, so each page is read once.
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(r.base + off);
+    const std::uint64_t n = std::min<std::uint64_t>(r.len - off, chunk - at % page_);
+    const std::size_t read = kernel_read_pages(r.base + off, n, page_);
+    pages_.fetch_add(read, std::memory_order_relaxed);
+    pages += read;
+    if (read != (at + n - 1) / page_ - at / page_ + 1) {
+      log().info("kvxfer {}: pre-touch of range {} stopped at byte {}: {}", agent_, r.id, off,
+                 std::strerror(errno));
+      break;
+    }
+    off += n;
+  }
+  log().info("kvxfer {}: pre-touched {} pages of {} in {:.3f} s{}", agent_, pages,
+             r.id == 0 ? std::string("the pool") : fmt::format("region {:#x}", r.id),
+             std::chrono::duration<double>(Clock::now() - started).count(),
+             ended_early ? " (stopped)" : "");
 }
 
 }  // namespace kvxfer::internal

@@ -143,6 +143,9 @@ RegionId TransportState::register_memory(std::uint64_t addr, std::uint64_t len) 
   r.live = true;
   log().debug("kvxfer {}: registered region {:#x} at {:#x} ({} bytes)", agent_name_, region.id,
               addr, len);
+  lock.unlock();
+  // Its pages' first kernel touch, paid ahead on the pre-touch thread.
+  if (pretouch_) pretouch_->add(region.id, reinterpret_cast<const void*>(addr), len);
   return region.id;
 }
 
@@ -172,6 +175,7 @@ void TransportState::deregister_memory(RegionId id) {
     const EngineCall call(*this, EngineCallKind::kDisconnect);
     mu_.assert_not_held("a region's removal");
     st = engine_->remove_region(id);
+    if (pretouch_) pretouch_->remove(id);
   }
   MutexLock lock(mu_);
   LocalRegion& r = regions_[slot];

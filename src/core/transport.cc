@@ -25,7 +25,6 @@
 #include "common/region.h"
 #include "core/transport_state.h"
 #include "engine.h"
-#include "engines/settings.h"
 #include "wire/metadata.h"
 
 namespace kvxfer {
@@ -65,18 +64,6 @@ Options checked(Options options) {
         "Options::config_fields and Options::config_json are both set; set one of them");
   }
   return options;
-}
-
-// KVXFER_PRETOUCH, by the settings module's one rule (engine_config wins,
-// then the environment, then auto). Read here, not by a lane: the pool is
-// the transport's, whichever lanes its peers get. read_settings() also
-// refuses what the engine refused already; it is not read twice otherwise.
-PretouchMode pretouch_mode(const Options& options) {
-  const EngineSettings settings = read_settings(options.engine_config, process_environment());
-  if (!settings.pretouch) return PretouchMode::kAuto;
-  const std::optional<PretouchMode> mode = pretouch_mode_named(settings.pretouch->value);
-  if (!mode) refuse("transport", *settings.pretouch, "is not auto, on or off");
-  return *mode;
 }
 
 std::string fingerprint_of(const Options& options) {
@@ -122,11 +109,8 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
   }
 
   const EngineConfig config{agent_name_, region_, &options_};
-  PretouchMode pretouch = PretouchMode::kOff;
   for (const auto& backend : options_.backends) {
     if (backend == "UCX") {
-      // Before the engine, so that a bad value throws with nothing started.
-      pretouch = pretouch_mode(options_);
       engine_ = make_ucx_engine(config);
     } else if (backend == "LOOPBACK") {
       engine_ = make_loopback_engine(config);
@@ -142,10 +126,11 @@ TransportState::TransportState(std::string agent_name, Region region, Options op
   }
   log().info("kvxfer {}: backend={} registered {} blocks of {} bytes", agent_name_, engine_->name(),
              region_.num_blocks, region_.block_len);
-  // Last, once nothing here can throw: the thread reads the pool while the
-  // caller goes on, and this costs the caller one thread start. The
-  // LOOPBACK engine copies with memcpy, which never pays a first touch.
-  if (pretouch != PretouchMode::kOff && pool) {
+  // Last, once nothing here can throw: the thread reads the pool (and the
+  // regions registered later) while the caller goes on, and this costs the
+  // caller one thread start, when there is a pool.
+  const PretouchMode pretouch = engine_->pretouch_mode();
+  if (pretouch != PretouchMode::kOff) {
     pretouch_ = std::make_unique<Pretouch>(region_.base, region_.num_blocks * region_.block_len,
                                            pretouch, agent_name_);
   }

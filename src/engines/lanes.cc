@@ -72,6 +72,15 @@ void check(const EngineConfig& config) {
   }
 }
 
+// KVXFER_PRETOUCH (auto when unset). Parsed before any lane starts, so a
+// bad value throws with nothing started.
+PretouchMode pretouch_mode_of(const EngineSettings& settings) {
+  if (!settings.pretouch) return PretouchMode::kAuto;
+  const std::optional<PretouchMode> mode = pretouch_mode_named(settings.pretouch->value);
+  if (!mode) refuse("transport", *settings.pretouch, "is not auto, on or off");
+  return *mode;
+}
+
 class Lanes final : public Engine {
  public:
   // Every lane's keys are parsed, and so checked, whether or not the lane
@@ -80,6 +89,7 @@ class Lanes final : public Engine {
       : Engine(config.region.block_len),
         agent_name_(config.agent_name),
         allowed_(allowed_lanes(settings.lanes)),
+        pretouch_(pretouch_mode_of(settings)),
         token_(fresh_random()) {
     const Options& options = *config.options;
     const bool has_rdma = ucx::host_has_rdma_device();
@@ -282,6 +292,8 @@ class Lanes final : public Engine {
     return peer == 0 ? "" : lane_peer(peer)->lane->name();
   }
 
+  [[nodiscard]] PretouchMode pretouch_mode() const noexcept override { return pretouch_; }
+
   void shutdown() override {
     if (shut_down_) return;
     shut_down_ = true;
@@ -296,6 +308,7 @@ class Lanes final : public Engine {
 
   std::string agent_name_;
   std::vector<std::string> allowed_;
+  PretouchMode pretouch_;
   std::uint64_t token_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;  // in KVXFER_LANES order
   std::vector<std::uint8_t> blob_;

@@ -152,5 +152,37 @@ TEST(TransportSettingsTest, CloseDuringThePretouchStopsIt) {
   ::munmap(p, bytes);
 }
 
+// Regions registered besides the pool (here: no pool at all) are read ahead
+// too; one deregistered while it is being read stops being read.
+TEST(TransportSettingsTest, PretouchOnReadsRegisteredRegionsAndStopsAtTheirDeregistration) {
+  constexpr std::size_t kPage = 4096;
+  void* small = ::mmap(nullptr, 64 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+  ASSERT_NE(small, MAP_FAILED);
+  const std::size_t huge_bytes = std::size_t{16} << 30;
+  void* huge = ::mmap(nullptr, huge_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                      -1, 0);
+  ASSERT_NE(huge, MAP_FAILED);
+  {
+    Options options;
+    options.engine_config = {{"KVXFER_PRETOUCH", "on"}};
+    Transport t("pretouch-regions", Region{}, options);
+    const RegionId a = t.register_memory(small, 64 * kPage);
+    while (t.stats().engine_counters.at("pretouch_running") != 0) std::this_thread::yield();
+    EXPECT_EQ(t.stats().engine_counters.at("pretouch_pages"), 64u);
+    const RegionId b = t.register_memory(huge, huge_bytes);
+    while (t.stats().engine_counters.at("pretouch_pages") == 64) std::this_thread::yield();
+    t.deregister_memory(b);  // returns once no page of it is read any more
+    const std::uint64_t pages = t.stats().engine_counters.at("pretouch_pages");
+    EXPECT_LT(pages, 64 + huge_bytes / kPage);
+    while (t.stats().engine_counters.at("pretouch_running") != 0) std::this_thread::yield();
+    EXPECT_EQ(t.stats().engine_counters.at("pretouch_pages"), pages);
+    t.deregister_memory(a);
+    t.close();
+  }
+  ::munmap(huge, huge_bytes);
+  ::munmap(small, 64 * kPage);
+}
+
 }  // namespace
 }  // namespace kvxfer

@@ -11,7 +11,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -168,6 +170,79 @@ TEST(PretouchTest, StopDuringTheTouchEndsItBeforeTheLastPage) {
   EXPECT_GT(touch.pages_touched(), 0u);
   EXPECT_LT(touch.pages_touched(), bytes / page_size());
   touch.stop();  // idempotent
+}
+
+TEST(PretouchTest, RangesAddedLaterAreTouchedInTurnByOneThread) {
+  const std::size_t page = page_size();
+  Mapping a(100 * page);
+  Mapping b(50 * page);
+  const int before = threads_named("kvxfer-touch");
+  Pretouch touch(nullptr, 0, PretouchMode::kOn, "test");
+  EXPECT_FALSE(touch.started());  // no pool: no thread until a range comes
+  touch.add(1, a.data(), a.size());
+  touch.add(2, b.data(), b.size());
+  EXPECT_TRUE(touch.started());
+  EXPECT_TRUE(touch.running());
+  wait_done(touch);
+  EXPECT_EQ(touch.pages_touched(), 150u);
+  EXPECT_EQ(threads_named("kvxfer-touch"), before + 1);
+  touch.stop();
+  EXPECT_EQ(threads_named("kvxfer-touch"), before);
+}
+
+// Pages of `m` the kernel has mapped (mincore): a kernel read of a page
+// never written maps the zero page there, so this counts the pages read.
+std::size_t pages_mapped(const Mapping& m) {
+  std::vector<unsigned char> in(m.size() / page_size());
+  if (::mincore(m.data(), m.size(), in.data()) != 0) throw std::runtime_error("mincore failed");
+  return static_cast<std::size_t>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+// A region deregistered while its pages are being read: remove() returns
+// within a call and no page of it is read after; the range queued behind it
+// is still read.
+TEST(PretouchTest, RemoveDuringARangesTouchEndsItAndTheNextIsTouched) {
+  const std::size_t bytes = std::size_t{16} << 30;
+  Mapping huge(bytes, PROT_READ, MAP_NORESERVE);
+  Mapping next(64 * page_size(), PROT_READ);
+  Pretouch touch(nullptr, 0, PretouchMode::kOn, "test");
+  touch.add(7, huge.data(), huge.size());
+  touch.add(8, next.data(), next.size());
+  while (touch.pages_touched() == 0) std::this_thread::yield();
+  touch.remove(7);
+  const std::size_t read = pages_mapped(huge);
+  EXPECT_GT(read, 0u);
+  EXPECT_LT(read, bytes / page_size());
+  wait_done(touch);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(pages_mapped(huge), read);
+  EXPECT_EQ(pages_mapped(next), 64u);
+  touch.remove(7);   // gone already: returns at once
+  touch.remove(99);  // never added
+}
+
+TEST(PretouchTest, RemoveOfAQueuedRangeSkipsIt) {
+  const std::size_t bytes = std::size_t{16} << 30;
+  Mapping huge(bytes, PROT_READ, MAP_NORESERVE);
+  Mapping queued(64 * page_size(), PROT_READ);
+  Mapping last(32 * page_size(), PROT_READ);
+  Pretouch touch(nullptr, 0, PretouchMode::kOn, "test");
+  touch.add(1, huge.data(), huge.size());
+  touch.add(2, queued.data(), queued.size());
+  touch.add(3, last.data(), last.size());
+  touch.remove(2);
+  touch.remove(1);
+  wait_done(touch);
+  EXPECT_EQ(pages_mapped(queued), 0u);
+  EXPECT_EQ(pages_mapped(last), 32u);
+}
+
+TEST(PretouchTest, OffIgnoresRangesAddedLater) {
+  Mapping m(16 * page_size());
+  Pretouch touch(nullptr, 0, PretouchMode::kOff, "test");
+  touch.add(1, m.data(), m.size());
+  EXPECT_FALSE(touch.started());
+  EXPECT_EQ(touch.pages_touched(), 0u);
 }
 
 }  // namespace
