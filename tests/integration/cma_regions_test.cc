@@ -27,6 +27,7 @@
 #include "it_support.h"
 #include "kvxfer/shared_pool.h"
 #include "kvxfer/transport.h"
+#include "support/region_agent.h"
 #include "wire/metadata.h"
 
 namespace kvxfer::it {
@@ -51,39 +52,19 @@ std::uint64_t counter(const Transport& t, const std::string& name) {
   return it == counters.end() ? 0 : it->second;
 }
 
-// A transport with `pool` (Region{}: none) and `regions` buffers of
-// kRegionLen bytes, each registered; a pattern of `seed` in them (0: zeros).
-struct RegionAgent {
-  RegionAgent(std::string agent, int regions, std::uint8_t seed, Region pool = Region{})
-      : buffers(static_cast<std::size_t>(regions), std::vector<std::uint8_t>(kRegionLen, 0)),
-        transport(std::move(agent), pool, cma_options()) {
-    for (std::size_t k = 0; k < buffers.size(); ++k) {
-      auto& b = buffers[k];
-      if (seed != 0) {
-        for (std::size_t i = 0; i < b.size(); ++i) {
-          b[i] = static_cast<std::uint8_t>(1 + (seed * 31 + i * 7 + k * 13) % 251);
-        }
-      }
-      ids.push_back(transport.register_memory(b.data(), b.size()));
-    }
-  }
-  std::vector<std::vector<std::uint8_t>> buffers;
-  std::vector<RegionId> ids;
-  Transport transport;
+// A transport on the same-host lane with the pool `theirs` (none by default) and
+// `regions` buffers of kRegionLen bytes, each registered; a pattern of
+// `seed` in them (0: zeros) (support/region_agent.h).
+struct RegionAgent : test::RegionAgent {
+  RegionAgent(std::string name, int regions, std::uint8_t seed, Region theirs = Region{})
+      : test::RegionAgent(std::move(name), {.regions = regions,
+                                            .region_len = kRegionLen,
+                                            .seed = seed,
+                                            .options = cma_options(),
+                                            .pool = theirs}) {}
 };
 
-// Polls `peer` until `id` is reported; whether it was done (false: failed,
-// or nothing within 30 s).
-bool finish(Transport& t, const std::string& peer, TransferId id) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const PollResult r = t.poll(peer);
-    if (std::find(r.done.begin(), r.done.end(), id) != r.done.end()) return true;
-    if (std::find(r.failed.begin(), r.failed.end(), id) != r.failed.end()) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  return false;
-}
+using test::finish;
 
 // The same for transfers in flight together: one poll may report several
 // of them, and reports each once. True when every one was done.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvxfer/transport.h"
+#include "support/region_agent.h"
 
 namespace kvxfer::it {
 namespace {
@@ -37,40 +38,20 @@ bool all_zero(const std::vector<std::uint8_t>& bytes) {
 
 // A transport on the tcp lane with `regions` registered buffers of
 // kRegionLen bytes (a pattern when `seed` is nonzero, else zeros) and a pool
-// of `blocks` blocks of kBlockLen (none when 0).
-struct RegionAgent {
+// of `blocks` blocks of kBlockLen (none when 0) (support/region_agent.h).
+struct RegionAgent : test::RegionAgent {
   static constexpr std::uint64_t kBlockLen = 4096;
 
   RegionAgent(const std::string& name, int regions, std::uint8_t seed, std::uint64_t blocks = 0)
-      : buffers(static_cast<std::size_t>(regions), std::vector<std::uint8_t>(kRegionLen, 0)),
-        pool(blocks * kBlockLen, 0),
-        transport(name, blocks == 0 ? Region{} : Region{pool.data(), blocks, kBlockLen},
-                  tcp_options()) {
-    for (std::size_t r = 0; r < buffers.size(); ++r) {
-      auto& b = buffers[r];
-      for (std::size_t i = 0; i < b.size() && seed != 0; ++i) {
-        b[i] = static_cast<std::uint8_t>(1 + (seed * 31 + i * 7 + r * 13) % 251);
-      }
-      ids.push_back(transport.register_memory(b.data(), b.size()));
-    }
-  }
-  std::vector<std::vector<std::uint8_t>> buffers;
-  std::vector<std::uint8_t> pool;
-  std::vector<RegionId> ids;
-  Transport transport;
+      : test::RegionAgent(name, {.regions = regions,
+                                 .region_len = kRegionLen,
+                                 .seed = seed,
+                                 .options = tcp_options(),
+                                 .own_pool_blocks = blocks,
+                                 .own_block_len = kBlockLen}) {}
 };
 
-// Polls `peer` until `id` is reported (10 s at most): done, failed, or
-// nothing (nullopt).
-std::optional<bool> outcome(Transport& t, const std::string& peer, TransferId id) {
-  for (int i = 0; i < 10000; ++i) {
-    const PollResult r = t.poll(peer);
-    if (std::find(r.done.begin(), r.done.end(), id) != r.done.end()) return true;
-    if (std::find(r.failed.begin(), r.failed.end(), id) != r.failed.end()) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return std::nullopt;
-}
+using test::outcome;
 
 class TcpRegionsTest : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agents.h"
+#include "support/region_agent.h"
 #include "kvxfer/transport.h"
 
 namespace kvxfer::unit {
@@ -24,33 +25,17 @@ std::uint64_t addr_of(const std::vector<std::uint8_t>& bytes, std::size_t offset
   return reinterpret_cast<std::uintptr_t>(bytes.data()) + offset;
 }
 
-// A transport with no pool and `regions` buffers of kRegionLen bytes, each
-// registered; the first holds a pattern when `pattern` is set.
-struct RegionAgent {
-  RegionAgent(std::string agent, int regions, std::uint8_t seed)
-      : buffers(static_cast<std::size_t>(regions), std::vector<std::uint8_t>(kRegionLen, 0)),
-        transport(std::move(agent), Region{}, loopback_options()) {
-    for (auto& b : buffers) {
-      for (std::size_t i = 0; i < b.size(); ++i) {
-        b[i] = seed == 0 ? 0 : static_cast<std::uint8_t>(1 + (seed * 31 + i * 7 + ids.size()) % 251);
-      }
-      ids.push_back(transport.register_memory(b.data(), b.size()));
-    }
-  }
-  std::vector<std::vector<std::uint8_t>> buffers;
-  std::vector<RegionId> ids;
-  Transport transport;
+// A loopback transport with no pool and `regions` registered buffers of
+// kRegionLen bytes (support/region_agent.h).
+struct RegionAgent : test::RegionAgent {
+  RegionAgent(std::string name, int regions, std::uint8_t seed)
+      : test::RegionAgent(std::move(name), {.regions = regions,
+                                            .region_len = kRegionLen,
+                                            .seed = seed,
+                                            .options = loopback_options()}) {}
 };
 
-// Polls `peer` until `id` is reported; whether it was done.
-bool finish(Transport& t, const std::string& peer, TransferId id) {
-  for (int i = 0; i < 1000; ++i) {
-    const PollResult r = t.poll(peer);
-    if (std::find(r.done.begin(), r.done.end(), id) != r.done.end()) return true;
-    if (std::find(r.failed.begin(), r.failed.end(), id) != r.failed.end()) return false;
-  }
-  return false;
-}
+using test::finish;
 
 class RegionsTest : public ::testing::Test {
  protected:
