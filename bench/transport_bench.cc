@@ -242,6 +242,10 @@ struct PostCase {
   // (KVXFER_RMA=on: no RDMA device needed), or kvxfer's own tcp lane
   // (BM_TcpLanePost_*).
   const char* lane = "ucx";
+  // GiB of a region the initiator registers before the timed calls, never
+  // written, with KVXFER_PRETOUCH=on: its pre-touch reads it meanwhile (a
+  // few seconds a GiB where the first touch is slow), on the other core.
+  std::uint64_t touching_gib = 0;
 };
 
 void ucx_tcp_post(benchmark::State& state, PostCase c) {
@@ -251,6 +255,8 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
   options.engine_config = {{"TLS", "tcp"}, {"KVXFER_LANES", c.lane}};
   const bool ucx = std::string_view(c.lane) == "ucx";
   if (ucx) options.engine_config["KVXFER_RMA"] = "on";
+  if (c.touching_gib > 0) options.engine_config["KVXFER_PRETOUCH"] = "on";
+  Mapping touched(std::max<std::uint64_t>(c.touching_gib << 30, 1));
   Mapping initiator_pool(kNumBlocks * kBlockLen);
   Mapping target_pool(kNumBlocks * kBlockLen);
   kvxfer::Transport target("bench-target", {target_pool.data(), kNumBlocks, kBlockLen}, options);
@@ -258,6 +264,9 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
                               options);
   initiator.add_remote_peer(kPeer, target.agent_metadata(), target.base_addr(), target.num_blocks(),
                             target.block_len());
+  if (c.touching_gib > 0) {
+    static_cast<void>(initiator.register_memory(touched.data(), c.touching_gib << 30));
+  }
   constexpr std::size_t kLists = 64;
   const auto local = index_lists(kLists, n, c.order, 1);
   const auto remote = index_lists(kLists, n, c.order, 2);
@@ -309,6 +318,11 @@ void ucx_tcp_post(benchmark::State& state, PostCase c) {
       static_cast<double>(n) * iters, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["allocs/write"] = static_cast<double>(g_allocs.load() - allocs0) / iters;
   if (ucx) state.counters["wakes/write"] = static_cast<double>(wakes() - wakes0) / iters;
+  if (c.touching_gib > 0) {
+    // 1 when the pre-touch still ran at the last call: every call met it.
+    state.counters["touching"] =
+        static_cast<double>(initiator.metrics().engine_counters["pretouch_running"]);
+  }
   while (inflight > 0) inflight -= initiator.poll(kPeer).done.size();
 }
 
@@ -344,6 +358,13 @@ void BM_TcpLanePost_RunsCold(benchmark::State& state) {
   ucx_tcp_post(state, {.order = Order::kRuns, .depth = 2, .cold = true, .lane = "tcp"});
 }
 BENCHMARK(BM_TcpLanePost_Random)->Arg(16)->Arg(1024)->Arg(4096)->UseManualTime()->Iterations(2000);
+// The same calls while the pre-touch reads a 16 GiB region on the other
+// core (docs/configuration.md, KVXFER_PRETOUCH): what a transport's calls
+// cost in the seconds after it registers memory, against the row above.
+void BM_TcpLanePost_DuringPretouch(benchmark::State& state) {
+  ucx_tcp_post(state, {.lane = "tcp", .touching_gib = 16});
+}
+BENCHMARK(BM_TcpLanePost_DuringPretouch)->Arg(16)->Arg(1024)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_TcpLanePost_Runs)->Arg(4096)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_TcpLanePost_Depth2)->Arg(1024)->UseManualTime()->Iterations(2000);
 BENCHMARK(BM_TcpLanePost_RunsCold)->Arg(4096)->UseManualTime()->Iterations(300);
