@@ -107,10 +107,13 @@ std::string triple(const Timing& t) {
 void print_rows(const std::vector<FanRow>& rows, const FanParams& p, std::FILE* out) {
   fmt::print(out,
              "fan-out: one initiator -> N targets, round-robin, scoped polls; incast: N initiator "
-             "processes -> one target. {} blocks x {}, depth {}, UCX_TLS={}, poll wait {}\n",
+             "processes -> one target. {} blocks x {}, depth {}, UCX_TLS={}, poll wait {}{}\n",
              p.block_len >= (1 << 20) ? fmt::format("{} MiB", p.block_len >> 20)
                                       : fmt::format("{} KiB", p.block_len >> 10),
-             p.batch, p.depth, ucx_tls_for(p.tls), p.wait.name());
+             p.batch, p.depth, ucx_tls_for(p.tls), p.wait.name(),
+             p.engine.contains(kEncryptKey) && p.engine.at(kEncryptKey) == "on"
+                 ? ", the tcp lane encrypted (KVXFER_TCP_ENCRYPT=on)"
+                 : "");
   const bool raw = std::any_of(rows.begin(), rows.end(), [](const FanRow& r) {
     return r.raw_gbps.has_value() || !r.raw_error.empty();
   });

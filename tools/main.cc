@@ -373,7 +373,15 @@ int main(int argc, char** argv) {
       if (!listen.empty()) throw CLI::ValidationError("--listen needs --role target");
       if (bench.encrypt != "off" &&
           (bench.op == "notify" || !bench.targets.empty() || !bench.initiators.empty())) {
-        throw CLI::ValidationError("--encrypt", "runs the reference cases only");
+        // Fan-out, incast and notify: KVXFER_TCP_ENCRYPT on every side, as
+        // --engine and --target-engine would set it; one setting a run.
+        if (bench.encrypt == "both") {
+          throw CLI::ValidationError("--encrypt",
+                                     "both runs the reference cases only: with --op notify, "
+                                     "--targets or --initiators, run once with off and once with on");
+        }
+        bench.engine[kEncryptKey] = "on";
+        bench.target_engine[kEncryptKey] = "on";
       }
       if (!bench.lane.empty() &&
           (bench.op == "notify" || !bench.targets.empty() || !bench.initiators.empty())) {
