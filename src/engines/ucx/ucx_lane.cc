@@ -338,11 +338,14 @@ void UcxLane::run_post(void* arg) {
     const ByteRun& run = x->runs[i];
     // Block runs: pool to pool. Descriptor runs: where hold_runs() found
     // them, in the region of the peer's they name.
-    std::uint8_t* local = base + run.local;
-    const std::size_t r = x->descs ? run.remote_region : 0;
+    std::uint8_t* local = nullptr;
+    std::size_t r = 0;
     if (x->descs) {
       local = x->local_at[i].addr;
       param.memh = x->local_at[i].memh != nullptr ? x->local_at[i].memh : lane.memh_;
+      r = run.remote_region;
+    } else {
+      local = base + run.local;
     }
     const std::uint64_t remote = ep.regions[r].base + run.remote;
     ucp_rkey_h rkey = ep.rkeys[r].get();
