@@ -201,7 +201,8 @@ TEST_F(UcxRegionsTest, ARegionTheTargetAddsLaterIsReachedOnceItsMetadataIsTakenA
   const auto id = a.transport.transfer(TransferOp::kWrite, "b", l, r);
   ASSERT_TRUE(id);
   ASSERT_EQ(outcome(a.transport, "b", *id), std::optional<bool>(true));
-  EXPECT_TRUE(std::equal(a.buffers[1].begin() + 64, a.buffers[1].begin() + 320, later.begin() + 512));
+  EXPECT_TRUE(
+      std::equal(a.buffers[1].begin() + 64, a.buffers[1].begin() + 320, later.begin() + 512));
   b.transport.deregister_memory(later_id);
 }
 
@@ -223,7 +224,8 @@ TEST_F(UcxRegionsTest, ARegionWithATransferInFlightIsDeregisteredOnlyOnceItEnded
   // in flight; once it ended the region goes, and with it c's key for it.
   c.transport.add_remote_peer("a", a.transport.agent_metadata());
   const DescList l = c.transport.prepare(std::vector<MemDesc>{{addr_of(c.buffers[0]), kRegionLen}});
-  const DescList r = c.transport.prepare(std::vector<MemDesc>{{addr_of(a.buffers[0]), kRegionLen}}, "a");
+  const DescList r =
+      c.transport.prepare(std::vector<MemDesc>{{addr_of(a.buffers[0]), kRegionLen}}, "a");
   const auto id = c.transport.transfer(TransferOp::kRead, "a", l, r);
   ASSERT_TRUE(id);
   bool refused = false;
@@ -333,7 +335,7 @@ TEST(UcxRegionsEngineTest, ARunOutsideThePeersRegionIsRefusedAtPostAndNothingMov
   ASSERT_TRUE(p.connect());
   constexpr auto kSlot = static_cast<std::uint32_t>(EnginePair::kId);
   for (const internal::ByteRun run : {
-           internal::ByteRun{0, kRegionLen - 100, 101, kSlot, 0},  // one byte past its end
+           internal::ByteRun{0, kRegionLen - 100, 101, kSlot, 0},       // one byte past its end
            internal::ByteRun{0, ~std::uint64_t{0} - 10, 64, kSlot, 0},  // offset wraps
            internal::ByteRun{0, 0, 64, kSlot, 1},                       // no such region
            internal::ByteRun{kRegionLen - 10, 0, 64, kSlot, 0},         // past ours

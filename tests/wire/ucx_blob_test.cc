@@ -3,8 +3,6 @@
 // trips (the tcp part's IPv4 and IPv6 addresses and the UCX lane's region
 // keys included), and every malformed blob refused without reading outside
 // it.
-#include "wire/peer_blob.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +10,8 @@
 #include <limits>
 #include <span>
 #include <vector>
+
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal::ucx {
 namespace {
@@ -192,7 +192,8 @@ TEST(UcxBlob, RoundTripsTheMostRegionKeysWithTheLongestRkeys) {
   std::size_t bytes = 0;
   for (std::size_t i = 0; i < wire::kMaxRegionKeys; ++i) {
     const std::size_t left = wire::kMaxRegionKeys - i;
-    const std::size_t len = std::min(wire::kMaxRegionRkey, wire::kMaxRegionKeyBytes - bytes - left + 1);
+    const std::size_t len =
+        std::min(wire::kMaxRegionRkey, wire::kMaxRegionKeyBytes - bytes - left + 1);
     bytes += len;
     in.region_keys.push_back({(std::uint64_t{7} << 32) | (i + 1), 4096 * (i + 1), 4096,
                               std::vector<std::uint8_t>(len, static_cast<std::uint8_t>(i))});

@@ -104,8 +104,8 @@ Status UcxLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
         remote.agent_name);
   } else if ((job.status = match_regions(blob, remote, &regions, &job.packed, &job.reason)) ==
              Status::kSuccess) {
-    job.ep = std::make_shared<Endpoint>(this, remote.agent_name, std::move(regions),
-                                        blob.cookie_epoch);
+    job.ep =
+        std::make_shared<Endpoint>(this, remote.agent_name, std::move(regions), blob.cookie_epoch);
     driver_.submit({&UcxLane::run_connect, &job});
     static_cast<void>(driver_.wait([&] { return job.done; }, Clock::time_point::max()));
   }
@@ -231,11 +231,11 @@ Status UcxLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   // ours held; block runs (write_blocks, read_blocks) are the pools' alone,
   // which the core checked against both geometries.
   x->descs = !post.pool_only;
-  const Status checked =
-      x->descs ? hold_runs(*ep, post, x)
-               : (post.runs.empty() || (ep->has_pool() && region_.num_blocks != 0)
-                      ? Status::kSuccess
-                      : Status::kInvalidParam);
+  const Status checked = x->descs
+                             ? hold_runs(*ep, post, x)
+                             : (post.runs.empty() || (ep->has_pool() && region_.num_blocks != 0)
+                                    ? Status::kSuccess
+                                    : Status::kInvalidParam);
   if (checked != Status::kSuccess) {
     MutexLock lock(mu_);
     free_xfers_.push_back(x);
@@ -349,9 +349,9 @@ void UcxLane::run_post(void* arg) {
     }
     const std::uint64_t remote = ep.regions[r].base + run.remote;
     ucp_rkey_h rkey = ep.rkeys[r].get();
-    const ucs_status_ptr_t request =
-        x->op == Op::kWrite ? ucp_put_nbx(ep.ep, local, run.len, remote, rkey, &param)
-                            : ucp_get_nbx(ep.ep, local, run.len, remote, rkey, &param);
+    const ucs_status_ptr_t request = x->op == Op::kWrite
+                                         ? ucp_put_nbx(ep.ep, local, run.len, remote, rkey, &param)
+                                         : ucp_get_nbx(ep.ep, local, run.len, remote, rkey, &param);
     if (UCS_PTR_IS_ERR(request)) {
       x->error = UCS_PTR_STATUS(request);
       log().warn("kvxfer ucx {}: a {} of transfer {} to peer {} failed: {}", lane.agent_name_,

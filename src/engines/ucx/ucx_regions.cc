@@ -58,7 +58,8 @@ void UcxLane::run_map_region(void* arg) {
   std::size_t rkey_len = 0;
   if (st == UCS_OK &&
       (st = ucx_compat::pack_rkey(lane.driver_.context(), job.memh, &rkey, &rkey_len)) == UCS_OK) {
-    job.packed.assign(static_cast<std::uint8_t*>(rkey), static_cast<std::uint8_t*>(rkey) + rkey_len);
+    job.packed.assign(static_cast<std::uint8_t*>(rkey),
+                      static_cast<std::uint8_t*>(rkey) + rkey_len);
     ucx_compat::release_packed_rkey(rkey);
   } else if (job.memh != nullptr) {
     static_cast<void>(ucp_mem_unmap(lane.driver_.context(), job.memh));
@@ -100,9 +101,9 @@ Status UcxLane::add_region(const MemRegion& region, std::string* reason) {
   {
     MutexLock lock(regions_mu_);
     if (region_keys_ >= wire::kMaxRegionKeys) {
-      return refuse(Status::kNotAllowed,
-                    fmt::format("the ucx lane publishes keys for {} regions at most",
-                                wire::kMaxRegionKeys));
+      return refuse(
+          Status::kNotAllowed,
+          fmt::format("the ucx lane publishes keys for {} regions at most", wire::kMaxRegionKeys));
     }
     if (regions_.size() <= slot) regions_.resize(std::size_t{slot} + 1);
     if (regions_[slot].id != 0) return refuse(Status::kInvalidParam, "its slot is taken");
@@ -221,9 +222,9 @@ Status UcxLane::match_regions(const wire::PeerBlob& blob, const RemoteRegion& re
     }
     // The keys are in increasing id order (wire/peer_blob.h checked it).
     const auto& keys = blob.region_keys;
-    const auto key = std::lower_bound(
-        keys.begin(), keys.end(), r.id,
-        [](const wire::RegionKey& k, std::uint64_t id) { return k.id < id; });
+    const auto key =
+        std::lower_bound(keys.begin(), keys.end(), r.id,
+                         [](const wire::RegionKey& k, std::uint64_t id) { return k.id < id; });
     if (key == keys.end() || key->id != r.id) {
       *why = fmt::format(
           "peer {}'s metadata lists region {:#x}, for which its UCX lane publishes no key "
