@@ -59,7 +59,8 @@ class Lane {
   // "cma", "tcp" or "ucx": the lane's KVXFER_LANES name (a static string).
   [[nodiscard]] virtual const char* name() const noexcept = 0;
 
-  // Writes the lane's part of the blob peers see.
+  // Writes the lane's part of the blob peers see. Called for every
+  // metadata taken, from any thread.
   virtual void publish(wire::PeerBlob& blob) const = 0;
 
   // Whether this lane may serve a peer of this metadata: both sides run

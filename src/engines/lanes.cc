@@ -127,18 +127,22 @@ class Lanes final : public Engine {
           "RDMA device, or KVXFER_RMA=on)",
           lanes_text()));
     }
-    wire::PeerBlob blob;
-    blob.cookie_epoch = token_;
-    if (has_rdma) blob.flags |= wire::kBlobHasRdma;
-    for (const auto& lane : lanes_) lane->publish(blob);
-    blob_ = wire::encode_blob(blob);
+    has_rdma_ = has_rdma;
   }
   ~Lanes() override { shutdown(); }
   Lanes(const Lanes&) = delete;
   Lanes& operator=(const Lanes&) = delete;
 
   [[nodiscard]] const std::string& name() const noexcept override { return engine_name(); }
-  [[nodiscard]] std::vector<std::uint8_t> local_blob() const override { return blob_; }
+  // Published afresh each time: the ucx lane's part lists the keys of the
+  // regions registered now.
+  [[nodiscard]] std::vector<std::uint8_t> local_blob() const override {
+    wire::PeerBlob blob;
+    blob.cookie_epoch = token_;
+    if (has_rdma_) blob.flags |= wire::kBlobHasRdma;
+    for (const auto& lane : lanes_) lane->publish(blob);
+    return wire::encode_blob(blob);
+  }
 
   [[nodiscard]] Status connect(std::span<const std::uint8_t> bytes, const RemoteRegion& remote,
                                PeerHandle* out, std::string* reason) override {
@@ -311,7 +315,7 @@ class Lanes final : public Engine {
   PretouchMode pretouch_;
   std::uint64_t token_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;  // in KVXFER_LANES order
-  std::vector<std::uint8_t> blob_;
+  bool has_rdma_ = false;
   // The handles connect() handed out and disconnect() has not taken back
   // (connect and disconnect only: a post follows its handle, no lookup).
   Mutex connected_mu_;

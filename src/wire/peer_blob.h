@@ -6,7 +6,7 @@
 // wire/bytes.h's bounds-checked reader, a length limit per field, nothing
 // may follow.
 //
-// Layout (little-endian), version 5:
+// Layout (little-endian), version 6:
 //   u32 magic "KVXU" | u16 version | u16 flags
 //   u64 pid namespace device | u64 pid namespace inode
 //   u64 cookie address | u64 cookie epoch
@@ -17,14 +17,24 @@
 //   | u16 address count (0..kMaxTcpAddresses)
 //   | per address: u8 family (4 or 6) | 16 bytes (an IPv4 address in the
 //     first 4, the rest zero)
+//   | u32 region key count (0..kMaxRegionKeys)
+//   | per region key: u64 region id | u64 base | u64 length
+//     | u32 length, packed rkey bytes (1..kMaxRegionRkey)
 // The tcp part says where the agent's tcp lane listens (port 0: it has none),
 // the token a connection must present first, and the public half of the
 // lane's X25519 identity (common/identity.h), from which its handshakes
 // derive their keys and a target tells a registered peer's connection from
-// anyone else's (engines/tcp/). Nothing may follow. Versions 1 to 3 (no tcp
-// part, or no tcp key) are refused, and so is version 4: the same layout,
-// but its tcp lane speaks frames of version 2 (wire/tcp_frame.h), whose
-// hellos a recording could replay and whose frames nothing authenticated.
+// anyone else's (engines/tcp/). The region keys are the UCX lane's: for each
+// region the agent registered besides its pool, its id, where it lies and
+// the rkey of its UCX registration, in increasing id order (so no id
+// twice), none the pool's (slot 0), none empty or wrapping the address
+// space, their rkeys kMaxRegionKeyBytes at most in all. Nothing may follow.
+// Versions 1 to 3 (no tcp part, or no tcp key) are refused, and so is
+// version 4: the same layout as 5, but its tcp lane speaks frames of version
+// 2 (wire/tcp_frame.h), whose hellos a recording could replay and whose
+// frames nothing authenticated. Version 5 (no region keys) is refused: its
+// UCX lane carried the pool only, and a peer of it listing regions could
+// not be served by ours.
 #pragma once
 
 #include <algorithm>
@@ -40,12 +50,18 @@
 namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kBlobMagic = 0x5558564b;  // "KVXU" as bytes
-inline constexpr std::uint16_t kBlobVersion = 5;
+inline constexpr std::uint16_t kBlobVersion = 6;
 inline constexpr std::uint32_t kNoNotifyFd = 0xffffffff;
 // Worker addresses and packed rkeys are a few hundred bytes; anything much
 // larger is not one.
 inline constexpr std::uint32_t kMaxBlobField = 64 * 1024;
 inline constexpr std::size_t kMaxTcpAddresses = 16;
+// The UCX lane's region keys: how many, how long each packed rkey may be
+// (a few dozen bytes per transport), and their bytes in all, so that a
+// blob with every key fits the metadata's kMaxBlobLen (1 MiB) with room.
+inline constexpr std::size_t kMaxRegionKeys = 4096;
+inline constexpr std::size_t kMaxRegionRkey = 1024;
+inline constexpr std::size_t kMaxRegionKeyBytes = 512 * 1024;
 
 enum BlobFlags : std::uint16_t {
   // The agent takes same-host writes through process_vm_writev (its UCX_TLS
@@ -66,6 +82,18 @@ struct TcpAddress {
   friend bool operator==(const TcpAddress&, const TcpAddress&) = default;
 };
 
+// A region of the agent's besides its pool, as its UCX lane registered it:
+// the agent's id for it (engine.h's MemRegion), where it lies, and the
+// packed rkey a peer unpacks to put and get there. The rkey is the blob's
+// own copy.
+struct RegionKey {
+  std::uint64_t id = 0;
+  std::uint64_t base = 0;
+  std::uint64_t len = 0;
+  std::vector<std::uint8_t> rkey;
+  friend bool operator==(const RegionKey&, const RegionKey&) = default;
+};
+
 struct PeerBlob {
   std::uint16_t flags = 0;
   std::uint64_t pidns_dev = 0;
@@ -81,6 +109,7 @@ struct PeerBlob {
   std::array<std::uint8_t, 32> tcp_key{};
   std::uint16_t tcp_port = 0;
   std::vector<TcpAddress> tcp_addresses;
+  std::vector<RegionKey> region_keys;  // increasing id
 };
 
 inline std::vector<std::uint8_t> encode_blob(const PeerBlob& blob) {
@@ -105,12 +134,48 @@ inline std::vector<std::uint8_t> encode_blob(const PeerBlob& blob) {
     w.u8(a.family);
     w.raw(a.bytes);
   }
+  w.u32(static_cast<std::uint32_t>(blob.region_keys.size()));
+  for (const RegionKey& k : blob.region_keys) {
+    w.u64(k.id);
+    w.u64(k.base);
+    w.u64(k.len);
+    w.prefixed(k.rkey);
+  }
   return out;
 }
 
-// False when `bytes` is not a well-formed version-5 blob: among others, an
+// Reads the region keys that end a blob into *out: false unless they keep
+// every bound above. Copies each rkey after its bounds are checked.
+[[nodiscard]] inline bool decode_region_keys(wire::ByteReader& in, std::vector<RegionKey>* out) {
+  const auto count = in.u32();
+  if (!count || *count > kMaxRegionKeys) return false;
+  std::vector<RegionKey> keys(*count);
+  std::size_t rkey_bytes = 0;
+  std::uint64_t last_id = 0;
+  for (RegionKey& k : keys) {
+    const auto id = in.u64();
+    const auto base = in.u64();
+    const auto len = in.u64();
+    const auto rkey = in.prefixed(kMaxRegionRkey);
+    if (!in.ok() || static_cast<std::uint32_t>(*id) == 0 || *id <= last_id || *len == 0 ||
+        *base > ~std::uint64_t{0} - *len || rkey->empty() ||
+        (rkey_bytes += rkey->size()) > kMaxRegionKeyBytes) {
+      return false;
+    }
+    last_id = *id;
+    k.id = *id;
+    k.base = *base;
+    k.len = *len;
+    k.rkey.assign(rkey->begin(), rkey->end());
+  }
+  *out = std::move(keys);
+  return true;
+}
+
+// False when `bytes` is not a well-formed version-6 blob: among others, an
 // address family other than 4 or 6, an IPv4 address with bytes past its
-// first 4, more than kMaxTcpAddresses addresses, or addresses with port 0.
+// first 4, more than kMaxTcpAddresses addresses, addresses with port 0, or
+// region keys out of order or past their bounds.
 // On success the spans in *out point into `bytes`; on failure *out is left
 // alone.
 [[nodiscard]] inline bool decode_blob(std::span<const std::uint8_t> bytes, PeerBlob* out) {
@@ -145,8 +210,9 @@ inline std::vector<std::uint8_t> encode_blob(const PeerBlob& blob) {
       return false;
     }
   }
+  std::vector<RegionKey> region_keys;
   // ok(): every read above succeeded.
-  if (!in.ok() || !in.at_end()) return false;
+  if (!in.ok() || !decode_region_keys(in, &region_keys) || !in.at_end()) return false;
   out->flags = *flags;
   out->pidns_dev = *pidns_dev;
   out->pidns_ino = *pidns_ino;
@@ -159,6 +225,7 @@ inline std::vector<std::uint8_t> encode_blob(const PeerBlob& blob) {
   std::copy(tcp_key->begin(), tcp_key->end(), out->tcp_key.begin());
   out->tcp_port = *tcp_port;
   out->tcp_addresses = std::move(addresses);
+  out->region_keys = std::move(region_keys);
   return true;
 }
 

@@ -71,6 +71,11 @@ Bytes set_u32(Bytes b, std::size_t at, std::uint32_t v) {
   return b;
 }
 
+Bytes set_u64(Bytes b, std::size_t at, std::uint64_t v) {
+  wire::store_le(b.data() + at, v);
+  return b;
+}
+
 Bytes flip(Bytes b, std::size_t at) {
   b[at] ^= 0x01;
   return b;
@@ -93,10 +98,22 @@ wire::TcpAddress ipv6(std::uint8_t last) {
   return t;
 }
 
+// `n` region keys: slots 1.., generation 3, 64 KiB apart, rkeys of
+// `rkey_len` bytes.
+std::vector<wire::RegionKey> region_keys(std::size_t n, std::size_t rkey_len = 24) {
+  std::vector<wire::RegionKey> keys;
+  for (std::size_t i = 0; i < n; ++i) {
+    keys.push_back({(std::uint64_t{3} << 32) | (i + 1), 0x7f0000000000 + (i << 16), 0x8000,
+                    pattern(rkey_len, static_cast<std::uint8_t>(i))});
+  }
+  return keys;
+}
+
 // A blob whose tcp lane listens on port 7000 at `addresses`; without
 // addresses, one with no tcp lane (port 0).
 Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flags,
-               std::vector<wire::TcpAddress> addresses = {}) {
+               std::vector<wire::TcpAddress> addresses = {},
+               std::vector<wire::RegionKey> keys = {}) {
   static Bytes address;
   static Bytes rkey;
   address = pattern(address_len, 7);
@@ -114,6 +131,7 @@ Bytes ucx_blob(std::size_t address_len, std::size_t rkey_len, std::uint16_t flag
     b.tcp_key[i] = static_cast<std::uint8_t>(3 * i + 1);
   b.tcp_port = addresses.empty() ? 0 : 7000;
   b.tcp_addresses = std::move(addresses);
+  b.region_keys = std::move(keys);
   return wire::encode_blob(b);
 }
 
@@ -136,6 +154,13 @@ void ucx_blob_seeds() {
     most.push_back(i % 2 == 0 ? ipv4(192, 168, i, 1) : ipv6(i));
   }
   write_seed(t, true, "valid_max_tcp_addresses", ucx_blob(72, 16, 0, most));
+  // The UCX lane's region keys: a few, beside a pool or alone (no pool
+  // rkey), and the longest rkeys.
+  const Bytes keyed = ucx_blob(72, 16, wire::kBlobHasRdma, both, region_keys(3));
+  write_seed(t, true, "valid_region_keys", keyed);
+  write_seed(t, true, "valid_region_keys_no_pool", ucx_blob(72, 0, 0, {}, region_keys(64)));
+  write_seed(t, true, "valid_region_key_max_rkey",
+             ucx_blob(72, 16, 0, {}, region_keys(2, wire::kMaxRegionRkey)));
   constexpr std::size_t kAddressLenAt = 4 + 2 + 2 + 4 * 8;
   // With a 72-byte worker address and a 16-byte rkey (`valid`).
   constexpr std::size_t kTcpTokenAt = kAddressLenAt + 4 + 72 + 4 + 16 + 4;
@@ -143,16 +168,21 @@ void ucx_blob_seeds() {
   constexpr std::size_t kTcpPortAt = kTcpKeyAt + 32;
   constexpr std::size_t kAddressCountAt = kTcpPortAt + 2;
   constexpr std::size_t kFirstAddressAt = kAddressCountAt + 2;  // 10.1.2.3
+  constexpr std::size_t kKeyCountAt = kFirstAddressAt + 2 * 17;
+  constexpr std::size_t kFirstKeyAt = kKeyCountAt + 4;
+  constexpr std::size_t kKeyLen = 8 + 8 + 8 + 4 + 24;
   write_seed(t, false, "empty", {});
   write_seed(t, false, "truncated_header", Bytes(valid.begin(), valid.begin() + 20));
-  write_seed(t, false, "truncated_tcp_part", cut(no_tcp, 1));
-  write_seed(t, false, "truncated_address", cut(valid, 1));
+  write_seed(t, false, "truncated_tcp_part", cut(no_tcp, 5));
+  write_seed(t, false, "truncated_address", cut(valid, 5));
+  write_seed(t, false, "truncated_key_count", cut(valid, 1));
+  write_seed(t, false, "truncated_region_key", cut(keyed, 1));
   write_seed(t, false, "trailing_byte", plus_byte(valid));
   write_seed(t, false, "bad_magic", flip(valid, 0));
   write_seed(t, false, "bad_version", set_u16(valid, 4, wire::kBlobVersion + 1));
   // Version 2 (no tcp part), as its encoder wrote it, and its number on a
   // version-3 blob.
-  write_seed(t, false, "version_2", set_u16(cut(no_tcp, 12), 4, 2));
+  write_seed(t, false, "version_2", set_u16(cut(no_tcp, 48), 4, 2));
   write_seed(t, false, "version_2_number", set_u16(valid, 4, 2));
   // Version 3 (no tcp key), as its encoder wrote it, and its number on a
   // version-4 blob.
@@ -163,6 +193,35 @@ void ucx_blob_seeds() {
   write_seed(t, false, "version_3_layout_as_4", v3);
   // Version 4: this layout, but a tcp lane of frames version 2.
   write_seed(t, false, "version_4_number", set_u16(valid, 4, 4));
+  // Version 5: no region keys (its UCX lane carried the pool only), as its
+  // encoder wrote it, and its number on a version-6 blob.
+  write_seed(t, false, "version_5", set_u16(cut(valid, 4), 4, 5));
+  write_seed(t, false, "version_5_number", set_u16(keyed, 4, 5));
+  write_seed(t, false, "key_count_says_more", set_u32(keyed, kKeyCountAt, 4));
+  write_seed(t, false, "key_count_says_fewer", set_u32(keyed, kKeyCountAt, 2));
+  write_seed(t, false, "key_count_over_limit",
+             set_u32(keyed, kKeyCountAt, static_cast<std::uint32_t>(wire::kMaxRegionKeys + 1)));
+  write_seed(t, false, "huge_key_count", set_u32(keyed, kKeyCountAt, 0xffffffff));
+  std::vector<wire::RegionKey> swapped = region_keys(3);
+  std::swap(swapped[0], swapped[2]);
+  write_seed(t, false, "region_keys_out_of_order", ucx_blob(72, 16, 0, both, swapped));
+  std::vector<wire::RegionKey> twice = region_keys(3);
+  twice[1].id = twice[0].id;
+  write_seed(t, false, "region_key_twice", ucx_blob(72, 16, 0, both, twice));
+  write_seed(t, false, "region_key_of_pool_slot", set_u32(keyed, kFirstKeyAt, 0));
+  write_seed(t, false, "region_key_empty", set_u64(keyed, kFirstKeyAt + 16, 0));
+  write_seed(t, false, "region_key_wraps",
+             set_u64(keyed, kFirstKeyAt + kKeyLen + 8, ~std::uint64_t{0} - 0x100));
+  std::vector<wire::RegionKey> no_rkey = region_keys(2);
+  no_rkey[1].rkey.clear();
+  write_seed(t, false, "region_key_empty_rkey", ucx_blob(72, 16, 0, both, no_rkey));
+  write_seed(t, false, "region_key_rkey_over_limit",
+             ucx_blob(72, 16, 0, {}, region_keys(1, wire::kMaxRegionRkey + 1)));
+  write_seed(t, false, "region_key_huge_rkey_len", set_u32(keyed, kFirstKeyAt + 24, 0xffffffff));
+  write_seed(t, false, "region_keys_over_byte_limit",
+             ucx_blob(0, 0, 0, {},
+                      region_keys(wire::kMaxRegionKeyBytes / wire::kMaxRegionRkey + 1,
+                                  wire::kMaxRegionRkey)));
   write_seed(t, false, "address_len_off_by_one", set_u32(valid, kAddressLenAt, 73));
   write_seed(t, false, "huge_address_len", set_u32(valid, kAddressLenAt, 0xffffffff));
   write_seed(t, false, "over_limit_address_len", set_u32(valid, kAddressLenAt, wire::kMaxBlobField + 1));
@@ -409,11 +468,6 @@ void ack_seeds() {
 Bytes cookie(const wire::CookieDeclaration& d) {
   Bytes b(wire::kCookieLen);
   wire::encode_cookie(b.data(), d);
-  return b;
-}
-
-Bytes set_u64(Bytes b, std::size_t at, std::uint64_t v) {
-  wire::store_le(b.data() + at, v);
   return b;
 }
 

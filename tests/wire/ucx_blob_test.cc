@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // The UCX engine's blob inside the agent metadata: its exact bytes, round
-// trips (the tcp part's IPv4 and IPv6 addresses included), and every
-// malformed blob refused without reading outside it.
-#include "wire/peer_blob.h"
-
+// trips (the tcp part's IPv4 and IPv6 addresses and the UCX lane's region
+// keys included), and every malformed blob refused without reading outside
+// it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <vector>
+
+#include "wire/peer_blob.h"
 
 namespace kvxfer::internal::ucx {
 namespace {
@@ -32,6 +34,10 @@ wire::TcpAddress ipv6(std::uint8_t last) {
   return t;
 }
 
+// Slot 2 of generation 1, and slot 5 of generation 2.
+constexpr std::uint64_t kFirstKeyId = (std::uint64_t{1} << 32) | 2;
+constexpr std::uint64_t kSecondKeyId = (std::uint64_t{2} << 32) | 5;
+
 wire::PeerBlob golden_value() {
   wire::PeerBlob b;
   b.flags = wire::kBlobAcceptsCma | wire::kBlobHasRdma;
@@ -47,13 +53,15 @@ wire::PeerBlob golden_value() {
     b.tcp_key[i] = static_cast<std::uint8_t>(0x60 + i);
   b.tcp_port = 7000;
   b.tcp_addresses = {ipv4(10, 1, 2, 3), ipv6(0x01)};
+  b.region_keys = {{kFirstKeyId, 0x8182838485868788ull, 0x1000, {0xc1, 0xc2, 0xc3}},
+                   {kSecondKeyId, 0x9192939495969798ull, 0x20, {0xd1}}};
   return b;
 }
 
 // Written out by hand: peers built from other sources read and write these
 // bytes, so a change of layout must fail here, not only round trip.
 const std::vector<std::uint8_t> kGoldenBytes = {
-    'K',  'V',  'X',  'U',  0x05, 0x00, 0x09, 0x00,  // magic, version 5, flags cma|rdma
+    'K',  'V',  'X',  'U',  0x06, 0x00, 0x09, 0x00,  // magic, version 6, flags cma|rdma
     0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // pid namespace device
     0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // pid namespace inode
     0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // cookie address
@@ -74,12 +82,23 @@ const std::vector<std::uint8_t> kGoldenBytes = {
     0x06,                                            // family 6
     0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,  // 2001:db8::1
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,  //
+    0x02, 0x00, 0x00, 0x00,                          // region key count
+    0x02, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,  // id: slot 2, generation 1
+    0x88, 0x87, 0x86, 0x85, 0x84, 0x83, 0x82, 0x81,  // base
+    0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // length
+    0x03, 0x00, 0x00, 0x00, 0xc1, 0xc2, 0xc3,        // packed rkey
+    0x05, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00,  // id: slot 5, generation 2
+    0x98, 0x97, 0x96, 0x95, 0x94, 0x93, 0x92, 0x91,  // base
+    0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // length
+    0x01, 0x00, 0x00, 0x00, 0xd1,                    // packed rkey
 };
 constexpr std::size_t kTcpKeyAt = 65;
 constexpr std::size_t kTcpPortAt = 97;
 constexpr std::size_t kAddressCountAt = 99;
 constexpr std::size_t kFirstAddressAt = 101;
 constexpr std::size_t kAddressLen = 17;
+constexpr std::size_t kKeyCountAt = 135;
+constexpr std::size_t kFirstKeyAt = 139;
 
 // A version-2 blob as the previous encoder wrote it: no tcp part.
 const std::vector<std::uint8_t> kVersion2Bytes = {
@@ -102,9 +121,12 @@ bool refused(std::span<const std::uint8_t> bytes) {
   out.flags = 0x7777;
   out.tcp_port = 0x6666;
   out.tcp_addresses = {ipv6(0x99)};
+  const wire::RegionKey key{kFirstKeyId, 0x1000, 0x10, {0x99}};
+  out.region_keys = {key};
   if (wire::decode_blob(bytes, &out)) return false;
   return out.flags == 0x7777 && out.tcp_port == 0x6666 &&
-         out.tcp_addresses == std::vector<wire::TcpAddress>{ipv6(0x99)};
+         out.tcp_addresses == std::vector<wire::TcpAddress>{ipv6(0x99)} &&
+         out.region_keys == std::vector<wire::RegionKey>{key};
 }
 
 TEST(UcxBlob, EncodesToTheGoldenBytes) { EXPECT_EQ(wire::encode_blob(golden_value()), kGoldenBytes); }
@@ -141,6 +163,7 @@ TEST(UcxBlob, DecodesTheGoldenBytesIntoViewsOfThem) {
   EXPECT_EQ(b.tcp_key, golden_value().tcp_key);
   EXPECT_EQ(b.tcp_port, 7000);
   EXPECT_EQ(b.tcp_addresses, (std::vector<wire::TcpAddress>{ipv4(10, 1, 2, 3), ipv6(0x01)}));
+  EXPECT_EQ(b.region_keys, golden_value().region_keys);
 }
 
 TEST(UcxBlob, RoundTripsEmptyFieldsWithoutATcpLane) {
@@ -148,7 +171,7 @@ TEST(UcxBlob, RoundTripsEmptyFieldsWithoutATcpLane) {
   in.flags = wire::kBlobAcceptsCma;
   in.tcp_token = 0x1234;  // a token with no lane is carried, not judged
   const auto bytes = wire::encode_blob(in);
-  EXPECT_EQ(bytes.size(), 96u);  // 64 fixed bytes besides the 32-byte tcp key
+  EXPECT_EQ(bytes.size(), 100u);  // 68 fixed bytes besides the 32-byte tcp key
   wire::PeerBlob out;
   ASSERT_TRUE(wire::decode_blob(bytes, &out));
   EXPECT_EQ(out.flags, in.flags);
@@ -158,6 +181,27 @@ TEST(UcxBlob, RoundTripsEmptyFieldsWithoutATcpLane) {
   EXPECT_EQ(out.tcp_token, 0x1234u);
   EXPECT_EQ(out.tcp_port, 0);
   EXPECT_TRUE(out.tcp_addresses.empty());
+  EXPECT_TRUE(out.region_keys.empty());
+}
+
+TEST(UcxBlob, RoundTripsTheMostRegionKeysWithTheLongestRkeys) {
+  wire::PeerBlob in = golden_value();
+  in.region_keys.clear();
+  // kMaxRegionKeyBytes in all: as many of the longest rkeys as fit, then
+  // short ones up to kMaxRegionKeys.
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < wire::kMaxRegionKeys; ++i) {
+    const std::size_t left = wire::kMaxRegionKeys - i;
+    const std::size_t len =
+        std::min(wire::kMaxRegionRkey, wire::kMaxRegionKeyBytes - bytes - left + 1);
+    bytes += len;
+    in.region_keys.push_back({(std::uint64_t{7} << 32) | (i + 1), 4096 * (i + 1), 4096,
+                              std::vector<std::uint8_t>(len, static_cast<std::uint8_t>(i))});
+  }
+  ASSERT_EQ(bytes, wire::kMaxRegionKeyBytes);
+  wire::PeerBlob out;
+  ASSERT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
+  EXPECT_EQ(out.region_keys, in.region_keys);
 }
 
 TEST(UcxBlob, RoundTripsATcpPartOfIPv4AndIPv6Addresses) {
@@ -204,6 +248,10 @@ TEST(UcxBlob, RefusesTrailingBytes) {
   bytes = kGoldenBytes;
   bytes[kAddressCountAt] = 1;
   EXPECT_TRUE(refused(bytes));
+  // And a whole region key more than its count says.
+  bytes = kGoldenBytes;
+  bytes[kKeyCountAt] = 1;
+  EXPECT_TRUE(refused(bytes));
 }
 
 TEST(UcxBlob, RefusesWrongMagic) {
@@ -215,7 +263,7 @@ TEST(UcxBlob, RefusesWrongMagic) {
 }
 
 TEST(UcxBlob, RefusesEveryOtherVersion) {
-  for (const std::uint16_t version : {0, 1, 2, 3, 4, 6, 0x0105, 0xffff}) {
+  for (const std::uint16_t version : {0, 1, 2, 3, 4, 5, 7, 0x0106, 0xffff}) {
     auto bytes = kGoldenBytes;
     wire::store_le(bytes.data() + 4, version);
     EXPECT_TRUE(refused(bytes)) << "version " << version;
@@ -245,9 +293,96 @@ TEST(UcxBlob, RefusesAVersion4BlobThoughItsLayoutIsTheSame) {
   // Version 4's tcp lane spoke frames of version 2 (replayable hellos,
   // unauthenticated frames): a peer of it could never connect to ours, so
   // it is refused when its metadata is read, saying so, not at connect.
-  auto v4 = kGoldenBytes;
+  auto v4 = std::vector<std::uint8_t>(kGoldenBytes.begin(), kGoldenBytes.begin() + kKeyCountAt);
   v4[4] = 0x04;
   EXPECT_TRUE(refused(v4));
+}
+
+TEST(UcxBlob, RefusesAVersion5BlobAsItsEncoderWroteIt) {
+  // Version 5 had no region keys: its UCX lane carried the pool only.
+  auto v5 = std::vector<std::uint8_t>(kGoldenBytes.begin(), kGoldenBytes.begin() + kKeyCountAt);
+  v5[4] = 0x05;
+  EXPECT_TRUE(refused(v5));
+  v5[4] = 0x06;  // nor is it a version-6 blob without its count
+  EXPECT_TRUE(refused(v5));
+}
+
+TEST(UcxBlob, RefusesMoreThanKMaxRegionKeysWhetherOrNotTheyFollow) {
+  auto bytes = kGoldenBytes;
+  wire::store_le<std::uint32_t>(bytes.data() + kKeyCountAt, wire::kMaxRegionKeys + 1);
+  EXPECT_TRUE(refused(bytes));
+  wire::store_le<std::uint32_t>(bytes.data() + kKeyCountAt, 0xffffffff);
+  EXPECT_TRUE(refused(bytes));
+  wire::PeerBlob in = golden_value();
+  in.region_keys.clear();
+  for (std::size_t i = 0; i <= wire::kMaxRegionKeys; ++i) {
+    in.region_keys.push_back({(std::uint64_t{1} << 32) | (i + 1), 64 * (i + 1), 64, {0x01}});
+  }
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
+  in.region_keys.pop_back();
+  wire::PeerBlob out;
+  EXPECT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
+}
+
+TEST(UcxBlob, RefusesRegionKeysOutOfIdOrderOrTwice) {
+  wire::PeerBlob in = golden_value();
+  std::swap(in.region_keys[0], in.region_keys[1]);
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
+  in = golden_value();
+  in.region_keys[1].id = in.region_keys[0].id;
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
+}
+
+TEST(UcxBlob, RefusesARegionKeyOfThePoolsSlot) {
+  // Slot 0 (any generation) is the pool, whose key is the blob's rkey.
+  for (const std::uint64_t id : {std::uint64_t{0}, std::uint64_t{1} << 32}) {
+    wire::PeerBlob in = golden_value();
+    in.region_keys[0].id = id;
+    EXPECT_TRUE(refused(wire::encode_blob(in))) << id;
+  }
+}
+
+TEST(UcxBlob, RefusesAnEmptyOrWrappingRegion) {
+  auto bytes = kGoldenBytes;
+  wire::store_le<std::uint64_t>(bytes.data() + kFirstKeyAt + 16, 0);  // length 0
+  EXPECT_TRUE(refused(bytes));
+  wire::PeerBlob in = golden_value();
+  // Its end (one past its last byte) is the highest address, as
+  // register_memory allows; one byte further wraps.
+  in.region_keys[1].base = ~std::uint64_t{0} - 0x20;
+  wire::PeerBlob out;
+  EXPECT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
+  in.region_keys[1].base += 1;
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
+}
+
+TEST(UcxBlob, RefusesAnEmptyRkeyOrOneLongerThanTheLimit) {
+  wire::PeerBlob in = golden_value();
+  in.region_keys[0].rkey.clear();
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
+  in.region_keys[0].rkey.assign(wire::kMaxRegionRkey + 1, 0x5a);
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
+  in.region_keys[0].rkey.pop_back();
+  wire::PeerBlob out;
+  EXPECT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
+  // A length past the limit is refused before its bytes are looked for.
+  auto bytes = kGoldenBytes;
+  wire::store_le<std::uint32_t>(bytes.data() + kFirstKeyAt + 24, 0xffffffff);
+  EXPECT_TRUE(refused(bytes));
+}
+
+TEST(UcxBlob, RefusesRkeysOfMoreThanKMaxRegionKeyBytesInAll) {
+  wire::PeerBlob in = golden_value();
+  in.region_keys.clear();
+  const std::size_t n = wire::kMaxRegionKeyBytes / wire::kMaxRegionRkey;
+  for (std::size_t i = 0; i < n; ++i) {
+    in.region_keys.push_back({(std::uint64_t{1} << 32) | (i + 1), 4096 * (i + 1), 4096,
+                              std::vector<std::uint8_t>(wire::kMaxRegionRkey, 0x11)});
+  }
+  wire::PeerBlob out;
+  ASSERT_TRUE(wire::decode_blob(wire::encode_blob(in), &out));
+  in.region_keys.push_back({(std::uint64_t{1} << 32) | (n + 1), 4096 * (n + 1), 4096, {0x22}});
+  EXPECT_TRUE(refused(wire::encode_blob(in)));
 }
 
 TEST(UcxBlob, RefusesAnAddressFamilyOtherThan4Or6) {

@@ -7,17 +7,16 @@
 
 namespace kvxfer::internal::ucx {
 
-Endpoint::Endpoint(UcxLane* in, std::string name, std::uint64_t base, std::uint64_t block_len,
+Endpoint::Endpoint(UcxLane* in, std::string name, std::vector<PeerRegion> peer_regions,
                    std::uint64_t peer_token)
     : LanePeer(in),
       owner(in),
       agent_name(std::move(name)),
-      remote_base(base),
-      remote_block_len(block_len),
+      regions(std::move(peer_regions)),
       token(peer_token) {}
 
 ucs_status_t Endpoint::open(ucp_worker_h worker, std::span<const std::uint8_t> address,
-                            std::span<const std::uint8_t> packed_rkey,
+                            std::span<const std::span<const std::uint8_t>> packed,
                             ucp_err_handler_cb_t on_error, void* arg, const char** what) {
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -32,11 +31,17 @@ ucs_status_t Endpoint::open(ucp_worker_h worker, std::span<const std::uint8_t> a
     ep = nullptr;
     return st;
   }
-  *what = "unpacking the rkey";
-  if ((st = ucp_ep_rkey_unpack(ep, packed_rkey.data(), rkey.out())) != UCS_OK) {
-    *rkey.out() = nullptr;
+  *what = "unpacking an rkey";
+  rkeys.clear();
+  rkeys.reserve(packed.size());
+  for (const std::span<const std::uint8_t> key : packed) {
+    RkeyHandle& rkey = rkeys.emplace_back();
+    if ((st = ucp_ep_rkey_unpack(ep, key.data(), rkey.out())) != UCS_OK) {
+      *rkey.out() = nullptr;
+      return st;
+    }
   }
-  return st;
+  return UCS_OK;
 }
 
 bool Endpoint::connected() { return move(EpState::kConnecting, EpState::kConnected); }
@@ -64,7 +69,7 @@ bool Endpoint::close(ucp_send_nbx_callback_t on_closed, void* arg) {
 }
 
 void Endpoint::closed() {
-  rkey.reset();
+  for (RkeyHandle& rkey : rkeys) rkey.reset();
   state_.store(EpState::kClosed, std::memory_order_release);
 }
 

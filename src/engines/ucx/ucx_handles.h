@@ -17,6 +17,15 @@ class Owned {
   ~Owned() { reset(); }
   Owned(const Owned&) = delete;
   Owned& operator=(const Owned&) = delete;
+  // Movable, so that a vector can hold them (a peer's rkeys, one per region).
+  Owned(Owned&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Owned& operator=(Owned&& other) noexcept {
+    if (this != &other) {
+      reset();
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
   [[nodiscard]] H get() const { return handle_; }
   [[nodiscard]] explicit operator bool() const { return handle_ != nullptr; }
   // The out-parameter of the call that creates the handle (on an empty

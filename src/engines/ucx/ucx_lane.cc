@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include "common/log.h"
 #include "common/random.h"
@@ -43,9 +44,8 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   driver_.set_am_handler(wire::kFenceAmId, &UcxLane::on_fence, this);
   driver_.set_am_handler(wire::kNotifyAmId, &UcxLane::on_note, this);
   driver_.set_am_handler(wire::kNotifyAckAmId, &UcxLane::on_ack, this);
-  // Without a pool (a transport of regions alone) the lane has nothing to
-  // offer: it publishes no rkey and serves no peer (it carries the pool
-  // only; regions take the other lanes).
+  // Without a pool (a transport of regions alone) the lane publishes no
+  // pool rkey; its regions' keys come with add_region.
   if (region_.num_blocks == 0) {
     if (threaded_) driver_.start_thread();
     return;
@@ -53,7 +53,7 @@ UcxLane::UcxLane(std::string agent_name, const Region& region, const Options& op
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   params.address = region_.base;
-  params.length = region_.num_blocks * region_.block_len;
+  params.length = pool_len();
   ucs_status_t st = ucp_mem_map(driver_.context(), &params, &memh_);
   void* rkey = nullptr;
   std::size_t rkey_len = 0;
@@ -74,21 +74,19 @@ UcxLane::~UcxLane() {
   driver_.destroy();
 }
 
-void UcxLane::publish(wire::PeerBlob& blob) const {
-  blob.worker_address = driver_.address();
-  blob.rkey = packed_rkey_;
-}
-
-bool UcxLane::qualifies(const RemoteRegion& /*remote*/, const wire::PeerBlob& blob) const {
+bool UcxLane::qualifies(const RemoteRegion& remote, const wire::PeerBlob& blob) const {
   const bool both_rdma = has_rdma_ && (blob.flags & wire::kBlobHasRdma) != 0;
   const bool tcp_serves = tcp_lane_here_ && blob.tcp_port != 0;
-  return region_.num_blocks != 0 && !blob.worker_address.empty() && !blob.rkey.empty() &&
+  // A peer with a pool publishes its key; its regions' keys are matched at
+  // connect, which refuses a peer whose metadata and keys disagree.
+  return !blob.worker_address.empty() && (remote.num_blocks == 0 || !blob.rkey.empty()) &&
          (both_rdma || !tcp_serves);
 }
 
 struct UcxLane::ConnectJob {
   std::shared_ptr<Endpoint> ep;
   const wire::PeerBlob* blob = nullptr;
+  std::vector<std::span<const std::uint8_t>> packed;  // each region's rkey, into the blob
   Status status = Status::kSuccess;
   std::string reason;
   bool done = false;  // under the driver's lock
@@ -97,15 +95,17 @@ struct UcxLane::ConnectJob {
 Status UcxLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, Connected* out) {
   ConnectJob job;
   job.blob = &blob;
-  if (blob.worker_address.empty() || blob.rkey.empty()) {
+  std::vector<PeerRegion> regions;
+  if (blob.worker_address.empty()) {
     job.status = Status::kNotSupported;
     job.reason = fmt::format(
-        "peer {} has no UCX lane (no {} in its metadata): it has no RDMA "
+        "peer {} has no UCX lane (no worker address in its metadata): it has no RDMA "
         "device, or KVXFER_RMA=off",
-        remote.agent_name, blob.rkey.empty() ? "rkey" : "worker address");
-  } else {
-    job.ep = std::make_shared<Endpoint>(this, remote.agent_name, remote.base_addr, remote.block_len,
-                                        blob.cookie_epoch);
+        remote.agent_name);
+  } else if ((job.status = match_regions(blob, remote, &regions, &job.packed, &job.reason)) ==
+             Status::kSuccess) {
+    job.ep =
+        std::make_shared<Endpoint>(this, remote.agent_name, std::move(regions), blob.cookie_epoch);
     driver_.submit({&UcxLane::run_connect, &job});
     static_cast<void>(driver_.wait([&] { return job.done; }, Clock::time_point::max()));
   }
@@ -114,6 +114,7 @@ Status UcxLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
     return job.status;
   }
   live_peers_.fetch_add(1, std::memory_order_relaxed);
+  live_rkeys_.fetch_add(job.packed.size(), std::memory_order_relaxed);
   out->peer = job.ep.get();
   MutexLock lock(mu_);
   peers_.emplace(job.ep.get(), std::move(job.ep));
@@ -135,7 +136,7 @@ void UcxLane::run_connect(void* arg) {
     if (!ep.close(&UcxLane::on_closed, &ep)) lane.end_close(ep);
   };
   const char* what = "";
-  const ucs_status_t st = ep.open(lane.driver_.worker(), job.blob->worker_address, job.blob->rkey,
+  const ucs_status_t st = ep.open(lane.driver_.worker(), job.blob->worker_address, job.packed,
                                   &UcxLane::on_ep_error, &ep, &what);
   if (st != UCS_OK) {
     abandon();
@@ -168,6 +169,7 @@ Status UcxLane::disconnect(LanePeer* handle) {
     peers_.erase(it);
   }
   live_peers_.fetch_sub(1, std::memory_order_relaxed);
+  live_rkeys_.fetch_sub(ep->regions.size(), std::memory_order_relaxed);
   ep->keep = ep;  // the driver's until the close ends
   driver_.submit({&UcxLane::run_close, ep.get()});
   if (driver_.wait([&] { return ep->close_done; }, Clock::now() + kCloseTimeout)) {
@@ -224,6 +226,20 @@ Status UcxLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
       x = free_xfers_.back();
       free_xfers_.pop_back();
     }
+  }
+  // Descriptor runs are checked against the peer's regions and ours, and
+  // ours held; block runs (write_blocks, read_blocks) are the pools' alone,
+  // which the core checked against both geometries.
+  x->descs = !post.pool_only;
+  const Status checked = x->descs
+                             ? hold_runs(*ep, post, x)
+                             : (post.runs.empty() || (ep->has_pool() && region_.num_blocks != 0)
+                                    ? Status::kSuccess
+                                    : Status::kInvalidParam);
+  if (checked != Status::kSuccess) {
+    MutexLock lock(mu_);
+    free_xfers_.push_back(x);
+    return checked;
   }
   x->ep = ep->shared_from_this();
   x->id = post.id;
@@ -309,6 +325,9 @@ void UcxLane::run_post(void* arg) {
     return lane.complete(x, UCS_ERR_CANCELED);
   }
   if (!ep.usable()) return lane.complete(x, ep.error() != UCS_OK ? ep.error() : UCS_ERR_CANCELED);
+  // One whose region of ours is being removed moves nothing (queued, so no
+  // byte of it moved yet).
+  if (lane.holds_removed(x)) return lane.complete(x, UCS_ERR_CANCELED);
   // No callback per put or get: the flush after them covers each. A
   // notification alone flushes too, so it goes after every earlier one.
   ucp_request_param_t param{};
@@ -317,11 +336,22 @@ void UcxLane::run_post(void* arg) {
   auto* const base = static_cast<std::uint8_t*>(lane.region_.base);
   for (std::size_t i = 0; i < x->run_count; ++i) {
     const ByteRun& run = x->runs[i];
-    std::uint8_t* local = base + run.local;
-    const std::uint64_t remote = ep.remote_base + run.remote;
-    const ucs_status_ptr_t request =
-        x->op == Op::kWrite ? ucp_put_nbx(ep.ep, local, run.len, remote, ep.rkey.get(), &param)
-                            : ucp_get_nbx(ep.ep, local, run.len, remote, ep.rkey.get(), &param);
+    // Block runs: pool to pool. Descriptor runs: where hold_runs() found
+    // them, in the region of the peer's they name.
+    std::uint8_t* local = nullptr;
+    std::size_t r = 0;
+    if (x->descs) {
+      local = x->local_at[i].addr;
+      param.memh = x->local_at[i].memh != nullptr ? x->local_at[i].memh : lane.memh_;
+      r = run.remote_region;
+    } else {
+      local = base + run.local;
+    }
+    const std::uint64_t remote = ep.regions[r].base + run.remote;
+    ucp_rkey_h rkey = ep.rkeys[r].get();
+    const ucs_status_ptr_t request = x->op == Op::kWrite
+                                         ? ucp_put_nbx(ep.ep, local, run.len, remote, rkey, &param)
+                                         : ucp_get_nbx(ep.ep, local, run.len, remote, rkey, &param);
     if (UCS_PTR_IS_ERR(request)) {
       x->error = UCS_PTR_STATUS(request);
       log().warn("kvxfer ucx {}: a {} of transfer {} to peer {} failed: {}", lane.agent_name_,
@@ -350,6 +380,8 @@ void UcxLane::on_flush(void* request, ucs_status_t status, void* arg) {
     lane.live_requests_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (x->error != UCS_OK) status = x->error;
+  // Its puts and gets ended: the regions of ours it named may go.
+  lane.let_go(x);
   if (is_disconnect(status) && x->ep->fail(status)) lane.fail_awaiting(*x->ep, status);
   // The bytes are in place: now the notification, unless the transfer was
   // released meanwhile (engine.h: it then delivers nothing).
@@ -364,6 +396,7 @@ void UcxLane::on_flush(void* request, ucs_status_t status, void* arg) {
 void UcxLane::complete(Xfer* x, ucs_status_t status) {
   if (x->ended) return;
   x->ended = true;
+  let_go(x);
   if (x->await_index != kNotAwaiting) {
     auto& awaiting = x->ep->awaiting;
     const std::uint32_t moved = awaiting.back();
@@ -381,12 +414,13 @@ void UcxLane::fail_awaiting(Endpoint& ep, ucs_status_t status) {
 }
 
 void UcxLane::add_live(HandleCounts& counts) const {
-  counts.memory_registrations += memh_ != nullptr ? 1 : 0;
+  counts.memory_registrations +=
+      (memh_ != nullptr ? 1 : 0) + live_regions_.load(std::memory_order_relaxed);
   {
     MutexLock lock(mu_);
     counts.peers += peers_.size();
   }
-  counts.remote_keys += live_peers_.load(std::memory_order_relaxed);
+  counts.remote_keys += live_rkeys_.load(std::memory_order_relaxed);
   counts.transfers += live_transfers_.load(std::memory_order_relaxed);
   counts.requests += live_requests_.load(std::memory_order_relaxed);
 }
@@ -396,7 +430,7 @@ void UcxLane::add_counters(std::map<std::string, std::uint64_t>& counters) const
   static constexpr const char* kNames[kCounters] = {
       "ucx_writes", "ucx_reads", "ucx_puts", "ucx_gets", "ucx_notifications_sent",
       "ucx_notifications_received", "ucx_notifications_refused", "ucx_fences_received",
-      "ucx_fences_refused", "ucx_acks_ignored"};
+      "ucx_fences_refused", "ucx_acks_ignored", "ucx_refused_runs"};
   // clang-format on
   for (int i = 0; i < kCounters; ++i) counters[kNames[i]] = counts_[i].load();
   counters["ucx_progress_wakes"] = driver_.wakes();
@@ -433,14 +467,32 @@ void UcxLane::disconnect_left() {
 void UcxLane::run_unmap(void* arg) {
   auto& lane = *static_cast<UcxLane*>(arg);
   lane.driver_.check_turn();
-  if (const ucs_status_t st = ucp_mem_unmap(lane.driver_.context(), lane.memh_); st != UCS_OK) {
-    log().error("kvxfer ucx {}: ucp_mem_unmap failed: {}", lane.agent_name_, ucs_status_string(st));
+  // The pool, and the regions the core left registered (or whose removal
+  // gave up waiting).
+  std::vector<ucp_mem_h> memhs;
+  if (lane.memh_ != nullptr) memhs.push_back(lane.memh_);
+  {
+    MutexLock lock(lane.regions_mu_);
+    for (OwnRegion& r : lane.regions_) {
+      if (r.memh != nullptr) memhs.push_back(std::exchange(r.memh, nullptr));
+      r.live = false;
+    }
   }
-  lane.driver_.finish([&] { lane.memh_ = nullptr; });
+  for (ucp_mem_h memh : memhs) {
+    if (const ucs_status_t st = ucp_mem_unmap(lane.driver_.context(), memh); st != UCS_OK) {
+      log().error("kvxfer ucx {}: ucp_mem_unmap failed: {}", lane.agent_name_,
+                  ucs_status_string(st));
+    }
+  }
+  lane.live_regions_.store(0, std::memory_order_relaxed);
+  lane.driver_.finish([&] {
+    lane.memh_ = nullptr;
+    lane.unmapped_ = true;
+  });
 }
 
 void UcxLane::release_pool() {
-  if (memh_ == nullptr || !driver_.has_worker()) return;
+  if (unmapped_ || !driver_.has_worker()) return;
   // The last sends and acks end first (bounded).
   if (!driver_.wait([&] { return live_requests_.load(std::memory_order_relaxed) == 0; },
                     Clock::now() + kCloseTimeout)) {
@@ -450,7 +502,7 @@ void UcxLane::release_pool() {
         agent_name_, live_requests_.load(std::memory_order_relaxed));
   }
   driver_.submit({&UcxLane::run_unmap, this});
-  static_cast<void>(driver_.wait([&] { return memh_ == nullptr; }, Clock::time_point::max()));
+  static_cast<void>(driver_.wait([&] { return unmapped_; }, Clock::time_point::max()));
 }
 
 }  // namespace kvxfer::internal::ucx

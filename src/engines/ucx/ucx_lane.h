@@ -5,7 +5,10 @@
 // active message sent after the flush that completed its transfer (or
 // alone), acked by the target once queued. Every endpoint opens with a fence
 // (wire/fence.h), which orders notifications; puts are one-sided, bounded
-// by the NIC to the pool the peer registered (docs/reliability.md).
+// by the NIC to the pool or region the peer registered (docs/reliability.md).
+// Regions besides the pool (add_region) are registered with UCX each, and
+// their rkeys published in the blob; an initiator checks every run against
+// the peer's region before it posts, since nothing checks it at the target.
 //
 // Threads: callers copy a post's runs into a pooled transfer and queue it
 // for the driver (ucx_driver.h), which alone calls into UCX; connect and
@@ -15,8 +18,9 @@
 // This room uses UCX, src/wire/ and src/common/, and knows nothing of the
 // other lanes or of src/core/. It is one Lane (engines/lane.h). Rooms:
 // ucx_config, ucx_driver, ucx_endpoint, and this one: ucx_lane.cc (the
-// lane's calls, endpoints, transfers) and ucx_messages.cc (fences,
-// notifications, acks). The target's fence table and notification inbox
+// lane's calls, endpoints, transfers), ucx_regions.cc (regions: ours
+// registered and published, the peer's matched and every run checked) and
+// ucx_messages.cc (fences, notifications, acks). The target's fence table and notification inbox
 // are the ones the tcp lane keeps too (engines/fence_table.h, inbox.h).
 #pragma once
 
@@ -64,8 +68,9 @@ class UcxLane final : public Lane {
   [[nodiscard]] const std::vector<std::uint8_t>& packed_rkey() const { return packed_rkey_; }
 
   [[nodiscard]] const char* name() const noexcept override { return "ucx"; }
-  // Our worker's address and the pool's packed rkey.
-  void publish(wire::PeerBlob& blob) const override;
+  // Our worker's address, the pool's packed rkey, and the key of every
+  // region added and not removed (ucx_regions.cc).
+  void publish(wire::PeerBlob& blob) const override EXCLUDES(regions_mu_);
   // The peer runs the lane too, and both sides have an RDMA device, or the
   // tcp lane cannot serve it (ours does not run, or it has none): forcing
   // UCX's tcp transport stays possible for tests.
@@ -75,8 +80,18 @@ class UcxLane final : public Lane {
   [[nodiscard]] Status connect(const wire::PeerBlob& blob, const RemoteRegion& remote,
                                Connected* out) override EXCLUDES(mu_, driver_.turn());
   [[nodiscard]] Status disconnect(LanePeer* peer) override EXCLUDES(mu_, driver_.turn());
+  // Regions (ucx_regions.cc): add_region registers one with UCX and packs
+  // its rkey (at most wire::kMaxRegionKeys, their keys
+  // wire::kMaxRegionKeyBytes in all); remove_region takes it out of the
+  // blob and of posts, waits until no put or get of ours names it, and
+  // unregisters it. Both wait for the driver.
+  [[nodiscard]] bool takes_regions() const override { return true; }
+  [[nodiscard]] Status add_region(const MemRegion& region, std::string* reason) override
+      EXCLUDES(regions_mu_, driver_.turn());
+  [[nodiscard]] Status remove_region(std::uint64_t id) override
+      EXCLUDES(regions_mu_, driver_.turn());
   [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override
-      EXCLUDES(mu_);
+      EXCLUDES(mu_, regions_mu_);
   void take_notifications(std::vector<Notification>* out) override EXCLUDES(mu_);
   // Without a progress thread: the caller's turn at driving UCX.
   void progress() override EXCLUDES(driver_.turn());
@@ -87,7 +102,8 @@ class UcxLane final : public Lane {
   void add_counters(std::map<std::string, std::uint64_t>& counters) const override;
 
   // kRefuse: refuse messages and stop the thread; kDisconnect: the peers
-  // left; kQuiesce: drain requests (bounded) and unmap the pool; kRelease:
+  // left; kQuiesce: drain requests (bounded) and unmap the pool and the
+  // regions left; kRelease:
   // destroy the worker and the context.
   void stop(StopStage stage) override EXCLUDES(mu_, driver_.turn());
 
@@ -105,6 +121,17 @@ class UcxLane final : public Lane {
     Op op = Op::kWrite;
     std::vector<ByteRun> runs;  // capacity kept
     std::size_t run_count = 0;
+    // A descriptor post's runs (Post::pool_only false): where each starts
+    // in our memory and the registration it lies in (nullptr: the pool's),
+    // and the regions of ours (not the pool) it keeps from removal until its
+    // puts or gets ended. Capacity kept.
+    bool descs = false;
+    struct LocalAt {
+      std::uint8_t* addr = nullptr;
+      ucp_mem_h memh = nullptr;
+    };
+    std::vector<LocalAt> local_at;
+    std::vector<std::uint32_t> held_regions;
     std::vector<std::uint8_t> note;  // the notification (empty: none)
     std::uint64_t sequence = 0;      // the ack must echo it
     std::atomic<int> result{UCS_INPROGRESS};
@@ -119,6 +146,17 @@ class UcxLane final : public Lane {
   };
   static constexpr std::size_t kNotAwaiting = ~std::size_t{0};
   struct ConnectJob;
+  // A region of ours besides the pool, by slot (engine.h's MemRegion).
+  struct OwnRegion {
+    std::uint64_t id = 0;  // 0: the slot is free
+    std::uint8_t* base = nullptr;
+    std::uint64_t len = 0;
+    ucp_mem_h memh = nullptr;
+    std::vector<std::uint8_t> packed;  // its rkey, as published
+    bool live = false;                 // published, and posts may name it
+    std::uint32_t busy = 0;            // transfers of ours whose puts or gets may touch it
+  };
+  struct RegionJob;
   // The target's fences (engines/fence_table.h): per initiator lineage, its
   // newest registration, the endpoint its fence came on and the sender's
   // name from it. UCX proves no identity (a token holder's fence is taken),
@@ -140,6 +178,18 @@ class UcxLane final : public Lane {
 
   // Callers' side (and the driver's, for the last reference).
   void unref(Xfer* xfer) EXCLUDES(mu_);
+  // ucx_regions.cc: the peer's regions matched with the keys its blob
+  // publishes (the packed rkeys into *packed); a descriptor post's runs
+  // checked against the peer's regions and ours, and ours held.
+  [[nodiscard]] static Status match_regions(const wire::PeerBlob& blob, const RemoteRegion& remote,
+                                            std::vector<PeerRegion>* regions,
+                                            std::vector<std::span<const std::uint8_t>>* packed,
+                                            std::string* why);
+  [[nodiscard]] Status hold_runs(const Endpoint& ep, const Post& post, Xfer* x)
+      EXCLUDES(regions_mu_);
+  void let_go(Xfer* x) EXCLUDES(regions_mu_);  // the regions x holds, if any
+  [[nodiscard]] bool holds_removed(const Xfer* x) const EXCLUDES(regions_mu_);
+  [[nodiscard]] std::uint64_t pool_len() const { return region_.num_blocks * region_.block_len; }
   static Xfer* from_handle(XferHandle handle) { return static_cast<Xfer*>(lane_xfer(handle)); }
   // Shutdown's steps (stop()).
   void stop_accepting() EXCLUDES(driver_.turn());
@@ -156,6 +206,8 @@ class UcxLane final : public Lane {
   static void run_post(void* xfer);
   static void run_close(void* endpoint);
   static void run_unmap(void* lane);
+  static void run_map_region(void* job);
+  static void run_unmap_region(void* job);
   void complete(Xfer* xfer, ucs_status_t status) REQUIRES(driver_.turn());
   void fail_awaiting(Endpoint& ep, ucs_status_t status) REQUIRES(driver_.turn());
   void end_close(Endpoint& ep) REQUIRES(driver_.turn());
@@ -199,6 +251,13 @@ class UcxLane final : public Lane {
   // (engines/inbox.h, its own lock).
   Inbox<std::uint64_t> inbox_{kMaxQueuedNotificationsPerSender, kMaxQueuedNotifications};
 
+  // Our regions besides the pool, by slot. Taken by callers and inside a
+  // turn, never across a UCX call; nothing is taken under it.
+  mutable Mutex regions_mu_ ACQUIRED_AFTER(driver_.turn());
+  std::vector<OwnRegion> regions_ GUARDED_BY(regions_mu_);
+  std::size_t region_keys_ GUARDED_BY(regions_mu_) = 0;       // live or being added
+  std::size_t region_key_bytes_ GUARDED_BY(regions_mu_) = 0;  // their packed rkeys
+
   Lineages lineages_;  // our registrations of each target (engines/lineages.h)
   // The driver's alone: transfers by slot (for acks), the fences peers sent
   // us, and the acks in flight.
@@ -209,6 +268,8 @@ class UcxLane final : public Lane {
   std::size_t acks_in_flight_ GUARDED_BY(driver_.turn()) = 0;
 
   std::atomic<std::uint64_t> live_peers_{0};
+  std::atomic<std::uint64_t> live_rkeys_{0};
+  std::atomic<std::uint64_t> live_regions_{0};
   std::atomic<std::uint64_t> live_transfers_{0};
   std::atomic<std::uint64_t> live_requests_{0};
   // Running totals for counters() (their names: kNames in add_counters).
@@ -223,6 +284,7 @@ class UcxLane final : public Lane {
     kFencesReceived,
     kFencesRefused,
     kAcksIgnored,
+    kRunsRefused,
     kCounters
   };
   std::array<std::atomic<std::uint64_t>, kCounters> counts_{};
@@ -233,6 +295,7 @@ class UcxLane final : public Lane {
   // maps it calls into; the pool's registration before the driver.
   UcxDriver driver_;
   ucp_mem_h memh_ = nullptr;  // the pool's registration
+  bool unmapped_ = false;     // every registration undone (under the driver's lock)
   std::vector<std::uint8_t> packed_rkey_;
 };
 
