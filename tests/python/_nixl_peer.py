@@ -45,6 +45,9 @@ def make_agent(name, lanes, **conf):
 
     if lanes == "loopback":  # both sides as threads of one process
         conf["kvxfer_options"] = {"backends": ["LOOPBACK"]}
+    elif lanes == "ucx":  # UCX's puts and gets over its tcp transport (no RDMA here)
+        conf["kvxfer_options"] = {
+            "engine_config": {"KVXFER_LANES": "ucx", "KVXFER_RMA": "on", "TLS": "tcp"}}
     else:
         conf["kvxfer_options"] = {"engine_config": {"KVXFER_LANES": lanes}}
     return nixl_agent(name, nixl_agent_config(**conf))
@@ -66,19 +69,6 @@ def wait_notifs(agent, sender, expected, timeout=30.0):
         assert time.monotonic() < deadline, f"notifications {got} of {expected}"
         time.sleep(0.001)
     return got
-
-
-def add_peer(agent, conn, metadata):
-    """add_remote_agent, or a skip when no lane takes a peer with regions yet."""
-    from nixl._bindings import nixlBackendError
-
-    try:
-        return agent.add_remote_agent(metadata)
-    except nixlBackendError as exc:
-        if "no lane" in str(exc) or "regions" in str(exc):
-            conn.send(("skip", f"the lanes cannot carry regions yet: {exc}"))
-            return None
-        raise
 
 
 def run(role, conn, lanes):
@@ -116,9 +106,7 @@ def vllm_decode(conn, lanes):
     descs = agent.get_reg_descs([(int(r.ctypes.data), r.nbytes, 0, "") for r in regions], "DRAM")
     agent.register_memory(descs, backends=["UCX"])
     metadata, remote_addrs = conn.recv()
-    name = add_peer(agent, conn, metadata)
-    if name is None:
-        return
+    name = agent.add_remote_agent(metadata)
     local = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(blocks_of(regions, NUM_BLOCKS), "DRAM"))
     remote_descs = [(a + b * BLOCK, BLOCK, 0) for a in remote_addrs for b in range(NUM_BLOCKS)]
     remote = agent.prep_xfer_dlist(name, agent.get_xfer_descs(remote_descs, "DRAM"))
@@ -184,9 +172,7 @@ def sglang_prefill(conn, lanes):
     assert "UCX" in agent.get_plugin_list()
     agent.register_memory([(int(r.ctypes.data), r.nbytes, 0, "") for r in [*regions, aux]], "DRAM")
     metadata, remote_addrs = conn.recv()
-    name = add_peer(agent, conn, metadata)
-    if name is None:
-        return
+    name = agent.add_remote_agent(metadata)
     src = np.array([[int(r.ctypes.data) + b * BLOCK, BLOCK, 0] for r in regions for b in WRITE_SRC], np.uint64)
     dst = np.array([[a + b * BLOCK, BLOCK, 0] for a in remote_addrs[:REGIONS] for b in WRITE_DST], np.uint64)
     local = agent.prep_xfer_dlist("", src, "DRAM")

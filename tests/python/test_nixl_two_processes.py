@@ -2,12 +2,9 @@
 """kvxfer.nixl between two processes over backend "UCX", shaped like vLLM's
 NixlConnector (READs of scattered blocks of 2 regions x 4 layers) and like
 SGLang's NIXL backend (WRITEs from Nx3 lists, handles never released), on
-the tcp lane and on the same-host (cma) lane.
-
-A lane that cannot carry regions yet refuses the peer at add_remote_agent
-("no lane ..."): the test then skips, saying so. The same two sides also run
-as two threads of this process over LOOPBACK ("loopback"), which carries
-regions today."""
+the tcp lane, the same-host (cma) lane and the UCX lane (over UCX's tcp
+transport with KVXFER_RMA=on, as no RDMA device is here). The same two
+sides also run as two threads of this process over LOOPBACK ("loopback")."""
 
 import multiprocessing
 import threading
@@ -16,7 +13,7 @@ import pytest
 
 import _nixl_peer
 
-LANES = ["tcp", "cma", "loopback"]
+LANES = ["tcp", "cma", "ucx", "loopback"]
 
 
 class Peers:
