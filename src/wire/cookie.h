@@ -6,11 +6,11 @@
 // are decoded like any other peer bytes: bounds-checked, versioned, and
 // refused unless they describe a pool that fits the address space.
 //
-// Layout (little-endian), version 3, exactly kCookieLen bytes:
+// Layout (little-endian), version 4, exactly kCookieLen bytes:
 //   u64 epoch | u32 magic "KVXC" | u16 version | u16 zero
 //   | u64 pool base | u64 num_blocks | u64 block_len
 //   | u32 pool fd | u32 cookie fd | u64 pool offset
-//   | u64 region table address | u32 region table slots | u32 zero
+//   | u64 region table address | u32 region table slots | u32 fence fd
 // The epoch comes first and stays there in every version: peers read only
 // those 8 bytes before every chunk they copy (read_cookie), and a retired
 // page reads epoch 0. The epoch is random and nonzero; the pool is either
@@ -32,6 +32,17 @@
 // by its owner alone: seq odd while it changes, and a new even value after
 // every change, so a peer that saw seq S with the region live knows the
 // region is still the same while seq reads S. Live: seq even, len nonzero.
+// Fence fd (version 4, in what was a reserved word): the target's
+// descriptor of its fence table's memfd (kNoFd: none), by which its
+// remove_region waits for the chunks peers are copying into the region
+// (engines/cma/cma_fence.h). The table, kFenceLen bytes: kFenceRows rows
+// from offset 0, one per initiating lane, each a u32 pid (0: free) and a
+// u32 count of the marks the row holds; then from kFenceSlotsAt, per slot
+// (the pool's, 0, included) a record of kFenceSlotLen bytes: u64 seq (a
+// copy of the slot's table entry's seq, written before the entry settles)
+// and a u32 mark count per row. Words the target and its peers share, read
+// and written in place as atomics, never decoded: a peer can write any
+// value there, and the target only waits on them, for a bounded time.
 #pragma once
 
 #include <cstdint>
@@ -43,12 +54,20 @@
 namespace kvxfer::wire {
 
 inline constexpr std::uint32_t kCookieMagic = 0x4358564b;  // "KVXC" as bytes
-inline constexpr std::uint16_t kCookieVersion = 3;
+inline constexpr std::uint16_t kCookieVersion = 4;
 inline constexpr std::size_t kCookieLen = 72;
 // The most region table slots a declaration may name (metadata's
 // kMaxRegions), and one entry's length.
 inline constexpr std::uint32_t kCookieMaxSlots = 65536;
 inline constexpr std::size_t kRegionEntryLen = 32;
+// The fence table: its rows, where its slot records start, one record's
+// length (a u64 seq and a u32 per row), and its length.
+inline constexpr std::uint32_t kFenceRows = 62;
+inline constexpr std::size_t kFenceRowLen = 8;  // u32 pid | u32 marks held
+inline constexpr std::size_t kFenceSlotsAt = 4096;
+inline constexpr std::size_t kFenceSlotLen = 8 + 4 * std::size_t{kFenceRows};
+static_assert(kFenceSlotLen == 256 && kFenceRows * kFenceRowLen <= kFenceSlotsAt);
+inline constexpr std::size_t kFenceLen = kFenceSlotsAt + kFenceSlotLen * kCookieMaxSlots;
 // No descriptor (pool fd, cookie fd).
 inline constexpr std::uint32_t kNoFd = 0xffffffff;
 // The largest descriptor number a declaration may name (a Linux fd is an int).
@@ -67,6 +86,7 @@ struct CookieDeclaration {
   std::uint32_t cookie_fd = kNoFd;  // at most kMaxFd, or kNoFd
   std::uint64_t table_addr = 0;     // the region table (0: none)
   std::uint32_t table_slots = 0;    // its entries, at most kCookieMaxSlots
+  std::uint32_t fence_fd = kNoFd;   // at most kMaxFd, or kNoFd
 };
 
 // One entry of the region table, decoded.
@@ -92,7 +112,7 @@ inline void encode_cookie(std::uint8_t* out, const CookieDeclaration& d) {
   w.u64(d.pool_offset);
   w.u64(d.table_addr);
   w.u32(d.table_slots);
-  w.u32(0);
+  w.u32(d.fence_fd);
 }
 
 // Writes a region table entry at `out` (kRegionEntryLen bytes): golden
@@ -123,10 +143,10 @@ inline void encode_region_entry(std::uint8_t* out, const RegionEntry& e) {
   return true;
 }
 
-// False unless `bytes` is exactly one well-formed version-3 declaration with
+// False unless `bytes` is exactly one well-formed version-4 declaration with
 // a nonzero epoch, no pool or a valid one (non-empty, no overflow of base +
 // size), either no pool fd (offset 0; always so with no pool) or an fd
-// number of at most kMaxFd, a cookie fd of at most kMaxFd or none, and a
+// number of at most kMaxFd, cookie and fence fds of at most kMaxFd or none, and a
 // region table of at most kCookieMaxSlots entries, 8-aligned, inside the
 // address space (or none: address and slots 0).
 // On failure *out is left alone.
@@ -146,9 +166,9 @@ inline void encode_region_entry(std::uint8_t* out, const RegionEntry& e) {
   const auto pool_offset = in.u64();
   const auto table_addr = in.u64();
   const auto table_slots = in.u32();
-  const auto reserved2 = in.u32();
+  const auto fence_fd = in.u32();
   if (!in.ok() || !in.at_end() || *magic != kCookieMagic || *version != kCookieVersion ||
-      *reserved != 0 || *reserved2 != 0) {
+      *reserved != 0) {
     return false;
   }
   const bool no_pool = *base == 0 && *num_blocks == 0 && *block_len == 0;
@@ -162,6 +182,7 @@ inline void encode_region_entry(std::uint8_t* out, const RegionEntry& e) {
     return false;
   }
   if (*cookie_fd != kNoFd && *cookie_fd > kMaxFd) return false;
+  if (*fence_fd != kNoFd && *fence_fd > kMaxFd) return false;
   out->epoch = *epoch;
   out->base_addr = *base;
   out->num_blocks = *num_blocks;
@@ -171,6 +192,7 @@ inline void encode_region_entry(std::uint8_t* out, const RegionEntry& e) {
   out->cookie_fd = *cookie_fd;
   out->table_addr = *table_addr;
   out->table_slots = *table_slots;
+  out->fence_fd = *fence_fd;
   return true;
 }
 

@@ -11,12 +11,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <ostream>
 #include <utility>
 #include <vector>
 
+#include "engines/cma/cma_fence.h"
 #include "wire/bytes.h"
 #include "wire/cookie.h"
 
@@ -86,7 +89,9 @@ TEST_F(CookieTest, ThePageHoldsTheDeclarationInTheWireFormat) {
   EXPECT_EQ(std::vector<std::uint8_t>(page, page + wire::kCookieLen),
             encoded(wire::CookieDeclaration{cookie.epoch(), base_, kBlocks, kBlockLen, wire::kNoFd,
                                             0, static_cast<std::uint32_t>(cookie.fd()),
-                                            cookie.table_addr(), wire::kCookieMaxSlots}));
+                                            cookie.table_addr(), wire::kCookieMaxSlots,
+                                            static_cast<std::uint32_t>(cookie.fence().fd())}));
+  EXPECT_GE(cookie.fence().fd(), 0);
   EXPECT_NE(cookie.epoch(), 0u);
 }
 
@@ -241,6 +246,48 @@ TEST_F(CookieTest, AClearedCookiePageMeansTheTargetWentAway) {
   page.write(std::vector<std::uint8_t>(wire::kCookieLen, 0));
   Declaration d;
   EXPECT_EQ(read_own(page.addr(), &d), Status::kRemoteDisconnect);
+}
+
+// The fence table (cma_fence.h) as a peer of this process uses it: a mark
+// taken while the region is declared holds a removal's wait until it is
+// taken back; a mark after the withdrawal fails at once and holds nothing.
+TEST(CookieNoPool, AMarkTakenBeforeAWithdrawalHoldsTheRemovalUntilItIsTakenBack) {
+  Cookie cookie(Region{});
+  std::vector<std::uint8_t> buffer(8192);
+  const MemRegion r{(std::uint64_t{3} << 32) | 7, reinterpret_cast<std::uintptr_t>(buffer.data()),
+                    buffer.size()};
+  cookie.declare(r);
+  const std::uint32_t slot = 7;
+  wire::RegionEntry entry;
+  int err = 0;
+  ASSERT_EQ(read_region_entries(::getpid(), cookie.table_addr(), std::span(&slot, 1),
+                                std::span(&entry, 1), &err),
+            Status::kSuccess);
+  PeerFence fence;
+  std::string why;
+  ASSERT_EQ(map_peer_fence(::getpid(), static_cast<std::uint32_t>(cookie.fence().fd()), &fence,
+                           &why),
+            Status::kSuccess)
+      << why;
+  ASSERT_TRUE(fence.mark(std::span(&slot, 1), std::span(&entry.seq, 1)));
+  cookie.withdraw(r.id);
+  pid_t holder = 0;
+  EXPECT_FALSE(cookie.fence().await_unmarked(slot, std::chrono::milliseconds(20), &holder));
+  EXPECT_EQ(holder, ::getpid());
+  fence.unmark(std::span(&slot, 1));
+  EXPECT_TRUE(cookie.fence().await_unmarked(slot, std::chrono::milliseconds(20), &holder));
+  EXPECT_FALSE(fence.mark(std::span(&slot, 1), std::span(&entry.seq, 1)));
+  EXPECT_TRUE(cookie.fence().await_unmarked(slot, std::chrono::milliseconds(0), &holder));
+}
+
+TEST(CookieNoPool, OnlyAFenceTableIsMappedAsOne) {
+  Cookie cookie(Region{});
+  PeerFence fence;
+  std::string why;
+  EXPECT_EQ(map_peer_fence(::getpid(), static_cast<std::uint32_t>(cookie.fd()), &fence, &why),
+            Status::kMismatch);
+  EXPECT_FALSE(fence.ready());
+  EXPECT_NE(why.find("not a sealed fence table"), std::string::npos) << why;
 }
 
 }  // namespace

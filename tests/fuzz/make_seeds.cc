@@ -501,7 +501,9 @@ void cookie_seeds() {
   write_seed(t, false, "table_wraps",
              cookie({7, 0x7f0000100000, 16, 4096, wire::kNoFd, 0, wire::kNoFd, ~0ull - 7, 16}));
   write_seed(t, false, "table_without_slots", set_u64(valid, 56, 0x7f0000200000));
-  write_seed(t, false, "table_reserved_set", set_u32(valid, 68, 1));
+  write_seed(t, true, "valid_fence_fd", set_u32(valid, 68, 9));
+  write_seed(t, false, "fence_fd_past_int", set_u32(valid, 68, wire::kMaxFd + 1));
+  write_seed(t, false, "version_3", set_u16(valid, 12, 3));
   write_seed(t, false, "version_1", set_u16(valid, 12, 1));
   write_seed(t, false, "version_2", set_u16(valid, 12, 2));
   constexpr std::size_t kMagicAt = 8;

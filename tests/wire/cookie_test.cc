@@ -84,14 +84,14 @@ TEST(Cookie, RefusesADescriptorPastAnIntAndAnOffsetWithoutADescriptor) {
 TEST(Cookie, LayoutIsLittleEndianWithTheEpochFirstAndMagicKVXC) {
   const std::vector<std::uint8_t> expected = {
       0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // epoch
-      'K',  'V',  'X',  'C',  3,    0,    0,    0,     // magic, version 3, zero
+      'K',  'V',  'X',  'C',  4,    0,    0,    0,     // magic, version 4, zero
       0x00, 0x00, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00,  // pool base
       16,   0,    0,    0,    0,    0,    0,    0,     // num_blocks
       0x00, 0x10, 0,    0,    0,    0,    0,    0,     // block_len
       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,  // no pool fd, no cookie fd
       0,    0,    0,    0,    0,    0,    0,    0,     // pool offset
       0,    0,    0,    0,    0,    0,    0,    0,     // no region table
-      0,    0,    0,    0,    0,    0,    0,    0,     // slots 0, zero
+      0,    0,    0,    0,    0xff, 0xff, 0xff, 0xff,  // slots 0, no fence fd
   };
   EXPECT_EQ(bytes_of(kGood), expected);
   EXPECT_EQ(kCookieLen, expected.size());
@@ -121,9 +121,10 @@ TEST(Cookie, RefusesWrongMagicVersionOrReservedWord) {
     bytes[at] ^= 0x01;
     EXPECT_FALSE(decodes(bytes)) << "byte " << at;
   }
-  // Versions 1 and 2 (no region table) are no longer read: every peer of
-  // a release writes version 3.
-  for (const std::uint8_t version : {0, 1, 2, 4, 0xff}) {
+  // Versions 1 and 2 (no region table) and 3 (no fence table: its peers
+  // would copy into regions unseen by a removal) are no longer read: every
+  // peer of a release writes version 4.
+  for (const std::uint8_t version : {0, 1, 2, 3, 5, 0xff}) {
     auto bytes = bytes_of(kGood);
     bytes[12] = version;
     EXPECT_FALSE(decodes(bytes)) << "version " << int{version};
@@ -190,9 +191,21 @@ TEST(Cookie, RefusesATableTooLongMisalignedWrappingOrHalfDeclared) {
   EXPECT_FALSE(decodes(with(kMax - 32 * 16 + 1 - 7, 16)));
   EXPECT_FALSE(decodes(with(0x7f0000200000, 0)));
   EXPECT_FALSE(decodes(with(0, 16)));
-  auto reserved = with(0x7f0000200000, 16);
-  reserved[68] = 1;
-  EXPECT_FALSE(decodes(reserved));
+}
+
+TEST(Cookie, AFenceDescriptorRoundTripsAndNoneIsAllOnes) {
+  for (const std::uint32_t fd : {0u, 9u, kMaxFd, kNoFd}) {
+    CookieDeclaration in = kGood;
+    in.fence_fd = fd;
+    CookieDeclaration out;
+    ASSERT_TRUE(decode_cookie(bytes_of(in), &out));
+    EXPECT_EQ(out.fence_fd, fd);
+  }
+  CookieDeclaration d = kGood;
+  d.fence_fd = kMaxFd + 1;
+  EXPECT_FALSE(decodes(bytes_of(d)));
+  // It is the last word, where versions before 4 kept a zero.
+  EXPECT_EQ(load_le<std::uint32_t>(bytes_of(d).data() + 68), kMaxFd + 1);
 }
 
 TEST(Cookie, ARegionEntryIsLittleEndianAndSettledOnlyWithAnEvenSeq) {

@@ -53,6 +53,13 @@ struct CopyPolicy {
   // then starts later after a check than a copier's 1 MiB chunk ends after
   // its own. The check after a transfer's last chunk is never skipped.
   static constexpr std::chrono::microseconds kCookieFresh{100};
+  // How long our remove_region waits for a same-host peer's chunk into the
+  // region that the peer marked before the withdrawal (cma_fence.h): a 1 MiB
+  // chunk takes about 0.1 ms, and a copier at nice 10 may wait tens of ms
+  // for a core on a loaded host. A peer that still holds its mark after 2 s
+  // is frozen (stopped, or its pid reused after it died); the removal then
+  // fails and says which process holds it.
+  static constexpr std::chrono::milliseconds kHolderWait{2000};
 
   // Copier threads: Options::num_threads, at least 1 and at most the cores
   // (more would only take turns).

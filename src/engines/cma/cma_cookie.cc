@@ -133,9 +133,10 @@ Cookie::Cookie(const Region& pool, std::uint32_t pool_fd, std::uint64_t pool_off
   // The pool was checked when the transport was built (region_is_valid, or
   // none: all zeros), so what is written here decodes on the peer's side.
   wire::encode_cookie(
-      page_, Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base), pool.num_blocks,
-                         pool.block_len, pool_fd, pool_offset, static_cast<std::uint32_t>(fd_),
-                         table_addr(), wire::kCookieMaxSlots});
+      page_,
+      Declaration{epoch_, reinterpret_cast<std::uintptr_t>(pool.base), pool.num_blocks,
+                  pool.block_len, pool_fd, pool_offset, static_cast<std::uint32_t>(fd_),
+                  table_addr(), wire::kCookieMaxSlots, static_cast<std::uint32_t>(fence_.fd())});
 }
 
 Cookie::~Cookie() {
@@ -154,11 +155,17 @@ std::uint64_t* entry_words(std::uint8_t* table, std::uint32_t slot) {
   return reinterpret_cast<std::uint64_t*>(table + std::size_t{slot} * wire::kRegionEntryLen);
 }
 
-// The seqlock writer's steps: seq odd, the fields, seq even and new.
-void write_entry(std::uint64_t* words, std::uint64_t id, std::uint64_t base, std::uint64_t len) {
+// The seqlock writer's steps: seq odd, the fields, seq even and new. The
+// fence table's copy of the seq (`fence_seq`) takes the new value first: a
+// peer that reads the settled entry at connect then finds the same seq in
+// the fence, and one that marks the slot after a withdrawal began finds the
+// withdrawal there (cma_fence.h).
+void write_entry(std::uint64_t* words, std::atomic_ref<std::uint64_t> fence_seq, std::uint64_t id,
+                 std::uint64_t base, std::uint64_t len) {
   std::atomic_ref<std::uint64_t> seq(words[0]);
   const std::uint64_t next = seq.load(std::memory_order_relaxed) + 1;
   seq.store(next, std::memory_order_seq_cst);
+  fence_seq.store(next + 1, std::memory_order_seq_cst);
   std::atomic_ref<std::uint64_t>(words[1]).store(id, std::memory_order_release);
   std::atomic_ref<std::uint64_t>(words[2]).store(base, std::memory_order_release);
   std::atomic_ref<std::uint64_t>(words[3]).store(len, std::memory_order_release);
@@ -170,13 +177,14 @@ void write_entry(std::uint64_t* words, std::uint64_t id, std::uint64_t base, std
 void Cookie::declare(const MemRegion& region) {
   const std::uint32_t slot = region_slot(region.id);
   if (table_ == nullptr || slot == 0 || slot >= wire::kCookieMaxSlots) return;
-  write_entry(entry_words(table_, slot), region.id, region.base, region.len);
+  write_entry(entry_words(table_, slot), fence_.words().seq(slot), region.id, region.base,
+              region.len);
 }
 
 void Cookie::withdraw(std::uint64_t id) {
   const std::uint32_t slot = region_slot(id);
   if (table_ == nullptr || slot == 0 || slot >= wire::kCookieMaxSlots) return;
-  write_entry(entry_words(table_, slot), 0, 0, 0);
+  write_entry(entry_words(table_, slot), fence_.words().seq(slot), 0, 0, 0);
 }
 
 void Cookie::retire() {

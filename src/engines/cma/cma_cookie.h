@@ -12,6 +12,7 @@
 #include <span>
 
 #include "engine.h"
+#include "engines/cma/cma_fence.h"
 #include "kvxfer/status.h"
 #include "kvxfer/transport.h"
 #include "wire/cookie.h"
@@ -58,7 +59,8 @@ class Cookie {
 
   // Declares region `region` (slot 1..kCookieMaxSlots-1) in the table, and
   // withdraws it. The caller serializes them (one writer per entry); a
-  // withdrawal is visible to every later read of the entry once it returns.
+  // withdrawal is visible to every later read of the entry once it returns,
+  // and to every later mark of the slot in the fence table (cma_fence.h).
   void declare(const MemRegion& region);
   void withdraw(std::uint64_t id);
   [[nodiscard]] std::uint64_t table_addr() const {
@@ -66,6 +68,10 @@ class Cookie {
   }
 
   void retire();
+
+  // The fence table the page declares (cma_fence.h): remove_region waits
+  // there for peers' chunks into a withdrawn region.
+  [[nodiscard]] const FenceTable& fence() const { return fence_; }
 
   // The page is page-aligned, so a declaration read from an address that is
   // not cannot be a cookie (and never straddles two pages).
@@ -81,6 +87,9 @@ class Cookie {
   // written). Unmapped only with the cookie's destruction, never at
   // retire(): a peer reading it then reads zeros or an error, not a crash.
   std::uint8_t* table_ = nullptr;
+  // Each slot's record holds a copy of its entry's seq, written before the
+  // entry settles.
+  FenceTable fence_;
 };
 
 // Where entry `slot` of a table at `table_addr` begins, and its seq word.

@@ -222,12 +222,23 @@ Status CmaLane::run_copy(Xfer& xfer, const Claim* claim, bool caller) {
   Status st = Status::kSuccess;
   constexpr std::int64_t kFreshNs =
       std::chrono::duration_cast<std::chrono::nanoseconds>(CopyPolicy::kCookieFresh).count();
+  // The target's slots a chunk into regions marks while it copies (cma_fence.h).
+  std::uint32_t marked[kMaxIov];
+  std::uint64_t marked_seqs[kMaxIov];
+  std::size_t num_marked = 0;
   if (!xfer.remote_index.empty()) {
     const std::span<const std::uint32_t> named =
         claim != nullptr
             ? std::span<const std::uint32_t>(xfer.remote_index).subspan(claim->first, local.size())
             : std::span<const std::uint32_t>(xfer.remote_index);
-    st = check_peer(peer, named, &err);
+    if (claim != nullptr) num_marked = fenced_slots(peer, named, marked, marked_seqs);
+    if (num_marked > 0 &&
+        !peer.fence.mark(std::span(marked, num_marked), std::span(marked_seqs, num_marked))) {
+      num_marked = 0;
+      st = Status::kMismatch;
+    } else {
+      st = check_peer(peer, named, &err);
+    }
   } else if (!local.empty() && caller &&
              steady_ns() - peer.cookie_ok_ns.load(std::memory_order_relaxed) < kFreshNs) {
     // A caller's slice right after another copy's check: the cookie read
@@ -242,7 +253,12 @@ Status CmaLane::run_copy(Xfer& xfer, const Claim* claim, bool caller) {
     st = read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err);
     if (st == Status::kSuccess) peer.cookie_ok_ns.store(steady_ns(), std::memory_order_relaxed);
   }
+  if (const ChunkHook hook = chunk_hook_.load(std::memory_order_acquire);
+      hook != nullptr && st == Status::kSuccess && !local.empty()) {
+    hook(chunk_hook_arg_);
+  }
   Status result = st == Status::kSuccess ? copy_claim(peer, xfer, local, remote) : st;
+  if (num_marked > 0) peer.fence.unmark(std::span(marked, num_marked));
   if (st == Status::kNotAllowed || st == Status::kBackend) {
     log().warn("kvxfer cma {}: process_vm_readv from peer {} (pid {}) failed: {}", agent_name_,
                peer.agent_name, peer.pid, std::strerror(err));

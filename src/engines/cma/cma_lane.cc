@@ -156,6 +156,12 @@ Status CmaLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   }
   // Every region besides: in the target's table, live, where it says.
   if (st = check_regions(*peer, declared, remote, &out->reason); st != Status::kSuccess) return st;
+  // Chunks into them mark them in the target's fence table; a peer whose
+  // table we cannot use is left to the next lane.
+  if (st = fence_regions(*peer, declared, &out->reason); st != Status::kSuccess) {
+    out->next_may_try = st != Status::kRemoteDisconnect;
+    return st;
+  }
   if (declared.pool_fd != wire::kNoFd && map_peer_pools_) map_pool(*peer, declared);
   if (notify_fd >= 0) {
     peer->notify_fd = duplicate_notify_socket(peer->pid, notify_fd);

@@ -25,11 +25,13 @@
 // table our cookie points to; a peer's are checked against its table at
 // connect (the metadata must list exactly what the target declares) and
 // their entries' seq words read with the epoch before every chunk, so a
-// region the target withdrew is not written from the next chunk on. The
-// window left is the pool's at close: a chunk whose check passed just
-// before the target's remove_region returned may still land after it, at
-// most kChunkBytes per copier thread of each initiator (the target cannot
-// wait for initiators it does not know; closing it needs their ack).
+// region the target withdrew is not written from the next chunk on. Each
+// chunk into a region also marks it in the target's fence table
+// (cma_fence.h) while it copies, and the target's remove_region waits for
+// those marks, so no chunk lands after it returned. The window left is the
+// pool's at close: a pool chunk whose check passed just before the target
+// closed may still land after (at most kChunkBytes per copier thread of
+// each initiator).
 //
 // Rooms: cma_lane.cc (the lane's calls: peers, posts, checks, notifications),
 // cma_copy.cc (who copies what, and how), cma_regions.cc (regions: ours,
@@ -59,6 +61,7 @@
 #include "common/thread_annotations.h"
 #include "engines/cma/cma_config.h"
 #include "engines/cma/cma_cookie.h"
+#include "engines/cma/cma_fence.h"
 #include "engines/cma/cma_mapping.h"
 #include "engines/lane.h"
 #include "wire/peer_blob.h"
@@ -121,6 +124,14 @@ class CmaLane final : public Lane {
   [[nodiscard]] Status add_region(const MemRegion& region, std::string* reason) override
       EXCLUDES(regions_mu_, copy_mu_);
   [[nodiscard]] Status remove_region(std::uint64_t id) override EXCLUDES(regions_mu_, copy_mu_);
+  // For tests: `hook(arg)` runs in every chunk between its checks and its
+  // copy (nullptr: none), to widen the window a removal must close.
+  using ChunkHook = void (*)(void* arg);
+  void set_chunk_hook(ChunkHook hook, void* arg) {
+    chunk_hook_arg_ = arg;
+    chunk_hook_.store(hook, std::memory_order_release);
+  }
+
   // Copies at most one caller slice (CopyPolicy::caller_slice) of queued
   // copies on the calling thread, if any is queued.
   void progress() override EXCLUDES(copy_mu_);
@@ -150,14 +161,18 @@ class CmaLane final : public Lane {
     // ByteRun::remote_region indexes), each checked at connect against
     // what the target declares; `seq_addr` and `seq`: where its table
     // entry's seq word is and what it read then (0, 0 for the pool, which
-    // the cookie's epoch covers).
+    // the cookie's epoch covers); `slot`: its slot in the target's table.
     struct Slot {
       std::uint64_t base = 0;
       std::uint64_t len = 0;
       std::uint64_t seq_addr = 0;
       std::uint64_t seq = 0;
+      std::uint32_t slot = 0;
     };
     std::vector<Slot> regions;
+    // The target's fence table and our row in it, when it has regions
+    // (cma_fence.h): chunks into them mark their slots while they copy.
+    PeerFence fence;
     pid_t pid = 0;
     std::uint64_t cookie_addr = 0;
     std::uint64_t cookie_epoch = 0;
@@ -283,6 +298,14 @@ class CmaLane final : public Lane {
   // is not declared, live, at that address and length.
   Status check_regions(Peer& peer, const Declaration& declared, const RemoteRegion& remote,
                        std::string* reason);
+  // Maps the target's fence table and claims our row there when the peer
+  // has regions besides the pool; kSuccess, or why not (*reason).
+  Status fence_regions(Peer& peer, const Declaration& declared, std::string* reason);
+  // The target's slots and seqs of the regions `remote_index` names (no
+  // pool; a run of one index once), for PeerFence::mark; returns how many
+  // (at most remote_index.size()).
+  static std::size_t fenced_slots(const Peer& peer, std::span<const std::uint32_t> remote_index,
+                                  std::uint32_t* slots, std::uint64_t* seqs);
   // A post's runs into iovecs; for a post that names regions, resolves them
   // (kInvalidParam for a slot or index that is not there, or a run outside it).
   Status build_iovecs(Peer& peer, const Post& post, Xfer& xfer) EXCLUDES(regions_mu_);
@@ -363,6 +386,8 @@ class CmaLane final : public Lane {
   int notify_tx_ = -1;
   Mutex notify_mu_;  // take_notifications' reads
   std::vector<std::uint8_t> notify_buffer_ GUARDED_BY(notify_mu_);
+  std::atomic<ChunkHook> chunk_hook_{nullptr};
+  void* chunk_hook_arg_ = nullptr;
   // Slices progress() copied on callers' threads, and the largest, in bytes.
   std::atomic<std::uint64_t> caller_slices_{0};
   std::atomic<std::uint64_t> caller_slice_max_bytes_{0};

@@ -51,9 +51,6 @@ void PeerPoolMapping::reset() noexcept {
   remote_base_ = 0;
 }
 
-namespace {
-
-// The descriptor `fd` of process `pid`, duplicated into ours; -1 with errno.
 int duplicate_fd(pid_t pid, int fd) {
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) return -1;
@@ -64,6 +61,8 @@ int duplicate_fd(pid_t pid, int fd) {
   errno = err;
   return dup;
 }
+
+namespace {
 
 // What /proc/<pid>/maps says of the mapping that holds `addr`.
 struct MapsLine {

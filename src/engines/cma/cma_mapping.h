@@ -68,6 +68,11 @@ class PeerPoolMapping {
   std::size_t cookie_len_ = 0;
 };
 
+// The descriptor `fd` of process `pid`, duplicated into ours (pidfd_getfd:
+// the same ptrace permission as process_vm_writev), close-on-exec; -1 with
+// errno.
+[[nodiscard]] int duplicate_fd(pid_t pid, int fd);
+
 // Maps the pool `declared` (read from pid's cookie page at `cookie_addr`,
 // with a pool fd) describes, and the cookie page itself (read-only) when it
 // declares its fd and that checks out the same way (else the pool alone); with `populate`, every

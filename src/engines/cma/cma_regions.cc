@@ -47,10 +47,23 @@ Status CmaLane::remove_region(std::uint64_t id) {
   }
   // Our own chunks: queued ones that name it are dropped when claimed,
   // running ones finish before this returns.
-  MutexLock lock(copy_mu_);
-  SlotUse& use = slot_use_[slot];
-  use.live = false;
-  while (use.busy != 0) lock.wait(copy_done_cv_);
+  {
+    MutexLock lock(copy_mu_);
+    SlotUse& use = slot_use_[slot];
+    use.live = false;
+    while (use.busy != 0) lock.wait(copy_done_cv_);
+  }
+  // Peers' chunks: one that marked the slot before the withdrawal may still
+  // be copying into it; one that marks it after finds it withdrawn and
+  // copies nothing (cma_fence.h). Waited for with no lock held.
+  pid_t holder = 0;
+  if (!cookie_.fence().await_unmarked(slot, CopyPolicy::kHolderWait, &holder)) {
+    log().error(
+        "kvxfer cma {}: region {:#x} is withdrawn, but process {} on this host still holds a "
+        "chunk into it after {} ms: its bytes may land there until that process lets go or exits",
+        agent_name_, id, holder, CopyPolicy::kHolderWait.count());
+    return Status::kBackend;
+  }
   return Status::kSuccess;
 }
 
@@ -107,9 +120,49 @@ Status CmaLane::check_regions(Peer& peer, const Declaration& declared, const Rem
       return Status::kMismatch;
     }
     peer.regions[at[k]] =
-        Peer::Slot{r.base, r.len, entry_addr(declared.table_addr, slots[k]), e.seq};
+        Peer::Slot{r.base, r.len, entry_addr(declared.table_addr, slots[k]), e.seq, slots[k]};
   }
   return Status::kSuccess;
+}
+
+Status CmaLane::fence_regions(Peer& peer, const Declaration& declared, std::string* reason) {
+  if (std::none_of(peer.regions.begin(), peer.regions.end(),
+                   [](const Peer::Slot& s) { return s.seq_addr != 0; })) {
+    return Status::kSuccess;  // the pool alone: the cookie covers it
+  }
+  std::string why = "it declares no fence table";
+  Status st = declared.fence_fd == wire::kNoFd
+                  ? Status::kNotSupported
+                  : map_peer_fence(peer.pid, declared.fence_fd, &peer.fence, &why);
+  // The cookie again: the descriptor was the declaring engine's only if its
+  // pid was not reused meanwhile.
+  int err = 0;
+  if (st == Status::kSuccess &&
+      read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &err) != Status::kSuccess) {
+    st = Status::kRemoteDisconnect;
+    why = "it went away while its fence table was mapped";
+  }
+  if (st != Status::kSuccess) {
+    peer.fence.reset();
+    *reason =
+        fmt::format("peer {} (pid {}): the same-host lane cannot write into its regions safely: {}",
+                    peer.agent_name, peer.pid, why);
+  }
+  return st;
+}
+
+std::size_t CmaLane::fenced_slots(const Peer& peer, std::span<const std::uint32_t> remote_index,
+                                  std::uint32_t* slots, std::uint64_t* seqs) {
+  std::size_t n = 0;
+  std::uint32_t last = ~std::uint32_t{0};
+  for (const std::uint32_t idx : remote_index) {
+    if (idx == last || peer.regions[idx].seq_addr == 0) continue;  // repeated, or the pool
+    last = idx;
+    slots[n] = peer.regions[idx].slot;
+    seqs[n] = peer.regions[idx].seq;
+    ++n;
+  }
+  return n;
 }
 
 namespace {
