@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -609,10 +610,15 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   // An honest initiator's registration (lineage 1, generation 2).
   Client honest(t.port());
   ASSERT_TRUE(greet(honest, t, 1, 2, 22, "honest"));
-  // Every other slot of the fence table, one short-lived connection each.
+  // Every other slot of the fence table, one short-lived connection each,
+  // under as many keys as one key's share of lineages asks for.
+  auto id = std::make_unique<internal::Identity>();
   for (std::uint64_t lineage = 2; lineage <= internal::tcp::TcpLane::kMaxLineages; ++lineage) {
+    if (lineage % internal::tcp::TcpLane::kMaxLineagesPerPeer == 0) {
+      id = std::make_unique<internal::Identity>();
+    }
     Client c(t.port());
-    ASSERT_TRUE(greet(c, t, lineage, 1, 1)) << lineage;
+    ASSERT_TRUE(greet(c, t, lineage, 1, 1, "mallory", *id)) << lineage;
   }
   // Full: a new lineage is refused rather than an old one forgotten.
   Client newcomer(t.port());
@@ -1336,6 +1342,131 @@ TEST(TcpHostile, NoByteOfAWriteLandsInItsRegionAfterTheDeregistrationReturns) {
   EXPECT_TRUE(c.closed_by_target());
   EXPECT_TRUE(r.zero_from(kRegionBytes / 2));
   EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
+}
+
+// Issue 46, item 6: what one identity key may hold of a target's connection
+// slots. The targets here size their caps
+// from a low RLIMIT_NOFILE (TcpLane::conn_limits), so a flood fills them in
+// a second.
+constexpr rlim_t kLowNofile = 256;
+
+// A target whose lane sized its caps from RLIMIT_NOFILE `nofile`; the
+// process's limit is back to what it was once it is made.
+std::unique_ptr<TcpTarget> target_sized_for(rlim_t nofile, const Options& options = tcp_options()) {
+  rlimit old{};
+  getrlimit(RLIMIT_NOFILE, &old);
+  rlimit low = old;
+  low.rlim_cur = nofile;
+  setrlimit(RLIMIT_NOFILE, &low);
+  auto t = std::make_unique<TcpTarget>(options);
+  setrlimit(RLIMIT_NOFILE, &old);
+  return t;
+}
+
+Options cma_and_tcp() {
+  Options options;
+  options.engine_config = {{"KVXFER_LANES", "cma,tcp"}};
+  return options;
+}
+
+// A peer `t` registers (over the cma lane: same host) whose metadata names
+// `id`'s key as its tcp key: a test client holding `id` says hello to `t`
+// as that registered peer. `t` must run the cma and tcp lanes.
+class RegisteredKey {
+ public:
+  RegisteredKey(TcpTarget& t, const std::string& name, const internal::Identity& id)
+      : pool_(kBlocks, kBlockLen, 0),
+        transport_(name, Region{pool_.base(), kBlocks, kBlockLen}, cma_and_tcp()) {
+    wire::AgentMetadata m = wire::decode(transport_.agent_metadata());
+    wire::PeerBlob blob;
+    if (!wire::decode_blob(m.engine_blob, &blob)) throw std::runtime_error("bad blob");
+    blob.tcp_key = id.public_key();
+    m.engine_blob = wire::encode_blob(blob);
+    t.transport().add_remote_peer(
+        name, wire::encode(m), reinterpret_cast<std::uintptr_t>(pool_.base()), kBlocks, kBlockLen);
+  }
+
+ private:
+  MappedPool pool_;
+  Transport transport_;
+};
+
+// Opens a connection and says hello on it: the welcome's status, or nothing
+// when the target closed the connection without one.
+std::optional<std::uint32_t> try_hello(std::unique_ptr<Client>* out, TcpTarget& t,
+                                       std::uint64_t lineage, std::string_view name,
+                                       const internal::Identity& id,
+                                       const internal::Identity* mac_by = nullptr) {
+  try {
+    auto c = std::make_unique<Client>(t.port());
+    if (!c->send_bytes(hello(*c, t, t.token(), lineage, 1, lineage, name, id, mac_by))) {
+      return std::nullopt;
+    }
+    const auto h = c->next_header();
+    if (!h || h->type != wire::FrameType::kWelcome) return std::nullopt;
+    *out = std::move(c);
+    return h->status;
+  } catch (const std::runtime_error&) {
+    return std::nullopt;  // closed before its challenge
+  }
+}
+
+TEST(TcpHostile, OneRegisteredKeyCannotTakeEverySlot) {
+  const auto limits = tcp::TcpLane::conn_limits(kLowNofile);
+  auto t = target_sized_for(kLowNofile, cma_and_tcp());
+  RegisteredKey mallory(*t, "mallory", client_identity());
+  // The registered key opens a lineage's worth of connections over new
+  // lineages, until the target refuses it.
+  std::vector<std::unique_ptr<Client>> held;
+  std::optional<std::uint32_t> refused;
+  for (std::uint64_t lineage = 1; !refused && held.size() < limits.total; ++lineage) {
+    for (std::size_t i = 0; i < tcp::TcpLane::kMaxConnectionsPerLineage; ++i) {
+      std::unique_ptr<Client> c;
+      const auto status = try_hello(&c, *t, lineage, "mallory", client_identity());
+      if (status != wire::kStatusOk) {
+        refused = status.value_or(~0u);
+        break;
+      }
+      held.push_back(std::move(c));
+    }
+  }
+  EXPECT_EQ(held.size(), limits.per_key);
+  EXPECT_EQ(refused, wire::kStatusTableFull);
+  EXPECT_TRUE(t->wait_counter("tcp_refused_full", 1));
+  // Another registered peer still connects, both ways, and writes.
+  Peer alice("alice");
+  ASSERT_NO_THROW(alice.register_both_ways(*t));
+  ASSERT_TRUE(alice.write_with_note(3, "from alice"));
+  EXPECT_EQ(t->pool().block(3)[0], 0x5a);
+  // The key's own connections still work.
+  ASSERT_FALSE(held.empty());
+  ASSERT_TRUE(held.front()->send_bytes(write_frame(1, 0, kBlockLen, 0x61)));
+  const auto ack = held.front()->next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, wire::kStatusOk);
+}
+
+TEST(TcpHostile, OneKeyHoldsAFewLineagesAtMost) {
+  TcpTarget t;
+  // Lineages of one key, each with one short-lived connection: the key's
+  // share of the fence table.
+  for (std::uint64_t lineage = 1; lineage <= tcp::TcpLane::kMaxLineagesPerPeer; ++lineage) {
+    Client c(t.port());
+    ASSERT_TRUE(greet(c, t, lineage, 1, lineage)) << lineage;
+  }
+  Client extra(t.port());
+  ASSERT_TRUE(extra.send_bytes(hello(extra, t, t.token(), 1000, 1, 1, "mallory")));
+  const auto refusal = extra.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, wire::kStatusTableFull);
+  EXPECT_TRUE(extra.closed_by_target());
+  // A lineage it holds takes a newer registration, and another key a new
+  // lineage.
+  Client again(t.port());
+  EXPECT_TRUE(greet(again, t, 1, 2, 99));
+  const internal::Identity other;
+  Client newcomer(t.port());
+  EXPECT_TRUE(greet(newcomer, t, 1001, 1, 1, "trent", other));
 }
 
 }  // namespace

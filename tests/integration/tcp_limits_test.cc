@@ -127,6 +127,8 @@ TEST(TcpLimitsTest, TheLaneTakesAtMostHalfOfTheDescriptorLimit) {
   EXPECT_EQ(l1024.unregistered, 256u);
   EXPECT_EQ(l1024.pending, 128u);
   EXPECT_EQ(l1024.closing, 64u);
+  EXPECT_EQ(l1024.per_key, TcpLane::kMaxConnectionsPerKey);
+  EXPECT_EQ(TcpLane::conn_limits(256).per_key, 16u);
   // Room is always left for registered peers' hellos.
   EXPECT_LT(l1024.unregistered + l1024.pending + l1024.closing, l1024.total);
   const auto big = TcpLane::conn_limits(1'048'576);
@@ -137,6 +139,9 @@ TEST(TcpLimitsTest, TheLaneTakesAtMostHalfOfTheDescriptorLimit) {
   const auto tiny = TcpLane::conn_limits(8);
   EXPECT_GE(tiny.total, 16u);
   EXPECT_GE(tiny.pending, 2u);
+  // One key holds at least one registration's connections, and never all.
+  EXPECT_EQ(tiny.per_key, TcpLane::kMaxConnectionsPerLineage);
+  EXPECT_LT(tiny.per_key, tiny.total);
 }
 
 TEST(TcpLimitsTest, OutOfDescriptorsTheListenerRestsAndEveryoneSaysWhy) {

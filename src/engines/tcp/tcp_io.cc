@@ -329,6 +329,11 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
     c->counted_unregistered = false;
     --unregistered_conns_;
   }
+  if (c->counted_key) {
+    c->counted_key = false;
+    const auto held = key_conns_.find(c->key);
+    if (held != key_conns_.end() && --held->second == 0) key_conns_.erase(held);
+  }
   if (c->lineage != 0) {
     if (auto* f = fences_.find(c->lineage)) {
       auto& v = f->extra;

@@ -145,6 +145,7 @@ struct TcpLane::Conn {
   std::string sender;
   IdentityKey key{};                  // the identity key its hello proved
   bool counted_unregistered = false;  // in Io::unregistered_conns_
+  bool counted_key = false;           // in Io::key_conns_
   // Target side: the challenge we sent first (the hello's proof covers it).
   std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
   // Both sides, from the handshake on: the tags of the frames we receive
@@ -315,6 +316,9 @@ class TcpLane::Io {
   // Welcomed connections whose key was no registered peer's when they said
   // hello.
   std::size_t unregistered_conns_ = 0;
+  // Welcomed connections per identity key (ConnLimits::per_key); a key is
+  // here while it holds one.
+  std::map<IdentityKey, std::size_t> key_conns_;
   RateLimit log_limit_;
   std::vector<iovec> scratch_iov_;
   std::vector<Command> drained_;  // drain_commands(): the queue taken

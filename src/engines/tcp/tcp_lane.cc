@@ -70,6 +70,8 @@ TcpLane::ConnLimits TcpLane::conn_limits(std::uint64_t nofile) {
   l.unregistered = std::min(l.total / 2, kMaxUnregisteredConnections);
   l.pending = std::clamp<std::size_t>(l.total / 4, 2, kMaxPendingHellos);
   l.closing = std::max<std::size_t>(l.total / 8, 2);
+  l.per_key =
+      std::clamp<std::size_t>(l.total / 8, kMaxConnectionsPerLineage, kMaxConnectionsPerKey);
   return l;
 }
 

@@ -105,11 +105,16 @@ class TcpLane final : public Lane {
   // are refused. Senders the target's owner did not register share
   // kMaxQueuedNotifications besides; a registered peer's share is its own.
   static constexpr std::size_t kMaxQueuedPerSender = kMaxQueuedNotificationsPerSender;
-  // A registered peer may hold this many lineages past kMaxLineages (one per
-  // instance of it that registered us), and any lineage this many open
-  // connections (an honest initiator keeps one per registration).
+  // One identity key, registered or not, may hold this many lineages (an
+  // honest lane holds one per name its owner registered us under), and a
+  // registered peer's key may hold them past a full table; any lineage this
+  // many open connections (an honest initiator keeps one per registration).
   static constexpr std::size_t kMaxLineagesPerPeer = 16;
   static constexpr std::size_t kMaxConnectionsPerLineage = 4;
+  // The most welcomed connections one identity key may hold, whatever its
+  // lineages (ConnLimits::per_key sizes it down for low descriptor limits),
+  // so no key, a registered peer's included, can take every slot.
+  static constexpr std::size_t kMaxConnectionsPerKey = 64;
   // Of kMaxConnections, the most that connections whose key is no
   // registered peer's may hold once welcomed; the rest stays for registered
   // peers.
@@ -122,12 +127,15 @@ class TcpLane final : public Lane {
   // peer at most half (the rest stays for registered peers), connections
   // without a hello yet a quarter, and refused ones waiting to close an
   // eighth (past that a refused connection is reset at once, so refusals
-  // cannot crowd out registered peers). The k* bounds above cap each.
+  // cannot crowd out registered peers); and one identity key's welcomed
+  // connections an eighth (at least one lineage's worth), so one key
+  // cannot take every slot. The k* bounds above cap each.
   struct ConnLimits {
     std::size_t total = kMaxConnections;
     std::size_t unregistered = kMaxUnregisteredConnections;
     std::size_t pending = kMaxPendingHellos;
     std::size_t closing = kMaxConnections / 8;
+    std::size_t per_key = kMaxConnectionsPerKey;
   };
   [[nodiscard]] static ConnLimits conn_limits(std::uint64_t nofile);
   // How long the listener rests after accept() found no descriptor left.

@@ -248,6 +248,14 @@ bool TcpLane::Io::on_hello(Conn* c) {
            "a connection of no registered peer while their share is full");
     return refuse_hello(c, wire::kStatusTableFull);
   }
+  // One key, a registered peer's too, holds a share of the slots, never
+  // all of them.
+  const auto held = key_conns_.find(hello.key);
+  if (held != key_conns_.end() && held->second >= lane_.limits_.per_key) {
+    refuse(c, counters.refused_full,
+           fmt::format("one connection too many for one identity key (it holds {})", held->second));
+    return refuse_hello(c, wire::kStatusTableFull);
+  }
   if (const std::optional<bool> refused = join_lineage(c, hello, registered)) return *refused;
   c->hello_done = true;
   --pending_hellos_;
@@ -255,6 +263,8 @@ bool TcpLane::Io::on_hello(Conn* c) {
   c->gen = hello.gen;
   c->sender = std::move(name);
   c->key = hello.key;
+  c->counted_key = true;
+  ++key_conns_[hello.key];
   if (!registered) {
     c->counted_unregistered = true;
     ++unregistered_conns_;
@@ -294,8 +304,18 @@ std::optional<bool> TcpLane::Io::join_lineage(Conn* c, const wire::Hello& hello,
   // Full means refusal, never forgetting early; a registered peer still
   // has room of its own (a few lineages per key).
   using Verdict = decltype(fences_)::Verdict;
+  const auto now = Clock::now();
+  // A new lineage counts against its key's share first (those whose
+  // connections all closed still count until they are forgotten).
+  if (fences_.find(hello.lineage) == nullptr) {
+    fences_.expire(now);
+    if (fences_.count_of(hello.key) >= kMaxLineagesPerPeer) {
+      refuse(c, counters.refused_full, "one lineage too many for one identity key");
+      return refuse_hello(c, wire::kStatusTableFull);
+    }
+  }
   const auto presented =
-      fences_.present(hello.lineage, hello.gen, hello.epoch, hello.key, registered, Clock::now());
+      fences_.present(hello.lineage, hello.gen, hello.epoch, hello.key, registered, now);
   switch (presented.verdict) {
     case Verdict::kFull:
       refuse(c, counters.refused_full, "a new initiator while the fence table is full");
