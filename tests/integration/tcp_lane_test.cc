@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -736,6 +737,7 @@ class Peer {
                                reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks,
                                kBlockLen);
   }
+  void unregister_target() { transport_.remove_remote_peer("target"); }
   // We register `t` as "target" with `metadata` (its own, or one a test
   // changed).
   void register_target(const std::vector<std::uint8_t>& metadata, TcpTarget& t) {
@@ -1344,8 +1346,8 @@ TEST(TcpHostile, NoByteOfAWriteLandsInItsRegionAfterTheDeregistrationReturns) {
   EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
 }
 
-// Issue 46, item 6: what one identity key may hold of a target's connection
-// slots. The targets here size their caps
+// Issue 46, items 6 and 7: what one identity key, and refused connections,
+// may hold of a target's connection slots. The targets here size their caps
 // from a low RLIMIT_NOFILE (TcpLane::conn_limits), so a flood fills them in
 // a second.
 constexpr rlim_t kLowNofile = 256;
@@ -1467,6 +1469,77 @@ TEST(TcpHostile, OneKeyHoldsAFewLineagesAtMost) {
   const internal::Identity other;
   Client newcomer(t.port());
   EXPECT_TRUE(greet(newcomer, t, 1001, 1, 1, "trent", other));
+}
+
+TEST(TcpHostile, RefusedHellosDoNotCrowdOutARegisteredPeer) {
+  using Clock = std::chrono::steady_clock;
+  const auto limits = tcp::TcpLane::conn_limits(kLowNofile);
+  auto t = target_sized_for(kLowNofile);
+  // Unregistered keys hold every welcomed connection their share allows.
+  std::vector<std::unique_ptr<internal::Identity>> keys;
+  std::vector<std::unique_ptr<Client>> welcomed;
+  for (std::uint64_t lineage = 1; welcomed.size() <= limits.unregistered; ++lineage) {
+    keys.push_back(std::make_unique<internal::Identity>());
+    std::size_t i = 0;
+    for (; i < tcp::TcpLane::kMaxConnectionsPerLineage; ++i) {
+      std::unique_ptr<Client> c;
+      if (try_hello(&c, *t, lineage, "mallory", *keys.back()) != wire::kStatusOk) break;
+      welcomed.push_back(std::move(c));
+    }
+    if (i < tcp::TcpLane::kMaxConnectionsPerLineage) break;
+  }
+  EXPECT_EQ(welcomed.size(), limits.unregistered);
+  // Then hellos whose MAC proves nothing, on new connections, as fast as
+  // one thread sends them, each connection kept open past the target's
+  // closing grace.
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> sent{0};
+  std::thread flood([&] {
+    const internal::Identity forger;
+    std::deque<std::pair<Clock::time_point, std::unique_ptr<Client>>> open;
+    for (std::uint64_t lineage = 1'000'000; !stop.load(); ++lineage) {
+      const auto now = Clock::now();
+      while (!open.empty() && now - open.front().first > tcp::TcpLane::kClosingGrace + 500ms) {
+        open.pop_front();
+      }
+      try {
+        auto c = std::make_unique<Client>(t->port());
+        c->send_bytes(
+            hello(*c, *t, t->token(), lineage, 1, 1, "mallory", client_identity(), &forger));
+        open.emplace_back(now, std::move(c));
+        sent.fetch_add(1);
+      } catch (const std::runtime_error&) {
+        // Reset before its challenge: the target was full.
+      }
+    }
+  });
+  for (int i = 0; i < 500 && sent.load() < limits.total; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  // A registered peer registers the target, writes and removes it, eight
+  // times over the closing grace, during the flood.
+  Peer alice("alice");
+  int done = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(tcp::TcpLane::kClosingGrace / 8);
+    try {
+      if (i == 0) {
+        alice.register_both_ways(*t);
+      } else {
+        alice.register_target(t->transport().agent_metadata(), *t);
+      }
+      if (alice.write_with_note(i, "during the flood")) ++done;
+      alice.unregister_target();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "try " << i << ": " << e.what();
+    }
+  }
+  const std::uint64_t flooded = sent.load();
+  stop.store(true);
+  flood.join();
+  EXPECT_EQ(done, 8);
+  EXPECT_GE(flooded, limits.total);
+  EXPECT_GE(t->counter("tcp_refused_identity"), limits.closing);
 }
 
 }  // namespace
