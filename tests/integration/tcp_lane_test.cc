@@ -37,6 +37,7 @@
 
 #include "common/identity.h"
 #include "engines/tcp/tcp_handshake.h"
+#include "engines/tcp/tcp_socket.h"
 #include "it_pool.h"
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
@@ -1540,6 +1541,81 @@ TEST(TcpHostile, RefusedHellosDoNotCrowdOutARegisteredPeer) {
   EXPECT_EQ(done, 8);
   EXPECT_GE(flooded, limits.total);
   EXPECT_GE(t->counter("tcp_refused_identity"), limits.closing);
+}
+
+// Issue 46, "kernel memory": what one connection may have asked for and not
+// yet read, and what its socket's send queue may hold.
+std::vector<std::uint8_t> read_request(std::uint64_t seq, std::uint64_t offset, std::uint64_t len,
+                                       std::size_t runs) {
+  std::vector<std::uint8_t> out =
+      header({wire::FrameType::kReadReq, 0, static_cast<std::uint32_t>(runs), 0, seq, runs * len});
+  out.resize(wire::kHeaderLen + runs * wire::kRunLen);
+  for (std::size_t i = 0; i < runs; ++i) {
+    wire::put_run_at(out.data() + wire::kHeaderLen + i * wire::kRunLen, 0, offset, len);
+  }
+  return out;
+}
+
+// The send buffer of this process's socket whose peer is `client` (the
+// target's end of the client's connection), or -1.
+int target_send_buffer(const Client& client) {
+  sockaddr_storage mine{};
+  socklen_t mine_len = sizeof mine;
+  getsockname(client.fd(), reinterpret_cast<sockaddr*>(&mine), &mine_len);
+  for (int fd = 0; fd < 65536; ++fd) {
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    if (fd == client.fd() || getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        peer_len != mine_len || std::memcmp(&peer, &mine, mine_len) != 0) {
+      continue;
+    }
+    int value = 0;
+    socklen_t len = sizeof value;
+    if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, &len) == 0) return value;
+  }
+  return -1;
+}
+
+TEST(TcpHostile, AReadRequestForMoreThanTheTargetRegisteredIsRefused) {
+  TcpTarget t;
+  const std::uint64_t pool_len = kBlocks * kBlockLen;
+  for (std::uint64_t i = 0; i < pool_len; ++i)
+    t.pool().base()[i] = static_cast<std::uint8_t>(i * 7);
+  // One 24 KB request for the whole pool a thousand times over, never read.
+  Client greedy(t.port());
+  ASSERT_TRUE(greet(greedy, t, 1, 1, 11, "greedy"));
+  ASSERT_TRUE(greedy.send_bytes(read_request(1, 0, pool_len, wire::kMaxRuns)));
+  const auto refusal = greedy.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->type, wire::FrameType::kReadData);
+  EXPECT_EQ(refusal->status, wire::kStatusRefused);
+  EXPECT_TRUE(greedy.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_runs", 1));
+  // A reader that asks for the whole pool once gets it, from a socket
+  // whose send buffer is capped.
+  Client reader(t.port());
+  ASSERT_TRUE(greet(reader, t, 2, 1, 12, "reader"));
+  ASSERT_TRUE(reader.send_bytes(read_request(1, 0, pool_len, 1)));
+  const auto reply = reader.next_header();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, wire::kStatusOk);
+  ASSERT_EQ(reply->length, pool_len);
+  std::vector<std::uint8_t> got(pool_len);
+  for (std::size_t have = 0; have < got.size();) {
+    pollfd p{reader.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    const ssize_t n = ::recv(reader.fd(), got.data() + have, got.size() - have, 0);
+    ASSERT_GT(n, 0);
+    have += static_cast<std::size_t>(n);
+  }
+  EXPECT_EQ(std::memcmp(got.data(), t.pool().base(), pool_len), 0);
+  std::ifstream wmem("/proc/sys/net/core/wmem_max");
+  std::uint64_t wmem_max = 0;
+  wmem >> wmem_max;
+  // Linux doubles what SO_SNDBUF asks for (its bookkeeping) and caps the
+  // request at net.core.wmem_max.
+  const auto expected = 2 * std::min<std::uint64_t>(tcp::kTargetSendBuffer, wmem_max);
+  EXPECT_EQ(target_send_buffer(reader), static_cast<int>(expected));
 }
 
 }  // namespace

@@ -242,6 +242,7 @@ void TcpLane::Io::accept_all() {
       }
     }
     tune(fd);
+    cap_send_buffer(fd);
     auto conn = std::make_unique<Conn>();
     Conn* c = conn.get();
     // Our challenge first, before anything is read: a fresh socket's send

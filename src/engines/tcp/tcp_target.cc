@@ -120,10 +120,21 @@ bool TcpLane::Io::on_runs(Conn* c) {
   auto& counters = *lane_.counters_;
   const wire::RunList list{c->body};
   std::vector<iovec> pool;
+  // What a read request may ask for: every byte we registered once (one
+  // reply at a time per connection: reading pauses while it goes out).
+  // More would make a few bytes of request cost us many times our memory
+  // in sending.
+  bool too_much = false;
   {
     MutexLock lock(lane_.regions_mu_);
     const std::span<const LocalRegion> table = lane_.regions_;
-    if (runs_fit(h, c->body, [table](std::uint64_t id) { return live_len(table, id); })) {
+    if (h.type == wire::FrameType::kReadReq) {
+      std::uint64_t registered = 0;
+      for (const LocalRegion& r : table) registered += r.live ? r.len : 0;
+      too_much = h.length > registered;
+    }
+    if (!too_much &&
+        runs_fit(h, c->body, [table](std::uint64_t id) { return live_len(table, id); })) {
       pool.reserve(list.run_count());
       for (std::size_t i = 0; i < list.run_count(); ++i) {
         const wire::Run r = list.run(i);
@@ -133,7 +144,9 @@ bool TcpLane::Io::on_runs(Conn* c) {
     }
   }
   if (pool.empty()) {
-    refuse(c, counters.refused_runs, "runs outside this agent's regions");
+    refuse(c, counters.refused_runs,
+           too_much ? "a read request for more bytes than this agent registered"
+                    : "runs outside this agent's regions");
     return answer_and_close(
         c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData,
         h.seq, wire::kStatusRefused);
