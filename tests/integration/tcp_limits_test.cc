@@ -216,5 +216,52 @@ TEST(TcpLimitsTest, OutOfDescriptorsTheListenerRestsAndEveryoneSaysWhy) {
   EXPECT_EQ(target_pool.block(2)[0], 0x77);
 }
 
+// Issue 46, bytes in flight per peer: transfers of a thousand runs each,
+// posted without a poll (so none is released), meet back-pressure once they
+// hold TcpLane::kMaxHeldBytesPerPeer of frames and run lists, long before
+// kMaxInflightPerPeer transfers: nothing posted, no strike, and once they
+// are polled, posts go again.
+TEST(TcpLimitsTest, ManyRunTransfersMeetBackPressureByTheBytesTheyHold) {
+  constexpr std::uint64_t kSmallBlocks = 2048;
+  constexpr std::uint64_t kSmallLen = 64;
+  MappedPool target_pool(kSmallBlocks, kSmallLen, 0);
+  Transport target("target", Region{target_pool.base(), kSmallBlocks, kSmallLen}, tcp_options());
+  MappedPool peer_pool(kSmallBlocks, kSmallLen, 0);
+  Transport peer("peer", Region{peer_pool.base(), kSmallBlocks, kSmallLen}, tcp_options());
+  target.add_remote_peer("peer", peer.agent_metadata(),
+                         reinterpret_cast<std::uintptr_t>(peer_pool.base()), kSmallBlocks,
+                         kSmallLen);
+  peer.add_remote_peer("target", target.agent_metadata(),
+                       reinterpret_cast<std::uintptr_t>(target_pool.base()), kSmallBlocks,
+                       kSmallLen);
+  // Every other block: a thousand runs nothing merges.
+  std::vector<std::int64_t> blocks;
+  for (std::int64_t i = 0; i < 1000; ++i) blocks.push_back(2 * i);
+  const std::uint64_t fit = TcpLane::kMaxHeldBytesPerPeer / TcpLane::held_by(1000, 0);
+  ASSERT_LT(fit, kMaxInflightPerPeer);
+  std::vector<TransferId> posted;
+  while (posted.size() < 2 * fit) {
+    const auto id = peer.write_blocks("target", blocks, blocks);
+    if (!id) break;
+    posted.push_back(*id);
+  }
+  EXPECT_EQ(posted.size(), fit);
+  const auto refused = peer.stats().peers.at(0);
+  EXPECT_EQ(refused.posts_refused, 1u);
+  EXPECT_EQ(refused.post_failures, 0u);
+  EXPECT_EQ(refused.strikes, 0);
+  EXPECT_FALSE(refused.fault.has_value());
+  // Once they are polled (done, and released), the peer takes posts again.
+  std::size_t done = 0;
+  for (int i = 0; i < 10000 && done < posted.size(); ++i) {
+    const PollResult r = peer.poll("target");
+    done += r.done.size();
+    ASSERT_TRUE(r.failed.empty());
+    if (done < posted.size()) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(done, posted.size());
+  EXPECT_TRUE(peer.write_blocks("target", blocks, blocks).has_value());
+}
+
 }  // namespace
 }  // namespace kvxfer::it

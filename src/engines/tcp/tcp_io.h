@@ -84,6 +84,9 @@ struct TcpLane::Peer : LanePeer, std::enable_shared_from_this<Peer> {
   // go out (EPOLLOUT armed): the thread comes back to it on its own, so a
   // post behind them needs no wake (tcp_lane.cc, submit()).
   std::atomic<bool> sending{false};
+  // What its transfers not yet released hold (Xfer::held), against
+  // kMaxHeldBytesPerPeer.
+  std::atomic<std::uint64_t> held_bytes{0};
 };
 
 // A transfer handle. The core holds one reference until release(), the I/O
@@ -95,6 +98,7 @@ struct TcpLane::Xfer : LaneXfer {
   std::uint64_t seq = 0;
   bool read = false;
   bool has_notify = false;
+  std::uint64_t held = 0;  // counted in peer->held_bytes from post to recycle
   // The frames' headers, runs and message, and what to send, in order
   // (pieces of `wire` and, for writes, of our pool).
   std::vector<std::uint8_t> wire;

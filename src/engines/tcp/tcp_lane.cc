@@ -416,9 +416,16 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   // The core posts only to peers it connected and has not disconnected.
   std::shared_ptr<Peer> peer = static_cast<Peer*>(handle)->shared_from_this();
   if (peer->dead.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
+  // What frame() will lay out for it, counted until it is released.
+  const std::uint64_t held = held_by(post.runs.size(), notify.size());
+  if (peer->held_bytes.load(std::memory_order_relaxed) + held > kMaxHeldBytesPerPeer) {
+    return Status::kNotPosted;
+  }
 
   Xfer* x = take_xfer();
   x->peer = peer;
+  x->held = held;
+  peer->held_bytes.fetch_add(held, std::memory_order_relaxed);
   x->id = post.id;
   x->read = read;
   x->has_notify = !notify.empty();
@@ -509,6 +516,8 @@ void TcpLane::recycle(Xfer* x) {
     return;
   }
   // As new, buffers kept.
+  if (x->peer) x->peer->held_bytes.fetch_sub(x->held, std::memory_order_relaxed);
+  x->held = 0;
   x->peer.reset();
   x->id = 0;
   x->seq = 0;

@@ -138,6 +138,21 @@ class TcpLane final : public Lane {
     std::size_t per_key = kMaxConnectionsPerKey;
   };
   [[nodiscard]] static ConnLimits conn_limits(std::uint64_t nofile);
+  // The most bytes of frames and run lists (pooled buffers) one peer's
+  // transfers may hold from their post until they are released: a frozen
+  // or slow peer cannot make us hold more than this for it, however many
+  // runs each transfer has (a 1,000-run write holds about 40 KB, so about
+  // 1,600 of those; one-run writes meet kMaxInflightPerPeer first).
+  static constexpr std::uint64_t kMaxHeldBytesPerPeer = std::uint64_t{64} << 20;
+  // What a transfer of `runs` runs and a `note`-byte notification holds in
+  // its buffers from post to release: frames, runs and iovecs, as frame()
+  // lays them out, and the handle itself.
+  [[nodiscard]] static constexpr std::uint64_t held_by(std::uint64_t runs, std::uint64_t note) {
+    const std::uint64_t frames = (runs + wire::kMaxRuns - 1) / wire::kMaxRuns;
+    return frames * (wire::kHeaderLen + 2 * sizeof(iovec)) +
+           runs * (wire::kRunLen + sizeof(iovec)) +
+           (note > 0 ? wire::kHeaderLen + note + sizeof(iovec) : 0) + 256;
+  }
   // How long the listener rests after accept() found no descriptor left.
   static constexpr std::chrono::milliseconds kAcceptRest{100};
 
@@ -191,7 +206,9 @@ class TcpLane final : public Lane {
   [[nodiscard]] Status disconnect(LanePeer* peer) override;
   // Builds a transfer's frames and queues it on the peer's connection.
   // kInvalidParam (nothing posted) when a run names a region of ours that
-  // is not live or a region the peer's metadata did not list.
+  // is not live or a region the peer's metadata did not list; kNotPosted
+  // (back-pressure: nothing posted, no strike) while the peer's transfers
+  // not yet released hold kMaxHeldBytesPerPeer of frames and run lists.
   [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
 
   // Regions besides the pool (tcp_regions.cc). A region added is at once
