@@ -1618,5 +1618,133 @@ TEST(TcpHostile, AReadRequestForMoreThanTheTargetRegisteredIsRefused) {
   EXPECT_EQ(target_send_buffer(reader), static_cast<int>(expected));
 }
 
+// Issue 46: what an initiator accepts on a connection whose handshake it
+// trusted. The target here is a fake one that holds the key its metadata
+// names, so its welcome is trusted; then an ack or a read reply that was
+// not tagged with the connection's key (injected on the path) comes
+// instead of the real one: the initiator refuses it, closes the
+// connection, fails the transfer, and lands none of the reply's bytes.
+struct Injected {
+  std::atomic<bool> welcomed{false};
+  std::atomic<bool> closed{false};  // the initiator closed on us
+};
+
+void serve_and_inject(int listener, const internal::Identity& id, wire::FrameType type,
+                      std::uint64_t length, Injected* out) {
+  const int fd = accept(listener, nullptr, nullptr);
+  if (fd < 0) return;
+  std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
+  internal::tcp::Nonce nonce{};
+  if (!internal::tcp::fresh_nonce(&nonce)) return;
+  wire::encode_challenge(challenge.data(), nonce);
+  (void)::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+  // The hello, whole; then the keys it gives, as a target derives them.
+  std::array<std::uint8_t, wire::kHeaderLen> head{};
+  wire::FrameHeader h;
+  std::vector<std::uint8_t> body;
+  wire::Hello hello;
+  internal::tcp::HandshakeKeys keys;
+  internal::tcp::FrameAuth tx;
+  if (!internal::tcp::read_exactly(fd, head.data(), head.size(), 5s) ||
+      !wire::decode_header(head, &h)) {
+    close(fd);
+    return;
+  }
+  body.resize(wire::kHelloFixedLen + h.count + wire::kHelloProofLen);
+  if (!internal::tcp::read_exactly(fd, body.data(), body.size(), 5s) ||
+      !wire::decode_hello_body(body, h.count, &hello) ||
+      !internal::tcp::handshake_keys(id, hello.key, /*we_initiate=*/false, challenge, head,
+                                     wire::hello_proven_part(body), &keys) ||
+      !tx.start(keys.to_initiator)) {
+    close(fd);
+    return;
+  }
+  std::array<std::uint8_t, wire::kHeaderLen> welcome{};
+  wire::encode_header(welcome.data(), {wire::FrameType::kWelcome, 0, 0, wire::kStatusOk, 0, 0});
+  const std::span<std::uint8_t, wire::kHeaderLen> w(welcome);
+  if (!tx.sign(w.first<wire::kFieldsLen>(), {}, wire::tag_slot(w))) return;
+  (void)::send(fd, welcome.data(), welcome.size(), MSG_NOSIGNAL);
+  out->welcomed.store(true);
+  // The initiator's first transfer (seq 1) arrives; the answer injected
+  // for it carries a tag nobody computed (zeros), and a reply its bytes.
+  std::this_thread::sleep_for(100ms);
+  std::vector<std::uint8_t> forged(wire::kHeaderLen);
+  wire::encode_header(forged.data(), {type, 0, 0, wire::kStatusOk, 1, length});
+  forged.resize(forged.size() + length, 0xee);
+  (void)::send(fd, forged.data(), forged.size(), MSG_NOSIGNAL);
+  std::array<std::uint8_t, 4096> rest{};
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) break;
+    if (::recv(fd, rest.data(), rest.size(), 0) <= 0) {
+      out->closed.store(true);
+      break;
+    }
+  }
+  close(fd);
+}
+
+class InjectedAnswerTest : public ::testing::TestWithParam<wire::FrameType> {};
+
+TEST_P(InjectedAnswerTest, IsRefusedAndNothingOfItLands) {
+  const wire::FrameType type = GetParam();
+  const bool read = type == wire::FrameType::kReadData;
+  TcpTarget t;
+  const internal::Identity fake_key;
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  Injected injected;
+  std::thread fake(
+      [&] { serve_and_inject(listener, fake_key, type, read ? kBlockLen : 0, &injected); });
+  // The target's metadata, pointing at the fake with the fake's key.
+  wire::AgentMetadata m = wire::decode(t.transport().agent_metadata());
+  wire::PeerBlob blob;
+  ASSERT_TRUE(wire::decode_blob(m.engine_blob, &blob));
+  blob.tcp_port = ntohs(sa.sin_port);
+  wire::TcpAddress loopback;
+  loopback.bytes = {127, 0, 0, 1};
+  blob.tcp_addresses = {loopback};
+  blob.tcp_key = fake_key.public_key();
+  m.engine_blob = wire::encode_blob(blob);
+  MappedPool pool(kBlocks, kBlockLen, kGuard);
+  Transport alice("alice", Region{pool.base(), kBlocks, kBlockLen}, tcp_options());
+  alice.add_remote_peer("target", wire::encode(m),
+                        reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks, kBlockLen);
+  EXPECT_TRUE(injected.welcomed.load());
+  const std::vector<std::int64_t> local{1};
+  const std::vector<std::int64_t> remote{2};
+  const auto id = read ? alice.read_blocks("target", local, remote)
+                       : alice.write_blocks("target", local, remote);
+  ASSERT_TRUE(id.has_value());
+  bool failed = false;
+  for (int i = 0; i < 5000 && !failed; ++i) {
+    const PollResult r = alice.poll("target");
+    ASSERT_TRUE(std::find(r.done.begin(), r.done.end(), *id) == r.done.end())
+        << "an injected answer completed the transfer";
+    failed = std::find(r.failed.begin(), r.failed.end(), *id) != r.failed.end();
+    if (!failed) std::this_thread::sleep_for(1ms);
+  }
+  fake.join();
+  close(listener);
+  EXPECT_TRUE(failed);
+  EXPECT_TRUE(injected.closed.load());
+  EXPECT_GE(alice.stats().engine_counters.at("tcp_refused_tag"), 1u);
+  EXPECT_TRUE(pool_is_zero(pool));  // no byte of the forged reply landed
+}
+
+INSTANTIATE_TEST_SUITE_P(TcpHostileInitiator, InjectedAnswerTest,
+                         ::testing::Values(wire::FrameType::kAck, wire::FrameType::kReadData),
+                         [](const auto& param_info) {
+                           return param_info.param == wire::FrameType::kAck
+                                      ? std::string("Ack")
+                                      : std::string("ReadReply");
+                         });
+
 }  // namespace
 }  // namespace kvxfer::it
