@@ -263,5 +263,37 @@ TEST(TcpLimitsTest, ManyRunTransfersMeetBackPressureByTheBytesTheyHold) {
   EXPECT_TRUE(peer.write_blocks("target", blocks, blocks).has_value());
 }
 
+// What a transfer held is given back once it is released, its buffers kept
+// for the next post or (past what the lane keeps) freed: transfers of
+// 32,768 runs (1.3 MB each, freed) one after another never meet the bound.
+TEST(TcpLimitsTest, ReleasedTransfersGiveBackWhatTheyHeld) {
+  constexpr std::uint64_t kManyBlocks = 65536;
+  constexpr std::uint64_t kSmallLen = 64;
+  MappedPool target_pool(kManyBlocks, kSmallLen, 0);
+  Transport target("target", Region{target_pool.base(), kManyBlocks, kSmallLen}, tcp_options());
+  MappedPool peer_pool(kManyBlocks, kSmallLen, 0);
+  Transport peer("peer", Region{peer_pool.base(), kManyBlocks, kSmallLen}, tcp_options());
+  peer.add_remote_peer("target", target.agent_metadata(),
+                       reinterpret_cast<std::uintptr_t>(target_pool.base()), kManyBlocks,
+                       kSmallLen);
+  std::vector<std::int64_t> blocks;
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kManyBlocks); i += 2) blocks.push_back(i);
+  const std::uint64_t rounds =
+      2 * TcpLane::kMaxHeldBytesPerPeer / TcpLane::held_by(blocks.size(), 0);
+  for (std::uint64_t round = 0; round < rounds; ++round) {
+    const auto id = peer.write_blocks("target", blocks, blocks);
+    ASSERT_TRUE(id.has_value()) << "round " << round << " of " << rounds;
+    bool done = false;
+    for (int i = 0; i < 5000 && !done; ++i) {
+      const PollResult r = peer.poll("target");
+      ASSERT_TRUE(r.failed.empty());
+      done = !r.done.empty();
+      if (!done) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(done);
+  }
+  EXPECT_EQ(peer.stats().peers.at(0).posts_refused, 0u);
+}
+
 }  // namespace
 }  // namespace kvxfer::it

@@ -508,6 +508,9 @@ TcpLane::Xfer* TcpLane::take_xfer() {
 }
 
 void TcpLane::recycle(Xfer* x) {
+  // Its peer holds its buffers no more, whether they are kept or freed.
+  if (x->peer) x->peer->held_bytes.fetch_sub(x->held, std::memory_order_relaxed);
+  x->held = 0;
   const std::size_t held = x->wire.capacity() +
                            (x->iov.capacity() + x->read_iov.capacity()) * sizeof(iovec) +
                            x->parts.capacity() * sizeof(Xfer::Part);
@@ -516,8 +519,6 @@ void TcpLane::recycle(Xfer* x) {
     return;
   }
   // As new, buffers kept.
-  if (x->peer) x->peer->held_bytes.fetch_sub(x->held, std::memory_order_relaxed);
-  x->held = 0;
   x->peer.reset();
   x->id = 0;
   x->seq = 0;
