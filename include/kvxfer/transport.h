@@ -140,7 +140,8 @@ struct PeerStats {
   std::uint64_t read_bytes_done = 0;
   std::uint64_t post_failures = 0;
   // Posts refused without a strike: the peer had kMaxInflightPerPeer
-  // transfers in flight, or was faulted.
+  // transfers in flight, its lane held as many bytes of transfers for it
+  // as it may (tcp), or it was faulted.
   std::uint64_t posts_refused = 0;
   std::uint64_t inflight = 0;
   int strikes = 0;

@@ -223,6 +223,13 @@ std::optional<TransferId> TransportState::post(Op op, Peer* peer, std::span<cons
   const TransferId id = next_id_;
   XferHandle handle = 0;
   const Status st = engine_->post(peer->handle, Post{op, id, runs, bytes, notify, /*pool_only=*/!descs}, &handle);
+  if (st == Status::kNotPosted) {
+    // The lane's own back-pressure (tcp: the bytes this peer's transfers
+    // hold): as above, no strike.
+    ++peer->counters.posts_refused;
+    ++posts_refused_;
+    return std::nullopt;
+  }
   if (st != Status::kSuccess) {
     const char* const call = descs               ? "transfer"
                              : op == Op::kWrite  ? "write_blocks"

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -35,6 +37,7 @@
 
 #include "common/identity.h"
 #include "engines/tcp/tcp_handshake.h"
+#include "engines/tcp/tcp_socket.h"
 #include "it_pool.h"
 #include "kvxfer/transport.h"
 #include "wire/metadata.h"
@@ -609,10 +612,15 @@ TEST(TcpHostile, AFloodOfLineagesFailsClosedAndForgetsNoFence) {
   // An honest initiator's registration (lineage 1, generation 2).
   Client honest(t.port());
   ASSERT_TRUE(greet(honest, t, 1, 2, 22, "honest"));
-  // Every other slot of the fence table, one short-lived connection each.
+  // Every other slot of the fence table, one short-lived connection each,
+  // under as many keys as one key's share of lineages asks for.
+  auto id = std::make_unique<internal::Identity>();
   for (std::uint64_t lineage = 2; lineage <= internal::tcp::TcpLane::kMaxLineages; ++lineage) {
+    if (lineage % internal::tcp::TcpLane::kMaxLineagesPerPeer == 0) {
+      id = std::make_unique<internal::Identity>();
+    }
     Client c(t.port());
-    ASSERT_TRUE(greet(c, t, lineage, 1, 1)) << lineage;
+    ASSERT_TRUE(greet(c, t, lineage, 1, 1, "mallory", *id)) << lineage;
   }
   // Full: a new lineage is refused rather than an old one forgotten.
   Client newcomer(t.port());
@@ -730,6 +738,7 @@ class Peer {
                                reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks,
                                kBlockLen);
   }
+  void unregister_target() { transport_.remove_remote_peer("target"); }
   // We register `t` as "target" with `metadata` (its own, or one a test
   // changed).
   void register_target(const std::vector<std::uint8_t>& metadata, TcpTarget& t) {
@@ -1337,6 +1346,405 @@ TEST(TcpHostile, NoByteOfAWriteLandsInItsRegionAfterTheDeregistrationReturns) {
   EXPECT_TRUE(r.zero_from(kRegionBytes / 2));
   EXPECT_EQ(t.counter("tcp_refused_runs"), 1u);
 }
+
+// Issue 46, items 6 and 7: what one identity key, and refused connections,
+// may hold of a target's connection slots. The targets here size their caps
+// from a low RLIMIT_NOFILE (TcpLane::conn_limits), so a flood fills them in
+// a second.
+constexpr rlim_t kLowNofile = 256;
+
+// A target whose lane sized its caps from RLIMIT_NOFILE `nofile`; the
+// process's limit is back to what it was once it is made.
+std::unique_ptr<TcpTarget> target_sized_for(rlim_t nofile, const Options& options = tcp_options()) {
+  rlimit old{};
+  getrlimit(RLIMIT_NOFILE, &old);
+  rlimit low = old;
+  low.rlim_cur = nofile;
+  setrlimit(RLIMIT_NOFILE, &low);
+  auto t = std::make_unique<TcpTarget>(options);
+  setrlimit(RLIMIT_NOFILE, &old);
+  return t;
+}
+
+Options cma_and_tcp() {
+  Options options;
+  options.engine_config = {{"KVXFER_LANES", "cma,tcp"}};
+  return options;
+}
+
+// A peer `t` registers (over the cma lane: same host) whose metadata names
+// `id`'s key as its tcp key: a test client holding `id` says hello to `t`
+// as that registered peer. `t` must run the cma and tcp lanes.
+class RegisteredKey {
+ public:
+  RegisteredKey(TcpTarget& t, const std::string& name, const internal::Identity& id)
+      : pool_(kBlocks, kBlockLen, 0),
+        transport_(name, Region{pool_.base(), kBlocks, kBlockLen}, cma_and_tcp()) {
+    wire::AgentMetadata m = wire::decode(transport_.agent_metadata());
+    wire::PeerBlob blob;
+    if (!wire::decode_blob(m.engine_blob, &blob)) throw std::runtime_error("bad blob");
+    blob.tcp_key = id.public_key();
+    m.engine_blob = wire::encode_blob(blob);
+    t.transport().add_remote_peer(
+        name, wire::encode(m), reinterpret_cast<std::uintptr_t>(pool_.base()), kBlocks, kBlockLen);
+  }
+
+ private:
+  MappedPool pool_;
+  Transport transport_;
+};
+
+// Opens a connection and says hello on it: the welcome's status, or nothing
+// when the target closed the connection without one.
+std::optional<std::uint32_t> try_hello(std::unique_ptr<Client>* out, TcpTarget& t,
+                                       std::uint64_t lineage, std::string_view name,
+                                       const internal::Identity& id,
+                                       const internal::Identity* mac_by = nullptr) {
+  try {
+    auto c = std::make_unique<Client>(t.port());
+    if (!c->send_bytes(hello(*c, t, t.token(), lineage, 1, lineage, name, id, mac_by))) {
+      return std::nullopt;
+    }
+    const auto h = c->next_header();
+    if (!h || h->type != wire::FrameType::kWelcome) return std::nullopt;
+    *out = std::move(c);
+    return h->status;
+  } catch (const std::runtime_error&) {
+    return std::nullopt;  // closed before its challenge
+  }
+}
+
+TEST(TcpHostile, OneRegisteredKeyCannotTakeEverySlot) {
+  const auto limits = tcp::TcpLane::conn_limits(kLowNofile);
+  auto t = target_sized_for(kLowNofile, cma_and_tcp());
+  RegisteredKey mallory(*t, "mallory", client_identity());
+  // The registered key opens a lineage's worth of connections over new
+  // lineages, until the target refuses it.
+  std::vector<std::unique_ptr<Client>> held;
+  std::optional<std::uint32_t> refused;
+  for (std::uint64_t lineage = 1; !refused && held.size() < limits.total; ++lineage) {
+    for (std::size_t i = 0; i < tcp::TcpLane::kMaxConnectionsPerLineage; ++i) {
+      std::unique_ptr<Client> c;
+      const auto status = try_hello(&c, *t, lineage, "mallory", client_identity());
+      if (status != wire::kStatusOk) {
+        refused = status.value_or(~0u);
+        break;
+      }
+      held.push_back(std::move(c));
+    }
+  }
+  EXPECT_EQ(held.size(), limits.per_key);
+  EXPECT_EQ(refused, wire::kStatusTableFull);
+  EXPECT_TRUE(t->wait_counter("tcp_refused_full", 1));
+  // Another registered peer still connects, both ways, and writes.
+  Peer alice("alice");
+  ASSERT_NO_THROW(alice.register_both_ways(*t));
+  ASSERT_TRUE(alice.write_with_note(3, "from alice"));
+  EXPECT_EQ(t->pool().block(3)[0], 0x5a);
+  // The key's own connections still work.
+  ASSERT_FALSE(held.empty());
+  ASSERT_TRUE(held.front()->send_bytes(write_frame(1, 0, kBlockLen, 0x61)));
+  const auto ack = held.front()->next_header();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->status, wire::kStatusOk);
+}
+
+TEST(TcpHostile, OneKeyHoldsAFewLineagesAtMost) {
+  TcpTarget t;
+  // Lineages of one key, each with one short-lived connection: the key's
+  // share of the fence table.
+  for (std::uint64_t lineage = 1; lineage <= tcp::TcpLane::kMaxLineagesPerPeer; ++lineage) {
+    Client c(t.port());
+    ASSERT_TRUE(greet(c, t, lineage, 1, lineage)) << lineage;
+  }
+  Client extra(t.port());
+  ASSERT_TRUE(extra.send_bytes(hello(extra, t, t.token(), 1000, 1, 1, "mallory")));
+  const auto refusal = extra.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->status, wire::kStatusTableFull);
+  EXPECT_TRUE(extra.closed_by_target());
+  // A lineage it holds takes a newer registration, and another key a new
+  // lineage.
+  Client again(t.port());
+  EXPECT_TRUE(greet(again, t, 1, 2, 99));
+  const internal::Identity other;
+  Client newcomer(t.port());
+  EXPECT_TRUE(greet(newcomer, t, 1001, 1, 1, "trent", other));
+}
+
+TEST(TcpHostile, RefusedHellosDoNotCrowdOutARegisteredPeer) {
+  using Clock = std::chrono::steady_clock;
+  const auto limits = tcp::TcpLane::conn_limits(kLowNofile);
+  auto t = target_sized_for(kLowNofile);
+  // Unregistered keys hold every welcomed connection their share allows.
+  std::vector<std::unique_ptr<internal::Identity>> keys;
+  std::vector<std::unique_ptr<Client>> welcomed;
+  for (std::uint64_t lineage = 1; welcomed.size() <= limits.unregistered; ++lineage) {
+    keys.push_back(std::make_unique<internal::Identity>());
+    std::size_t i = 0;
+    for (; i < tcp::TcpLane::kMaxConnectionsPerLineage; ++i) {
+      std::unique_ptr<Client> c;
+      if (try_hello(&c, *t, lineage, "mallory", *keys.back()) != wire::kStatusOk) break;
+      welcomed.push_back(std::move(c));
+    }
+    if (i < tcp::TcpLane::kMaxConnectionsPerLineage) break;
+  }
+  EXPECT_EQ(welcomed.size(), limits.unregistered);
+  // Then hellos whose MAC proves nothing, on new connections, as fast as
+  // one thread sends them, each connection kept open past the target's
+  // closing grace.
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> sent{0};
+  std::thread flood([&] {
+    const internal::Identity forger;
+    std::deque<std::pair<Clock::time_point, std::unique_ptr<Client>>> open;
+    for (std::uint64_t lineage = 1'000'000; !stop.load(); ++lineage) {
+      const auto now = Clock::now();
+      while (!open.empty() && now - open.front().first > tcp::TcpLane::kClosingGrace + 500ms) {
+        open.pop_front();
+      }
+      try {
+        auto c = std::make_unique<Client>(t->port());
+        c->send_bytes(
+            hello(*c, *t, t->token(), lineage, 1, 1, "mallory", client_identity(), &forger));
+        open.emplace_back(now, std::move(c));
+        sent.fetch_add(1);
+      } catch (const std::runtime_error&) {
+        // Reset before its challenge: the target was full.
+      }
+    }
+  });
+  for (int i = 0; i < 500 && sent.load() < limits.total; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  // A registered peer registers the target, writes and removes it, eight
+  // times over the closing grace, during the flood.
+  Peer alice("alice");
+  int done = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(tcp::TcpLane::kClosingGrace / 8);
+    try {
+      if (i == 0) {
+        alice.register_both_ways(*t);
+      } else {
+        alice.register_target(t->transport().agent_metadata(), *t);
+      }
+      if (alice.write_with_note(i, "during the flood")) ++done;
+      alice.unregister_target();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "try " << i << ": " << e.what();
+    }
+  }
+  const std::uint64_t flooded = sent.load();
+  stop.store(true);
+  flood.join();
+  EXPECT_EQ(done, 8);
+  EXPECT_GE(flooded, limits.total);
+  EXPECT_GE(t->counter("tcp_refused_identity"), limits.closing);
+}
+
+// Issue 46, "kernel memory": what one connection may have asked for and not
+// yet read, and what its socket's send queue may hold.
+std::vector<std::uint8_t> read_request(std::uint64_t seq, std::uint64_t offset, std::uint64_t len,
+                                       std::size_t runs) {
+  std::vector<std::uint8_t> out =
+      header({wire::FrameType::kReadReq, 0, static_cast<std::uint32_t>(runs), 0, seq, runs * len});
+  out.resize(wire::kHeaderLen + runs * wire::kRunLen);
+  for (std::size_t i = 0; i < runs; ++i) {
+    wire::put_run_at(out.data() + wire::kHeaderLen + i * wire::kRunLen, 0, offset, len);
+  }
+  return out;
+}
+
+// The send buffer of this process's socket whose peer is `client` (the
+// target's end of the client's connection), or -1.
+int target_send_buffer(const Client& client) {
+  sockaddr_storage mine{};
+  socklen_t mine_len = sizeof mine;
+  getsockname(client.fd(), reinterpret_cast<sockaddr*>(&mine), &mine_len);
+  for (int fd = 0; fd < 65536; ++fd) {
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    if (fd == client.fd() || getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        peer_len != mine_len || std::memcmp(&peer, &mine, mine_len) != 0) {
+      continue;
+    }
+    int value = 0;
+    socklen_t len = sizeof value;
+    if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, &len) == 0) return value;
+  }
+  return -1;
+}
+
+TEST(TcpHostile, AReadRequestForMoreThanTheTargetRegisteredIsRefused) {
+  TcpTarget t;
+  const std::uint64_t pool_len = kBlocks * kBlockLen;
+  for (std::uint64_t i = 0; i < pool_len; ++i)
+    t.pool().base()[i] = static_cast<std::uint8_t>(i * 7);
+  // One 24 KB request for the whole pool a thousand times over, never read.
+  Client greedy(t.port());
+  ASSERT_TRUE(greet(greedy, t, 1, 1, 11, "greedy"));
+  ASSERT_TRUE(greedy.send_bytes(read_request(1, 0, pool_len, wire::kMaxRuns)));
+  const auto refusal = greedy.next_header();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->type, wire::FrameType::kReadData);
+  EXPECT_EQ(refusal->status, wire::kStatusRefused);
+  EXPECT_TRUE(greedy.closed_by_target());
+  EXPECT_TRUE(t.wait_counter("tcp_refused_runs", 1));
+  // A reader that asks for the whole pool once gets it, from a socket
+  // whose send buffer is capped.
+  Client reader(t.port());
+  ASSERT_TRUE(greet(reader, t, 2, 1, 12, "reader"));
+  ASSERT_TRUE(reader.send_bytes(read_request(1, 0, pool_len, 1)));
+  const auto reply = reader.next_header();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, wire::kStatusOk);
+  ASSERT_EQ(reply->length, pool_len);
+  std::vector<std::uint8_t> got(pool_len);
+  for (std::size_t have = 0; have < got.size();) {
+    pollfd p{reader.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    const ssize_t n = ::recv(reader.fd(), got.data() + have, got.size() - have, 0);
+    ASSERT_GT(n, 0);
+    have += static_cast<std::size_t>(n);
+  }
+  EXPECT_EQ(std::memcmp(got.data(), t.pool().base(), pool_len), 0);
+  std::ifstream wmem("/proc/sys/net/core/wmem_max");
+  std::uint64_t wmem_max = 0;
+  wmem >> wmem_max;
+  // Linux doubles what SO_SNDBUF asks for (its bookkeeping) and caps the
+  // request at net.core.wmem_max.
+  const auto expected = 2 * std::min<std::uint64_t>(tcp::kTargetSendBuffer, wmem_max);
+  EXPECT_EQ(target_send_buffer(reader), static_cast<int>(expected));
+}
+
+// Issue 46: what an initiator accepts on a connection whose handshake it
+// trusted. The target here is a fake one that holds the key its metadata
+// names, so its welcome is trusted; then an ack or a read reply that was
+// not tagged with the connection's key (injected on the path) comes
+// instead of the real one: the initiator refuses it, closes the
+// connection, fails the transfer, and lands none of the reply's bytes.
+struct Injected {
+  std::atomic<bool> welcomed{false};
+  std::atomic<bool> closed{false};  // the initiator closed on us
+};
+
+void serve_and_inject(int listener, const internal::Identity& id, wire::FrameType type,
+                      std::uint64_t length, Injected* out) {
+  const int fd = accept(listener, nullptr, nullptr);
+  if (fd < 0) return;
+  std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
+  internal::tcp::Nonce nonce{};
+  if (!internal::tcp::fresh_nonce(&nonce)) return;
+  wire::encode_challenge(challenge.data(), nonce);
+  (void)::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+  // The hello, whole; then the keys it gives, as a target derives them.
+  std::array<std::uint8_t, wire::kHeaderLen> head{};
+  wire::FrameHeader h;
+  std::vector<std::uint8_t> body;
+  wire::Hello hello;
+  internal::tcp::HandshakeKeys keys;
+  internal::tcp::FrameAuth tx;
+  if (!internal::tcp::read_exactly(fd, head.data(), head.size(), 5s) ||
+      !wire::decode_header(head, &h)) {
+    close(fd);
+    return;
+  }
+  body.resize(wire::kHelloFixedLen + h.count + wire::kHelloProofLen);
+  if (!internal::tcp::read_exactly(fd, body.data(), body.size(), 5s) ||
+      !wire::decode_hello_body(body, h.count, &hello) ||
+      !internal::tcp::handshake_keys(id, hello.key, /*we_initiate=*/false, challenge, head,
+                                     wire::hello_proven_part(body), &keys) ||
+      !tx.start(keys.to_initiator)) {
+    close(fd);
+    return;
+  }
+  std::array<std::uint8_t, wire::kHeaderLen> welcome{};
+  wire::encode_header(welcome.data(), {wire::FrameType::kWelcome, 0, 0, wire::kStatusOk, 0, 0});
+  const std::span<std::uint8_t, wire::kHeaderLen> w(welcome);
+  if (!tx.sign(w.first<wire::kFieldsLen>(), {}, wire::tag_slot(w))) return;
+  (void)::send(fd, welcome.data(), welcome.size(), MSG_NOSIGNAL);
+  out->welcomed.store(true);
+  // The initiator's first transfer (seq 1) arrives; the answer injected
+  // for it carries a tag nobody computed (zeros), and a reply its bytes.
+  std::this_thread::sleep_for(100ms);
+  std::vector<std::uint8_t> forged(wire::kHeaderLen);
+  wire::encode_header(forged.data(), {type, 0, 0, wire::kStatusOk, 1, length});
+  forged.resize(forged.size() + length, 0xee);
+  (void)::send(fd, forged.data(), forged.size(), MSG_NOSIGNAL);
+  std::array<std::uint8_t, 4096> rest{};
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) break;
+    if (::recv(fd, rest.data(), rest.size(), 0) <= 0) {
+      out->closed.store(true);
+      break;
+    }
+  }
+  close(fd);
+}
+
+class InjectedAnswerTest : public ::testing::TestWithParam<wire::FrameType> {};
+
+TEST_P(InjectedAnswerTest, IsRefusedAndNothingOfItLands) {
+  const wire::FrameType type = GetParam();
+  const bool read = type == wire::FrameType::kReadData;
+  TcpTarget t;
+  const internal::Identity fake_key;
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  Injected injected;
+  std::thread fake(
+      [&] { serve_and_inject(listener, fake_key, type, read ? kBlockLen : 0, &injected); });
+  // The target's metadata, pointing at the fake with the fake's key.
+  wire::AgentMetadata m = wire::decode(t.transport().agent_metadata());
+  wire::PeerBlob blob;
+  ASSERT_TRUE(wire::decode_blob(m.engine_blob, &blob));
+  blob.tcp_port = ntohs(sa.sin_port);
+  wire::TcpAddress loopback;
+  loopback.bytes = {127, 0, 0, 1};
+  blob.tcp_addresses = {loopback};
+  blob.tcp_key = fake_key.public_key();
+  m.engine_blob = wire::encode_blob(blob);
+  MappedPool pool(kBlocks, kBlockLen, kGuard);
+  Transport alice("alice", Region{pool.base(), kBlocks, kBlockLen}, tcp_options());
+  alice.add_remote_peer("target", wire::encode(m),
+                        reinterpret_cast<std::uintptr_t>(t.pool().base()), kBlocks, kBlockLen);
+  EXPECT_TRUE(injected.welcomed.load());
+  const std::vector<std::int64_t> local{1};
+  const std::vector<std::int64_t> remote{2};
+  const auto id = read ? alice.read_blocks("target", local, remote)
+                       : alice.write_blocks("target", local, remote);
+  ASSERT_TRUE(id.has_value());
+  bool failed = false;
+  for (int i = 0; i < 5000 && !failed; ++i) {
+    const PollResult r = alice.poll("target");
+    ASSERT_TRUE(std::find(r.done.begin(), r.done.end(), *id) == r.done.end())
+        << "an injected answer completed the transfer";
+    failed = std::find(r.failed.begin(), r.failed.end(), *id) != r.failed.end();
+    if (!failed) std::this_thread::sleep_for(1ms);
+  }
+  fake.join();
+  close(listener);
+  EXPECT_TRUE(failed);
+  EXPECT_TRUE(injected.closed.load());
+  EXPECT_GE(alice.stats().engine_counters.at("tcp_refused_tag"), 1u);
+  EXPECT_TRUE(pool_is_zero(pool));  // no byte of the forged reply landed
+}
+
+INSTANTIATE_TEST_SUITE_P(TcpHostileInitiator, InjectedAnswerTest,
+                         ::testing::Values(wire::FrameType::kAck, wire::FrameType::kReadData),
+                         [](const auto& param_info) {
+                           return param_info.param == wire::FrameType::kAck
+                                      ? std::string("Ack")
+                                      : std::string("ReadReply");
+                         });
 
 }  // namespace
 }  // namespace kvxfer::it

@@ -127,6 +127,8 @@ TEST(TcpLimitsTest, TheLaneTakesAtMostHalfOfTheDescriptorLimit) {
   EXPECT_EQ(l1024.unregistered, 256u);
   EXPECT_EQ(l1024.pending, 128u);
   EXPECT_EQ(l1024.closing, 64u);
+  EXPECT_EQ(l1024.per_key, TcpLane::kMaxConnectionsPerKey);
+  EXPECT_EQ(TcpLane::conn_limits(256).per_key, 16u);
   // Room is always left for registered peers' hellos.
   EXPECT_LT(l1024.unregistered + l1024.pending + l1024.closing, l1024.total);
   const auto big = TcpLane::conn_limits(1'048'576);
@@ -137,6 +139,9 @@ TEST(TcpLimitsTest, TheLaneTakesAtMostHalfOfTheDescriptorLimit) {
   const auto tiny = TcpLane::conn_limits(8);
   EXPECT_GE(tiny.total, 16u);
   EXPECT_GE(tiny.pending, 2u);
+  // One key holds at least one registration's connections, and never all.
+  EXPECT_EQ(tiny.per_key, TcpLane::kMaxConnectionsPerLineage);
+  EXPECT_LT(tiny.per_key, tiny.total);
 }
 
 TEST(TcpLimitsTest, OutOfDescriptorsTheListenerRestsAndEveryoneSaysWhy) {
@@ -209,6 +214,86 @@ TEST(TcpLimitsTest, OutOfDescriptorsTheListenerRestsAndEveryoneSaysWhy) {
   }
   ASSERT_TRUE(done);
   EXPECT_EQ(target_pool.block(2)[0], 0x77);
+}
+
+// Issue 46, bytes in flight per peer: transfers of a thousand runs each,
+// posted without a poll (so none is released), meet back-pressure once they
+// hold TcpLane::kMaxHeldBytesPerPeer of frames and run lists, long before
+// kMaxInflightPerPeer transfers: nothing posted, no strike, and once they
+// are polled, posts go again.
+TEST(TcpLimitsTest, ManyRunTransfersMeetBackPressureByTheBytesTheyHold) {
+  constexpr std::uint64_t kSmallBlocks = 2048;
+  constexpr std::uint64_t kSmallLen = 64;
+  MappedPool target_pool(kSmallBlocks, kSmallLen, 0);
+  Transport target("target", Region{target_pool.base(), kSmallBlocks, kSmallLen}, tcp_options());
+  MappedPool peer_pool(kSmallBlocks, kSmallLen, 0);
+  Transport peer("peer", Region{peer_pool.base(), kSmallBlocks, kSmallLen}, tcp_options());
+  target.add_remote_peer("peer", peer.agent_metadata(),
+                         reinterpret_cast<std::uintptr_t>(peer_pool.base()), kSmallBlocks,
+                         kSmallLen);
+  peer.add_remote_peer("target", target.agent_metadata(),
+                       reinterpret_cast<std::uintptr_t>(target_pool.base()), kSmallBlocks,
+                       kSmallLen);
+  // Every other block: a thousand runs nothing merges.
+  std::vector<std::int64_t> blocks;
+  for (std::int64_t i = 0; i < 1000; ++i) blocks.push_back(2 * i);
+  const std::uint64_t fit = TcpLane::kMaxHeldBytesPerPeer / TcpLane::held_by(1000, 0);
+  ASSERT_LT(fit, kMaxInflightPerPeer);
+  std::vector<TransferId> posted;
+  while (posted.size() < 2 * fit) {
+    const auto id = peer.write_blocks("target", blocks, blocks);
+    if (!id) break;
+    posted.push_back(*id);
+  }
+  EXPECT_EQ(posted.size(), fit);
+  const auto refused = peer.stats().peers.at(0);
+  EXPECT_EQ(refused.posts_refused, 1u);
+  EXPECT_EQ(refused.post_failures, 0u);
+  EXPECT_EQ(refused.strikes, 0);
+  EXPECT_FALSE(refused.fault.has_value());
+  // Once they are polled (done, and released), the peer takes posts again.
+  std::size_t done = 0;
+  for (int i = 0; i < 10000 && done < posted.size(); ++i) {
+    const PollResult r = peer.poll("target");
+    done += r.done.size();
+    ASSERT_TRUE(r.failed.empty());
+    if (done < posted.size()) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(done, posted.size());
+  EXPECT_TRUE(peer.write_blocks("target", blocks, blocks).has_value());
+}
+
+// What a transfer held is given back once it is released, its buffers kept
+// for the next post or (past what the lane keeps) freed: transfers of
+// 32,768 runs (1.3 MB each, freed) one after another, more than the bound
+// holds, never meet it.
+TEST(TcpLimitsTest, ReleasedTransfersGiveBackWhatTheyHeld) {
+  constexpr std::uint64_t kManyBlocks = 65536;
+  constexpr std::uint64_t kSmallLen = 64;
+  MappedPool target_pool(kManyBlocks, kSmallLen, 0);
+  Transport target("target", Region{target_pool.base(), kManyBlocks, kSmallLen}, tcp_options());
+  MappedPool peer_pool(kManyBlocks, kSmallLen, 0);
+  Transport peer("peer", Region{peer_pool.base(), kManyBlocks, kSmallLen}, tcp_options());
+  peer.add_remote_peer("target", target.agent_metadata(),
+                       reinterpret_cast<std::uintptr_t>(target_pool.base()), kManyBlocks,
+                       kSmallLen);
+  std::vector<std::int64_t> blocks;
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kManyBlocks); i += 2) blocks.push_back(i);
+  const std::uint64_t rounds =
+      TcpLane::kMaxHeldBytesPerPeer / TcpLane::held_by(blocks.size(), 0) + 2;
+  for (std::uint64_t round = 0; round < rounds; ++round) {
+    const auto id = peer.write_blocks("target", blocks, blocks);
+    ASSERT_TRUE(id.has_value()) << "round " << round << " of " << rounds;
+    bool done = false;
+    for (int i = 0; i < 5000 && !done; ++i) {
+      const PollResult r = peer.poll("target");
+      ASSERT_TRUE(r.failed.empty());
+      done = !r.done.empty();
+      if (!done) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(done);
+  }
+  EXPECT_EQ(peer.stats().peers.at(0).posts_refused, 0u);
 }
 
 }  // namespace

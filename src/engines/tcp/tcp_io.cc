@@ -242,6 +242,7 @@ void TcpLane::Io::accept_all() {
       }
     }
     tune(fd);
+    cap_send_buffer(fd);
     auto conn = std::make_unique<Conn>();
     Conn* c = conn.get();
     // Our challenge first, before anything is read: a fresh socket's send
@@ -328,6 +329,11 @@ void TcpLane::Io::close_conn(Conn* c, const char* why, Status status) {
   if (c->counted_unregistered) {
     c->counted_unregistered = false;
     --unregistered_conns_;
+  }
+  if (c->counted_key) {
+    c->counted_key = false;
+    const auto held = key_conns_.find(c->key);
+    if (held != key_conns_.end() && --held->second == 0) key_conns_.erase(held);
   }
   if (c->lineage != 0) {
     if (auto* f = fences_.find(c->lineage)) {

@@ -84,6 +84,9 @@ struct TcpLane::Peer : LanePeer, std::enable_shared_from_this<Peer> {
   // go out (EPOLLOUT armed): the thread comes back to it on its own, so a
   // post behind them needs no wake (tcp_lane.cc, submit()).
   std::atomic<bool> sending{false};
+  // What its transfers not yet released hold (Xfer::held), against
+  // kMaxHeldBytesPerPeer.
+  std::atomic<std::uint64_t> held_bytes{0};
 };
 
 // A transfer handle. The core holds one reference until release(), the I/O
@@ -95,6 +98,7 @@ struct TcpLane::Xfer : LaneXfer {
   std::uint64_t seq = 0;
   bool read = false;
   bool has_notify = false;
+  std::uint64_t held = 0;  // counted in peer->held_bytes from post to recycle
   // The frames' headers, runs and message, and what to send, in order
   // (pieces of `wire` and, for writes, of our pool).
   std::vector<std::uint8_t> wire;
@@ -145,6 +149,7 @@ struct TcpLane::Conn {
   std::string sender;
   IdentityKey key{};                  // the identity key its hello proved
   bool counted_unregistered = false;  // in Io::unregistered_conns_
+  bool counted_key = false;           // in Io::key_conns_
   // Target side: the challenge we sent first (the hello's proof covers it).
   std::array<std::uint8_t, wire::kHeaderLen + wire::kNonceLen> challenge{};
   // Both sides, from the handshake on: the tags of the frames we receive
@@ -315,6 +320,9 @@ class TcpLane::Io {
   // Welcomed connections whose key was no registered peer's when they said
   // hello.
   std::size_t unregistered_conns_ = 0;
+  // Welcomed connections per identity key (ConnLimits::per_key); a key is
+  // here while it holds one.
+  std::map<IdentityKey, std::size_t> key_conns_;
   RateLimit log_limit_;
   std::vector<iovec> scratch_iov_;
   std::vector<Command> drained_;  // drain_commands(): the queue taken

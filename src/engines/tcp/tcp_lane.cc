@@ -70,6 +70,8 @@ TcpLane::ConnLimits TcpLane::conn_limits(std::uint64_t nofile) {
   l.unregistered = std::min(l.total / 2, kMaxUnregisteredConnections);
   l.pending = std::clamp<std::size_t>(l.total / 4, 2, kMaxPendingHellos);
   l.closing = std::max<std::size_t>(l.total / 8, 2);
+  l.per_key =
+      std::clamp<std::size_t>(l.total / 8, kMaxConnectionsPerLineage, kMaxConnectionsPerKey);
   return l;
 }
 
@@ -414,9 +416,16 @@ Status TcpLane::post(LanePeer* handle, const Post& post, XferHandle* out) {
   // The core posts only to peers it connected and has not disconnected.
   std::shared_ptr<Peer> peer = static_cast<Peer*>(handle)->shared_from_this();
   if (peer->dead.load(std::memory_order_acquire)) return Status::kRemoteDisconnect;
+  // What frame() will lay out for it, counted until it is released.
+  const std::uint64_t held = held_by(post.runs.size(), notify.size());
+  if (peer->held_bytes.load(std::memory_order_relaxed) + held > kMaxHeldBytesPerPeer) {
+    return Status::kNotPosted;
+  }
 
   Xfer* x = take_xfer();
   x->peer = peer;
+  x->held = held;
+  peer->held_bytes.fetch_add(held, std::memory_order_relaxed);
   x->id = post.id;
   x->read = read;
   x->has_notify = !notify.empty();
@@ -499,6 +508,9 @@ TcpLane::Xfer* TcpLane::take_xfer() {
 }
 
 void TcpLane::recycle(Xfer* x) {
+  // Its peer holds its buffers no more, whether they are kept or freed.
+  if (x->peer) x->peer->held_bytes.fetch_sub(x->held, std::memory_order_relaxed);
+  x->held = 0;
   const std::size_t held = x->wire.capacity() +
                            (x->iov.capacity() + x->read_iov.capacity()) * sizeof(iovec) +
                            x->parts.capacity() * sizeof(Xfer::Part);

@@ -105,11 +105,16 @@ class TcpLane final : public Lane {
   // are refused. Senders the target's owner did not register share
   // kMaxQueuedNotifications besides; a registered peer's share is its own.
   static constexpr std::size_t kMaxQueuedPerSender = kMaxQueuedNotificationsPerSender;
-  // A registered peer may hold this many lineages past kMaxLineages (one per
-  // instance of it that registered us), and any lineage this many open
-  // connections (an honest initiator keeps one per registration).
+  // One identity key, registered or not, may hold this many lineages (an
+  // honest lane holds one per name its owner registered us under), and a
+  // registered peer's key may hold them past a full table; any lineage this
+  // many open connections (an honest initiator keeps one per registration).
   static constexpr std::size_t kMaxLineagesPerPeer = 16;
   static constexpr std::size_t kMaxConnectionsPerLineage = 4;
+  // The most welcomed connections one identity key may hold, whatever its
+  // lineages (ConnLimits::per_key sizes it down for low descriptor limits),
+  // so no key, a registered peer's included, can take every slot.
+  static constexpr std::size_t kMaxConnectionsPerKey = 64;
   // Of kMaxConnections, the most that connections whose key is no
   // registered peer's may hold once welcomed; the rest stays for registered
   // peers.
@@ -122,14 +127,32 @@ class TcpLane final : public Lane {
   // peer at most half (the rest stays for registered peers), connections
   // without a hello yet a quarter, and refused ones waiting to close an
   // eighth (past that a refused connection is reset at once, so refusals
-  // cannot crowd out registered peers). The k* bounds above cap each.
+  // cannot crowd out registered peers); and one identity key's welcomed
+  // connections an eighth (at least one lineage's worth), so one key
+  // cannot take every slot. The k* bounds above cap each.
   struct ConnLimits {
     std::size_t total = kMaxConnections;
     std::size_t unregistered = kMaxUnregisteredConnections;
     std::size_t pending = kMaxPendingHellos;
     std::size_t closing = kMaxConnections / 8;
+    std::size_t per_key = kMaxConnectionsPerKey;
   };
   [[nodiscard]] static ConnLimits conn_limits(std::uint64_t nofile);
+  // The most bytes of frames and run lists (pooled buffers) one peer's
+  // transfers may hold from their post until they are released: a frozen
+  // or slow peer cannot make us hold more than this for it, however many
+  // runs each transfer has (a 1,000-run write holds about 40 KB, so about
+  // 1,600 of those; one-run writes meet kMaxInflightPerPeer first).
+  static constexpr std::uint64_t kMaxHeldBytesPerPeer = std::uint64_t{64} << 20;
+  // What a transfer of `runs` runs and a `note`-byte notification holds in
+  // its buffers from post to release: frames, runs and iovecs, as frame()
+  // lays them out, and the handle itself.
+  [[nodiscard]] static constexpr std::uint64_t held_by(std::uint64_t runs, std::uint64_t note) {
+    const std::uint64_t frames = (runs + wire::kMaxRuns - 1) / wire::kMaxRuns;
+    return frames * (wire::kHeaderLen + 2 * sizeof(iovec)) +
+           runs * (wire::kRunLen + sizeof(iovec)) +
+           (note > 0 ? wire::kHeaderLen + note + sizeof(iovec) : 0) + 256;
+  }
   // How long the listener rests after accept() found no descriptor left.
   static constexpr std::chrono::milliseconds kAcceptRest{100};
 
@@ -183,7 +206,9 @@ class TcpLane final : public Lane {
   [[nodiscard]] Status disconnect(LanePeer* peer) override;
   // Builds a transfer's frames and queues it on the peer's connection.
   // kInvalidParam (nothing posted) when a run names a region of ours that
-  // is not live or a region the peer's metadata did not list.
+  // is not live or a region the peer's metadata did not list; kNotPosted
+  // (back-pressure: nothing posted, no strike) while the peer's transfers
+  // not yet released hold kMaxHeldBytesPerPeer of frames and run lists.
   [[nodiscard]] Status post(LanePeer* peer, const Post& post, XferHandle* out) override;
 
   // Regions besides the pool (tcp_regions.cc). A region added is at once

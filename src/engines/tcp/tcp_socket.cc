@@ -57,6 +57,8 @@ void tune(int fd) {
   fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+void cap_send_buffer(int fd) { set_int(fd, SOL_SOCKET, SO_SNDBUF, kTargetSendBuffer); }
+
 int open_listener(const TcpSettings& settings, std::uint16_t* port) {
   in_addr addr{};
   addr.s_addr = htonl(INADDR_ANY);

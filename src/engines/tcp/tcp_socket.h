@@ -43,6 +43,15 @@ inline constexpr unsigned kUserTimeoutMs = 10000;
 // TCP_NODELAY, keepalive and TCP_USER_TIMEOUT as above, close-on-exec.
 void tune(int fd);
 
+// What a target's connection may hold in its kernel send queue (SO_SNDBUF,
+// which the kernel doubles for its bookkeeping and caps at
+// net.core.wmem_max): a peer that asks for replies and never reads them
+// pins this much kernel memory at most, not the autotuned 4 MiB (tcp_wmem)
+// that 500 such connections took to 1.77 GiB. Set on accepted sockets only:
+// an initiator's connections are its own registrations.
+inline constexpr int kTargetSendBuffer = 1 << 20;
+void cap_send_buffer(int fd);
+
 // Sets O_NONBLOCK on or off.
 void set_nonblocking(int fd, bool on);
 

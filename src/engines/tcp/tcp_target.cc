@@ -120,10 +120,21 @@ bool TcpLane::Io::on_runs(Conn* c) {
   auto& counters = *lane_.counters_;
   const wire::RunList list{c->body};
   std::vector<iovec> pool;
+  // What a read request may ask for: every byte we registered once (one
+  // reply at a time per connection: reading pauses while it goes out).
+  // More would make a few bytes of request cost us many times our memory
+  // in sending.
+  bool too_much = false;
   {
     MutexLock lock(lane_.regions_mu_);
     const std::span<const LocalRegion> table = lane_.regions_;
-    if (runs_fit(h, c->body, [table](std::uint64_t id) { return live_len(table, id); })) {
+    if (h.type == wire::FrameType::kReadReq) {
+      std::uint64_t registered = 0;
+      for (const LocalRegion& r : table) registered += r.live ? r.len : 0;
+      too_much = h.length > registered;
+    }
+    if (!too_much &&
+        runs_fit(h, c->body, [table](std::uint64_t id) { return live_len(table, id); })) {
       pool.reserve(list.run_count());
       for (std::size_t i = 0; i < list.run_count(); ++i) {
         const wire::Run r = list.run(i);
@@ -133,7 +144,9 @@ bool TcpLane::Io::on_runs(Conn* c) {
     }
   }
   if (pool.empty()) {
-    refuse(c, counters.refused_runs, "runs outside this agent's regions");
+    refuse(c, counters.refused_runs,
+           too_much ? "a read request for more bytes than this agent registered"
+                    : "runs outside this agent's regions");
     return answer_and_close(
         c, h.type == wire::FrameType::kWrite ? wire::FrameType::kAck : wire::FrameType::kReadData,
         h.seq, wire::kStatusRefused);
@@ -248,6 +261,14 @@ bool TcpLane::Io::on_hello(Conn* c) {
            "a connection of no registered peer while their share is full");
     return refuse_hello(c, wire::kStatusTableFull);
   }
+  // One key, a registered peer's too, holds a share of the slots, never
+  // all of them.
+  const auto held = key_conns_.find(hello.key);
+  if (held != key_conns_.end() && held->second >= lane_.limits_.per_key) {
+    refuse(c, counters.refused_full,
+           fmt::format("one connection too many for one identity key (it holds {})", held->second));
+    return refuse_hello(c, wire::kStatusTableFull);
+  }
   if (const std::optional<bool> refused = join_lineage(c, hello, registered)) return *refused;
   c->hello_done = true;
   --pending_hellos_;
@@ -255,6 +276,8 @@ bool TcpLane::Io::on_hello(Conn* c) {
   c->gen = hello.gen;
   c->sender = std::move(name);
   c->key = hello.key;
+  c->counted_key = true;
+  ++key_conns_[hello.key];
   if (!registered) {
     c->counted_unregistered = true;
     ++unregistered_conns_;
@@ -294,8 +317,18 @@ std::optional<bool> TcpLane::Io::join_lineage(Conn* c, const wire::Hello& hello,
   // Full means refusal, never forgetting early; a registered peer still
   // has room of its own (a few lineages per key).
   using Verdict = decltype(fences_)::Verdict;
+  const auto now = Clock::now();
+  // A new lineage counts against its key's share first (those whose
+  // connections all closed still count until they are forgotten).
+  if (fences_.find(hello.lineage) == nullptr) {
+    fences_.expire(now);
+    if (fences_.count_of(hello.key) >= kMaxLineagesPerPeer) {
+      refuse(c, counters.refused_full, "one lineage too many for one identity key");
+      return refuse_hello(c, wire::kStatusTableFull);
+    }
+  }
   const auto presented =
-      fences_.present(hello.lineage, hello.gen, hello.epoch, hello.key, registered, Clock::now());
+      fences_.present(hello.lineage, hello.gen, hello.epoch, hello.key, registered, now);
   switch (presented.verdict) {
     case Verdict::kFull:
       refuse(c, counters.refused_full, "a new initiator while the fence table is full");
