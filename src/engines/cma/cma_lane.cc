@@ -163,21 +163,7 @@ Status CmaLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
     return st;
   }
   if (declared.pool_fd != wire::kNoFd && map_peer_pools_) map_pool(*peer, declared);
-  if (notify_fd >= 0) {
-    peer->notify_fd = duplicate_notify_socket(peer->pid, notify_fd);
-    // The cookie again: the descriptor is the peer's engine's only if its
-    // pid was not reused meanwhile.
-    int cookie_err = 0;
-    if (peer->notify_fd >= 0 && read_cookie(peer->pid, peer->cookie_addr, peer->cookie_epoch,
-                                            &cookie_err) != Status::kSuccess) {
-      ::close(peer->notify_fd);
-      peer->notify_fd = -1;
-    }
-    if (peer->notify_fd < 0) {
-      log().info("kvxfer cma {}: peer {} (pid {}) takes no notifications from us", agent_name_,
-                 peer->agent_name, peer->pid);
-    }
-  }
+  if (notify_fd >= 0) take_notify_socket(*peer, notify_fd);
   log().info("kvxfer cma {}: peer {} (pid {}) is on this host: writing {}", agent_name_,
              peer->agent_name, peer->pid,
              peer->mapping.mapped() ? "into its mapped pool" : "with process_vm_writev");
@@ -186,6 +172,22 @@ Status CmaLane::connect(const wire::PeerBlob& blob, const RemoteRegion& remote, 
   MutexLock lock(peers_mu_);
   peers_.emplace(peer.get(), std::move(peer));
   return Status::kSuccess;
+}
+
+void CmaLane::take_notify_socket(Peer& peer, int notify_fd) {
+  peer.notify_fd = duplicate_notify_socket(peer.pid, notify_fd);
+  // The cookie again: the descriptor is the peer's engine's only if its
+  // pid was not reused meanwhile.
+  int cookie_err = 0;
+  if (peer.notify_fd >= 0 &&
+      read_cookie(peer.pid, peer.cookie_addr, peer.cookie_epoch, &cookie_err) != Status::kSuccess) {
+    ::close(peer.notify_fd);
+    peer.notify_fd = -1;
+  }
+  if (peer.notify_fd < 0) {
+    log().info("kvxfer cma {}: peer {} (pid {}) takes no notifications from us", agent_name_,
+               peer.agent_name, peer.pid);
+  }
 }
 
 void CmaLane::map_pool(Peer& peer, const Declaration& declared) {

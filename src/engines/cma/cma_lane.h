@@ -239,6 +239,10 @@ class CmaLane final : public Lane {
   // Maps the peer's pool when it declares one we can map (cma_mapping.h);
   // on any failure the peer is written with process_vm_writev as before.
   void map_pool(Peer& peer, const Declaration& declared);
+  // The peer's notification socket (its metadata's descriptor, duplicated
+  // with pidfd_getfd), kept only while its cookie still says the pid is its
+  // engine's; none otherwise.
+  void take_notify_socket(Peer& peer, int notify_fd);
   // Sends a finished transfer's notification; kSuccess, or why not.
   Status send_notification(Peer& peer, Xfer& xfer);
   Xfer* acquire_xfer() EXCLUDES(pool_mu_);
