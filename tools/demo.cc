@@ -5,24 +5,17 @@
 #include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
-#include <map>
-#include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
-#include <string_view>
-#include <tuple>
 #include <vector>
-#include "bench.h"
 #include "bench_config.h"
 #include "kvxfer/transport.h"
 #include "lane_counts.h"
-#include "machine.h"
 #include "pattern.h"
 #include "pool.h"
 #include "pretouch_wait.h"
@@ -38,11 +31,11 @@ namespace kvxfer::tools {
 // target's check ends its region's writes.
 int run_demo(const DemoArgs& a) {
   if (a.block_len == 0 || a.pool_bytes < a.block_len) {
-    throw CLI::ValidationError("--block-len must be > 0 and at most --pool");
+    throw std::invalid_argument("--block-len must be > 0 and at most --pool");
   }
   const std::uint64_t num_blocks = a.pool_bytes / a.block_len;
   if (a.blocks == 0 || a.blocks > num_blocks) {
-    throw CLI::ValidationError(fmt::format("--blocks must be in [1, {}]", num_blocks));
+    throw std::invalid_argument(fmt::format("--blocks must be in [1, {}]", num_blocks));
   }
   const std::uint64_t batch = std::min(a.batch, a.blocks);
   const std::uint64_t seed = a.seed != 0 ? a.seed : std::random_device{}();
