@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "engine_agent.h"
 #include "kvxfer/transport.h"
+#include "support/region_agent.h"
 #include "wire/metadata.h"
 #include "wire/peer_blob.h"
 
@@ -58,37 +59,20 @@ void fill(std::vector<std::uint8_t>& b, std::uint8_t seed, std::size_t r) {
 
 // A transport on the UCX lane with `regions` registered buffers of
 // kRegionLen bytes (a pattern when `seed` is nonzero, else zeros) and a pool
-// of `blocks` blocks of kBlockLen (none when 0).
-struct RegionAgent {
+// of `blocks` blocks of kBlockLen (none when 0) (support/region_agent.h).
+struct RegionAgent : test::RegionAgent {
   static constexpr std::uint64_t kBlockLen = 4096;
 
   RegionAgent(const std::string& name, int regions, std::uint8_t seed, std::uint64_t blocks = 0)
-      : buffers(static_cast<std::size_t>(regions), std::vector<std::uint8_t>(kRegionLen, 0)),
-        pool(blocks * kBlockLen, 0),
-        transport(name, blocks == 0 ? Region{} : Region{pool.data(), blocks, kBlockLen},
-                  ucx_options()) {
-    for (std::size_t r = 0; r < buffers.size(); ++r) {
-      if (seed != 0) fill(buffers[r], seed, r);
-      ids.push_back(transport.register_memory(buffers[r].data(), buffers[r].size()));
-    }
-  }
-  std::vector<std::vector<std::uint8_t>> buffers;
-  std::vector<std::uint8_t> pool;
-  std::vector<RegionId> ids;
-  Transport transport;
+      : test::RegionAgent(name, {.regions = regions,
+                                 .region_len = kRegionLen,
+                                 .seed = seed,
+                                 .options = ucx_options(),
+                                 .own_pool_blocks = blocks,
+                                 .own_block_len = kBlockLen}) {}
 };
 
-// Polls `peer` until `id` is reported (10 s at most): done, failed, or
-// nothing (nullopt).
-std::optional<bool> outcome(Transport& t, const std::string& peer, TransferId id) {
-  for (int i = 0; i < 10000; ++i) {
-    const PollResult r = t.poll(peer);
-    if (std::find(r.done.begin(), r.done.end(), id) != r.done.end()) return true;
-    if (std::find(r.failed.begin(), r.failed.end(), id) != r.failed.end()) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return std::nullopt;
-}
+using test::outcome;
 
 // a registers b, one way only: two engines in one process that register
 // each other over UCX 1.13's tcp transport can abort in UCX
